@@ -1,0 +1,180 @@
+"""Reading pretraining TFRecords for an Estimator, under any strategy.
+
+Batch semantics: `--train_batch_size` is the GLOBAL batch. Under a
+tf.distribute strategy Estimator calls the input_fn once per worker and hands
+successive batches of the dataset to successive replicas, so the dataset is
+batched with the per-replica batch. One step therefore consumes the same
+examples as one batch of the global size on a single device.
+"""
+
+import tensorflow.compat.v1 as tf
+
+from errors import UserError
+
+PRETRAINING_INT_FEATURES = ("input_ids", "input_mask", "segment_ids",
+                            "masked_lm_positions", "masked_lm_ids",
+                            "next_sentence_labels")
+
+
+def expand_input_files(patterns):
+  """Expands a comma-separated list of globs into a sorted file list.
+
+  Raises:
+    UserError: a pattern matches no file.
+  """
+  files = []
+  for pattern in [p.strip() for p in patterns.split(",") if p.strip()]:
+    matched = tf.io.gfile.glob(pattern)
+    if not matched:
+      raise UserError("--input_file pattern %r matches no file" % pattern)
+    files.extend(sorted(matched))
+  if not files:
+    raise UserError("--input_file is empty")
+  return files
+
+
+def pretraining_feature_spec(max_seq_length, max_predictions_per_seq):
+  """The tf.io parsing spec of create_pretraining_data's records."""
+  spec = {
+      "input_ids": tf.FixedLenFeature([max_seq_length], tf.int64),
+      "input_mask": tf.FixedLenFeature([max_seq_length], tf.int64),
+      "segment_ids": tf.FixedLenFeature([max_seq_length], tf.int64),
+      "masked_lm_positions":
+          tf.FixedLenFeature([max_predictions_per_seq], tf.int64),
+      "masked_lm_ids": tf.FixedLenFeature([max_predictions_per_seq], tf.int64),
+      "masked_lm_weights":
+          tf.FixedLenFeature([max_predictions_per_seq], tf.float32),
+      "next_sentence_labels": tf.FixedLenFeature([1], tf.int64),
+  }
+  return spec
+
+
+def decode_record(record, feature_spec):
+  """Parses one serialized example; int64 features become int32."""
+  example = tf.parse_single_example(record, feature_spec)
+  return {name: tf.cast(t, tf.int32) if t.dtype == tf.int64 else t
+          for name, t in example.items()}
+
+
+def first_example(path):
+  """The first tf.train.Example of a TFRecord file.
+
+  Raises:
+    UserError: the file is empty or not a TFRecord file.
+  """
+  try:
+    for raw in tf.io.tf_record_iterator(path):
+      return tf.train.Example.FromString(raw)
+  except (tf.errors.DataLossError, tf.errors.OpError) as e:
+    raise UserError("%s is not a readable TFRecord file (%s)" %
+                    (path, e.message.splitlines()[0]))
+  raise UserError("%s holds no records" % path)
+
+
+def check_pretraining_records(input_files, max_seq_length,
+                              max_predictions_per_seq, vocab_size=None):
+  """Checks each file's first record against the flags, before training.
+
+  Args:
+    input_files: TFRecord paths.
+    max_seq_length: expected length of input_ids / input_mask / segment_ids.
+    max_predictions_per_seq: expected length of the masked_lm features.
+    vocab_size: if given, token ids must be below it.
+
+  Raises:
+    UserError: naming the file, the feature, its length and the flag.
+  """
+  expected = {"input_ids": ("--max_seq_length", max_seq_length),
+              "input_mask": ("--max_seq_length", max_seq_length),
+              "segment_ids": ("--max_seq_length", max_seq_length),
+              "masked_lm_positions": ("--max_predictions_per_seq",
+                                      max_predictions_per_seq),
+              "masked_lm_ids": ("--max_predictions_per_seq",
+                                max_predictions_per_seq),
+              "masked_lm_weights": ("--max_predictions_per_seq",
+                                    max_predictions_per_seq),
+              "next_sentence_labels": (None, 1)}
+  for path in input_files:
+    features = first_example(path).features.feature
+    for name, (flag, length) in expected.items():
+      if name not in features:
+        raise UserError("%s: feature %r is missing; is this a "
+                        "create_pretraining_data.py output?" % (path, name))
+      kind = features[name].WhichOneof("kind")
+      values = getattr(features[name], kind).value
+      if len(values) != length:
+        raise UserError(
+            "%s: feature %s has length %d but %s=%d; recreate the data or "
+            "pass %s=%d" % (path, name, len(values), flag, length, flag,
+                            len(values)))
+    if vocab_size is not None:
+      top = max(features["input_ids"].int64_list.value)
+      if top >= vocab_size:
+        raise UserError(
+            "%s: token id %d is outside the model's vocab_size %d; the data "
+            "was made with a larger vocab than bert_config.json declares" %
+            (path, top, vocab_size))
+
+
+def pretraining_input_fn_builder(input_files, max_seq_length,
+                                 max_predictions_per_seq, is_training,
+                                 global_batch_size, num_replicas,
+                                 deterministic=False, num_cpu_threads=4):
+  """Returns an Estimator input_fn over pretraining TFRecords.
+
+  Args:
+    input_files: list of TFRecord paths.
+    max_seq_length: S.
+    max_predictions_per_seq: P, masked positions per sequence.
+    is_training: shuffle and repeat forever if True; one ordered pass if not.
+    global_batch_size: examples per step over all replicas.
+    num_replicas: replicas in sync; the dataset yields per-replica batches.
+    deterministic: keep file and record order fixed (for reproducible runs
+      and tests) instead of upstream's sloppy parallel interleave.
+    num_cpu_threads: parallel readers / parsers.
+
+  Returns:
+    input_fn(params, input_context=None) -> tf.data.Dataset of feature dicts
+    with int32 [B, S] / [B, P] tensors, B = per-replica batch.
+  """
+  per_replica_batch = global_batch_size // num_replicas
+  feature_spec = pretraining_feature_spec(max_seq_length,
+                                          max_predictions_per_seq)
+
+  def input_fn(params=None, input_context=None):
+    del params
+    files = list(input_files)
+    dataset = tf.data.Dataset.from_tensor_slices(tf.constant(files))
+    if input_context is not None and input_context.num_input_pipelines > 1:
+      # One pipeline per worker: each reads its own files, or its own records
+      # of a single file.
+      if len(files) >= input_context.num_input_pipelines:
+        dataset = dataset.shard(input_context.num_input_pipelines,
+                                input_context.input_pipeline_id)
+        shard_records = False
+      else:
+        shard_records = True
+    else:
+      shard_records = False
+
+    if is_training and not deterministic:
+      dataset = dataset.repeat().shuffle(buffer_size=len(files))
+      cycle_length = min(num_cpu_threads, len(files))
+      dataset = dataset.interleave(
+          tf.data.TFRecordDataset, cycle_length=cycle_length,
+          num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
+      dataset = dataset.shuffle(buffer_size=100)
+    else:
+      dataset = tf.data.TFRecordDataset(dataset)
+      if is_training:
+        dataset = dataset.repeat()
+    if shard_records:
+      dataset = dataset.shard(input_context.num_input_pipelines,
+                              input_context.input_pipeline_id)
+    dataset = dataset.map(lambda r: decode_record(r, feature_spec),
+                          num_parallel_calls=num_cpu_threads)
+    # Whole batches only: every replica must see the same batch shape.
+    dataset = dataset.batch(per_replica_batch, drop_remainder=True)
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+  return input_fn

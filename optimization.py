@@ -1,0 +1,263 @@
+"""Optimizers for BERT pretraining and fine-tuning, correct under data parallelism.
+
+Upstream's AdamWeightDecayOptimizer overrides `apply_gradients` with a loop of
+its own, which bypasses tf.distribute: under MirroredStrategy every replica
+updates its own copy of the weights from its own gradient and the copies drift
+apart. Here the optimizers are ordinary `tf.compat.v1.train.Optimizer`
+subclasses (`_create_slots` / `_apply_dense` / `_resource_apply_dense`) and
+share one data-parallel `apply_gradients`:
+
+  1. every replica computes the gradient of its share of the global-batch
+     mean loss (its own mean loss divided by the number of replicas);
+  2. ONE batched all-reduce (SUM) turns the shares into the gradient of the
+     global-batch mean loss, identical on every replica;
+  3. the reduced gradient is clipped to global norm 1.0, once;
+  4. every replica applies the same update to its copy of the weights;
+  5. global_step is incremented exactly once.
+
+The math is therefore that of one device with the global batch, whatever the
+number of replicas. Slot variables keep upstream's names (`<var>/adam_m`,
+`<var>/adam_v`) so checkpoints load both ways with Google's.
+"""
+
+import re
+
+import tensorflow.compat.v1 as tf
+
+import distribution
+
+DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
+
+
+def learning_rate_schedule(init_lr, num_train_steps, num_warmup_steps,
+                           global_step=None):
+  """Upstream's schedule: linear warm-up, then linear decay to 0.
+
+  Args:
+    init_lr: peak learning rate, reached at the end of warm-up.
+    num_train_steps: step at which the rate reaches 0.
+    num_warmup_steps: steps of linear warm-up from 0.
+    global_step: the step tensor; defaults to the graph's global step.
+
+  Returns:
+    A scalar float32 tensor.
+  """
+  if global_step is None:
+    global_step = tf.train.get_or_create_global_step()
+  step = tf.cast(global_step, tf.float32)
+  decayed = tf.train.polynomial_decay(
+      tf.constant(init_lr, dtype=tf.float32), global_step, num_train_steps,
+      end_learning_rate=0.0, power=1.0, cycle=False)
+  if not num_warmup_steps:
+    return decayed
+  warmup = init_lr * step / float(num_warmup_steps)
+  return tf.where(step < float(num_warmup_steps), warmup, decayed)
+
+
+class DataParallelOptimizer(tf.train.Optimizer):
+  """Base class: all-reduce, clip once, apply the same update on every replica.
+
+  Subclasses implement `_create_slots` and `_apply_update(grad, var)`, which
+  returns the op updating `var` (and its slots) from the reduced gradient.
+  """
+
+  def __init__(self, learning_rate, weight_decay_rate=0.0,
+               exclude_from_weight_decay=DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY,
+               clip_norm=1.0, gradient_reducer=None, name="Optimizer"):
+    """Args:
+      learning_rate: float or scalar tensor.
+      weight_decay_rate: decoupled weight decay (AdamW style).
+      exclude_from_weight_decay: regexes; matching variable names get none.
+      clip_norm: global-norm clip on the reduced gradient; None disables it.
+      gradient_reducer: function(list of gradients) -> their sum over all
+        replicas. Defaults to the tf.distribute replica context's all-reduce
+        (identity with no strategy); horovod passes its own.
+      name: name scope of the update ops.
+    """
+    super().__init__(use_locking=False, name=name)
+    self.learning_rate = learning_rate
+    self.weight_decay_rate = weight_decay_rate
+    self.exclude_from_weight_decay = tuple(exclude_from_weight_decay or ())
+    self.clip_norm = clip_norm
+    self.gradient_reducer = gradient_reducer or distribution.sum_across_replicas
+
+  def compute_gradients(self, loss, var_list=None, **unused_kwargs):
+    """Plain gradients of `loss`: no hidden rescaling by the replica count.
+
+    The caller passes each replica's share of the global mean loss (see
+    `distribution.replica_share`), so a SUM all-reduce yields the gradient of
+    the global mean.
+    """
+    if var_list is None:
+      var_list = tf.trainable_variables()
+    grads = tf.gradients(loss, var_list)
+    return list(zip(grads, var_list))
+
+  def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+    """All-reduces, clips and applies; called in a replica context.
+
+    Args:
+      grads_and_vars: (gradient, variable) pairs of this replica.
+      global_step: variable incremented once after the update, or None.
+      name: name of the returned op.
+
+    Returns:
+      The op that applies the update (and increments global_step).
+    """
+    grads_and_vars = [(g, v) for g, v in grads_and_vars if g is not None]
+    if not grads_and_vars:
+      raise ValueError("No gradients provided for any variable.")
+    # Dense before the all-reduce: BERT's embedding gradients are dense anyway
+    # (tied MLM output weights), and dense tensors batch into one all-reduce.
+    grads = [tf.convert_to_tensor(g) for g, _ in grads_and_vars]
+    tvars = [v for _, v in grads_and_vars]
+    grads = self.gradient_reducer(grads)
+    if self.clip_norm is not None:
+      grads, _ = tf.clip_by_global_norm(grads, clip_norm=self.clip_norm)
+    replica_context = tf.distribute.get_replica_context()
+    return replica_context.merge_call(
+        self._apply_reduced,
+        args=(list(zip(grads, tvars)), global_step, name))
+
+  def _apply_reduced(self, strategy, grads_and_vars, global_step, name):
+    """Cross-replica part: each device updates its copy from its (identical)
+    reduced gradient. Unlike the base class, no second reduction happens."""
+    var_list = [v for _, v in grads_and_vars]
+    with tf.init_scope():
+      self._create_slots(var_list)
+    with tf.name_scope(name or self._name):
+      self._prepare()
+      update_ops = []
+      for grad, var in grads_and_vars:
+        update_ops.extend(strategy.extended.update(
+            var, self._apply_update, args=(grad,), group=False))
+      if global_step is None:
+        return strategy.group(update_ops)
+      with tf.control_dependencies(update_ops):
+        return strategy.extended.update(
+            global_step, lambda step: step.assign_add(1), group=True)
+
+  def _apply_update(self, var, grad):
+    raise NotImplementedError
+
+  def _apply_dense(self, grad, var):
+    return self._apply_update(var, grad)
+
+  def _resource_apply_dense(self, grad, handle):
+    return self._apply_update(handle, grad)
+
+  def _apply_sparse(self, grad, var):
+    raise NotImplementedError("Gradients are densified before the update.")
+
+  def _resource_apply_sparse(self, grad, handle, indices):
+    raise NotImplementedError("Gradients are densified before the update.")
+
+  def _do_use_weight_decay(self, param_name):
+    if not self.weight_decay_rate:
+      return False
+    return not any(re.search(r, param_name)
+                   for r in self.exclude_from_weight_decay)
+
+  @staticmethod
+  def _variable_name(var):
+    """`bert/.../kernel` for a variable, a replica's copy or a resource."""
+    name = var.op.name if hasattr(var, "op") else var.name
+    return re.sub(r"(/replica_\d+)?(:\d+)?$", "", name)
+
+
+class AdamWeightDecayOptimizer(DataParallelOptimizer):
+  """Upstream's AdamW: Adam without bias correction, decoupled weight decay.
+
+  update = m / (sqrt(v) + epsilon) + weight_decay_rate * w;  w -= lr * update
+  """
+
+  def __init__(self, learning_rate, weight_decay_rate=0.0, beta_1=0.9,
+               beta_2=0.999, epsilon=1e-6,
+               exclude_from_weight_decay=DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY,
+               clip_norm=1.0, gradient_reducer=None,
+               name="AdamWeightDecayOptimizer"):
+    super().__init__(learning_rate, weight_decay_rate,
+                     exclude_from_weight_decay, clip_norm, gradient_reducer,
+                     name)
+    self.beta_1 = beta_1
+    self.beta_2 = beta_2
+    self.epsilon = epsilon
+
+  def _create_slots(self, var_list):
+    for v in var_list:
+      self._zeros_slot(v, "adam_m", "adam_m")
+      self._zeros_slot(v, "adam_v", "adam_v")
+
+  def _apply_update(self, var, grad):
+    m = self.get_slot(var, "adam_m")
+    v = self.get_slot(var, "adam_v")
+    next_m = self.beta_1 * m + (1.0 - self.beta_1) * grad
+    next_v = self.beta_2 * v + (1.0 - self.beta_2) * tf.square(grad)
+    update = next_m / (tf.sqrt(next_v) + self.epsilon)
+    if self._do_use_weight_decay(self._variable_name(var)):
+      update += self.weight_decay_rate * var
+    next_var = var - self.learning_rate * update
+    return tf.group(var.assign(next_var), m.assign(next_m), v.assign(next_v))
+
+
+def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
+                     use_tpu=False, use_fp16=False, init_loss_scale=2**15,
+                     loss_scale_growth_steps=2000, gradient_reducer=None):
+  """Builds the train op, as upstream's `create_optimizer` does.
+
+  Args:
+    loss: this replica's share of the global-batch mean loss
+      (`distribution.replica_share(mean_loss)`); equal to the mean loss
+      with one replica.
+    init_lr: peak learning rate.
+    num_train_steps: total optimizer updates; the rate decays to 0 there.
+    num_warmup_steps: linear warm-up steps.
+    use_tpu: accepted for upstream compatibility; must be False.
+    use_fp16: wrap the optimizer in the mixed-precision graph rewrite with
+      dynamic loss scaling (fp16 kernels on GPU; no effect on CPU).
+    init_loss_scale: initial dynamic loss scale.
+    loss_scale_growth_steps: finite steps before the loss scale doubles.
+    gradient_reducer: see DataParallelOptimizer.
+
+  Returns:
+    The train op: one optimizer update and one global_step increment (none of
+    either when fp16 gradients overflow).
+  """
+  if use_tpu:
+    raise ValueError("TPUs are not supported by this fork.")
+  global_step = tf.train.get_or_create_global_step()
+  learning_rate = learning_rate_schedule(init_lr, num_train_steps,
+                                         num_warmup_steps, global_step)
+  optimizer = AdamWeightDecayOptimizer(
+      learning_rate=learning_rate, weight_decay_rate=0.01, beta_1=0.9,
+      beta_2=0.999, epsilon=1e-6, gradient_reducer=gradient_reducer)
+  if use_fp16:
+    optimizer = wrap_for_mixed_precision(optimizer, init_loss_scale,
+                                         loss_scale_growth_steps)
+  tvars = tf.trainable_variables()
+  grads_and_vars = optimizer.compute_gradients(loss, tvars)
+  return optimizer.apply_gradients(grads_and_vars, global_step=global_step)
+
+
+def wrap_for_mixed_precision(optimizer, init_loss_scale, growth_steps):
+  """Seeds 000/001: `enable_mixed_precision_graph_rewrite` on the optimizer.
+
+  The wrapper multiplies the loss by a dynamic loss scale, divides the
+  gradients by it, and skips the whole update (weights, slots and
+  global_step) when any replica's gradient is not finite, halving the scale.
+  Grappler's auto_mixed_precision pass then runs eligible GPU kernels in
+  float16; it has nothing to rewrite on a CPU-only machine.
+  """
+  loss_scale = tf.mixed_precision.DynamicLossScale(
+      initial_loss_scale=init_loss_scale, increment_period=growth_steps,
+      multiplier=2.0)
+  return tf.train.experimental.enable_mixed_precision_graph_rewrite(
+      optimizer, loss_scale=loss_scale)
+
+
+def current_loss_scale():
+  """The dynamic loss-scale variable of the graph, or None without fp16."""
+  for var in tf.global_variables():
+    if var.op.name.endswith("current_loss_scale"):
+      return var
+  return None

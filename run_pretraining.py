@@ -1,0 +1,308 @@
+"""Masked LM and next-sentence pretraining of BERT with tf.estimator.
+
+Upstream's flags (TPU ones dropped) plus the distribution flags of
+distribution.py: the Estimator gets a MirroredStrategy or
+MultiWorkerMirroredStrategy through its RunConfig, or runs on one device.
+`--train_batch_size` is the global batch over all replicas.
+"""
+
+from absl import app
+from absl import flags
+from absl import logging
+import tensorflow.compat.v1 as tf
+
+import distribution
+import input_pipeline
+import modeling
+import optimization
+import throughput
+import tokenization
+import training_setup
+from errors import UserError, main_with_user_errors
+
+FLAGS = flags.FLAGS
+
+flags.DEFINE_string("bert_config_file", None,
+                    "bert_config.json of the model to train.")
+flags.DEFINE_string("input_file", None,
+                    "Input TFRecord file(s): comma-separated globs.")
+flags.DEFINE_string("output_dir", None,
+                    "Checkpoints, events and throughput logs go here; a rerun "
+                    "with the same directory resumes.")
+flags.DEFINE_string("init_checkpoint", None,
+                    "Initial weights (e.g. a Google BERT checkpoint); "
+                    "ignored when output_dir already has a checkpoint.")
+flags.DEFINE_string("vocab_file", None,
+                    "Optional: the vocab the data was made with; checked "
+                    "against bert_config's vocab_size.")
+flags.DEFINE_integer("max_seq_length", 128,
+                     "Sequence length of the records (S).")
+flags.DEFINE_integer("max_predictions_per_seq", 20,
+                     "Masked positions per sequence in the records.")
+flags.DEFINE_bool("do_train", False, "Whether to run training.")
+flags.DEFINE_bool("do_eval", False, "Whether to run eval on the input files.")
+flags.DEFINE_integer("train_batch_size", 32,
+                     "Total batch size for training, over all replicas.")
+flags.DEFINE_integer("eval_batch_size", 8, "Total batch size for eval.")
+flags.DEFINE_float("learning_rate", 5e-5, "The initial learning rate.")
+flags.DEFINE_integer("num_train_steps", 100000, "Number of training steps.")
+flags.DEFINE_integer("num_warmup_steps", 10000, "Number of warm-up steps.")
+flags.DEFINE_integer("save_checkpoints_steps", 1000,
+                     "How often to save the model checkpoint.")
+flags.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints to keep.")
+flags.DEFINE_integer("iterations_per_loop", 1000,
+                     "Accepted for upstream compatibility; unused off TPU.")
+flags.DEFINE_integer("max_eval_steps", 100, "Maximum number of eval steps.")
+training_setup.define_flags()
+
+
+def get_masked_lm_output(bert_config, input_tensor, output_weights, positions,
+                         label_ids, label_weights):
+  """Masked LM loss, computed on the masked positions only.
+
+  Args:
+    bert_config: BertConfig.
+    input_tensor: [B, S, H] final encoder layer.
+    output_weights: [V, H] word embedding table (tied output weights).
+    positions: [B, P] int32 masked positions.
+    label_ids: [B, P] int32 original token ids.
+    label_weights: [B, P] float32, 1.0 for real predictions, 0.0 padding.
+
+  Returns:
+    (loss scalar, per_example_loss [B*P], log_probs [B*P, V]).
+  """
+  # Gathering first keeps the transform and the [.., V] matmul to the B*P
+  # masked rows instead of all B*S.
+  input_tensor = gather_indexes(input_tensor, positions)
+  with tf.variable_scope("cls/predictions"):
+    with tf.variable_scope("transform"):
+      input_tensor = tf.layers.dense(
+          input_tensor, units=bert_config.hidden_size,
+          activation=modeling.get_activation(bert_config.hidden_act),
+          kernel_initializer=modeling.create_initializer(
+              bert_config.initializer_range))
+      input_tensor = modeling.layer_norm(input_tensor)
+    output_bias = tf.get_variable("output_bias",
+                                  shape=[bert_config.vocab_size],
+                                  initializer=tf.zeros_initializer())
+    logits = tf.matmul(input_tensor, output_weights, transpose_b=True)
+    logits = tf.nn.bias_add(logits, output_bias)
+    log_probs = tf.nn.log_softmax(logits, axis=-1)
+    label_ids = tf.reshape(label_ids, [-1])
+    label_weights = tf.reshape(label_weights, [-1])
+    per_example_loss = tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=label_ids, logits=logits)
+    numerator = tf.reduce_sum(label_weights * per_example_loss)
+    denominator = tf.reduce_sum(label_weights) + 1e-5
+    loss = numerator / denominator
+  return loss, per_example_loss, log_probs
+
+
+def get_next_sentence_output(bert_config, input_tensor, labels):
+  """Next-sentence loss from the pooled [CLS] output.
+
+  Args:
+    bert_config: BertConfig.
+    input_tensor: [B, H] pooled output.
+    labels: [B, 1] int32, 1 = segment B is a random sentence.
+
+  Returns:
+    (loss scalar, per_example_loss [B], log_probs [B, 2]).
+  """
+  with tf.variable_scope("cls/seq_relationship"):
+    output_weights = tf.get_variable(
+        "output_weights", shape=[2, bert_config.hidden_size],
+        initializer=modeling.create_initializer(bert_config.initializer_range))
+    output_bias = tf.get_variable("output_bias", shape=[2],
+                                  initializer=tf.zeros_initializer())
+    logits = tf.matmul(input_tensor, output_weights, transpose_b=True)
+    logits = tf.nn.bias_add(logits, output_bias)
+    log_probs = tf.nn.log_softmax(logits, axis=-1)
+    labels = tf.reshape(labels, [-1])
+    per_example_loss = tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=labels, logits=logits)
+    loss = tf.reduce_mean(per_example_loss)
+  return loss, per_example_loss, log_probs
+
+
+def gather_indexes(sequence_tensor, positions):
+  """Gathers the vectors at `positions` of each sequence.
+
+  Args:
+    sequence_tensor: [B, S, H].
+    positions: [B, P] int32.
+
+  Returns:
+    [B*P, H].
+  """
+  batch_size, seq_length, width = modeling.get_shape_list(
+      sequence_tensor, expected_rank=3)
+  flat_offsets = tf.reshape(tf.range(0, batch_size, dtype=tf.int32)
+                            * seq_length, [-1, 1])
+  flat_positions = tf.reshape(positions + flat_offsets, [-1])
+  flat_sequence = tf.reshape(sequence_tensor, [batch_size * seq_length, width])
+  return tf.gather(flat_sequence, flat_positions)
+
+
+def pretraining_metrics(masked_lm_example_loss, masked_lm_log_probs,
+                        masked_lm_ids, masked_lm_weights,
+                        next_sentence_example_loss, next_sentence_log_probs,
+                        next_sentence_labels):
+  """Upstream's four eval metrics."""
+  masked_lm_predictions = tf.argmax(masked_lm_log_probs, axis=-1,
+                                    output_type=tf.int32)
+  masked_lm_ids = tf.reshape(masked_lm_ids, [-1])
+  masked_lm_weights = tf.reshape(masked_lm_weights, [-1])
+  next_sentence_predictions = tf.argmax(next_sentence_log_probs, axis=-1,
+                                        output_type=tf.int32)
+  return {
+      "masked_lm_accuracy": tf.metrics.accuracy(
+          labels=masked_lm_ids, predictions=masked_lm_predictions,
+          weights=masked_lm_weights),
+      "masked_lm_loss": tf.metrics.mean(values=masked_lm_example_loss,
+                                        weights=masked_lm_weights),
+      "next_sentence_accuracy": tf.metrics.accuracy(
+          labels=tf.reshape(next_sentence_labels, [-1]),
+          predictions=next_sentence_predictions),
+      "next_sentence_loss": tf.metrics.mean(values=next_sentence_example_loss),
+  }
+
+
+def model_fn_builder(bert_config, init_checkpoint, learning_rate,
+                     num_train_steps, num_warmup_steps, optimizer_options):
+  """Returns the Estimator model_fn for pretraining.
+
+  Args:
+    bert_config: BertConfig.
+    init_checkpoint: checkpoint to initialise from, or None.
+    learning_rate: peak learning rate.
+    num_train_steps: optimizer updates of the whole run.
+    num_warmup_steps: warm-up updates.
+    optimizer_options: dict of extra create_optimizer keyword arguments
+      (use_fp16, init_loss_scale, ...).
+  """
+
+  def model_fn(features, labels, mode, params):
+    del labels, params
+    is_training = mode == tf.estimator.ModeKeys.TRAIN
+    model = modeling.BertModel(
+        config=bert_config, is_training=is_training,
+        input_ids=features["input_ids"], input_mask=features["input_mask"],
+        token_type_ids=features["segment_ids"], use_one_hot_embeddings=False)
+    (masked_lm_loss, masked_lm_example_loss,
+     masked_lm_log_probs) = get_masked_lm_output(
+         bert_config, model.get_sequence_output(), model.get_embedding_table(),
+         features["masked_lm_positions"], features["masked_lm_ids"],
+         features["masked_lm_weights"])
+    (next_sentence_loss, next_sentence_example_loss,
+     next_sentence_log_probs) = get_next_sentence_output(
+         bert_config, model.get_pooled_output(),
+         features["next_sentence_labels"])
+    total_loss = masked_lm_loss + next_sentence_loss
+    loss_share = distribution.replica_share(total_loss)
+
+    if init_checkpoint:
+      training_setup.init_from_checkpoint(init_checkpoint)
+
+    if mode == tf.estimator.ModeKeys.TRAIN:
+      train_op = optimization.create_optimizer(
+          loss_share, learning_rate, num_train_steps, num_warmup_steps,
+          **optimizer_options)
+      throughput.register_step_metrics(
+          loss_share, optimization.learning_rate_schedule(
+              learning_rate, num_train_steps, num_warmup_steps))
+      return tf.estimator.EstimatorSpec(mode, loss=loss_share,
+                                        train_op=train_op)
+    if mode == tf.estimator.ModeKeys.EVAL:
+      metrics = pretraining_metrics(
+          masked_lm_example_loss, masked_lm_log_probs,
+          features["masked_lm_ids"], features["masked_lm_weights"],
+          next_sentence_example_loss, next_sentence_log_probs,
+          features["next_sentence_labels"])
+      return tf.estimator.EstimatorSpec(mode, loss=loss_share,
+                                        eval_metric_ops=metrics)
+    raise ValueError("Only TRAIN and EVAL modes are supported: %s" % mode)
+
+  return model_fn
+
+
+def build_pretraining_variables(bert_config):
+  """Creates every trainable variable of the pretraining model (B=1, S=2)."""
+  ids = tf.zeros([1, 2], tf.int32)
+  model = modeling.BertModel(config=bert_config, is_training=False,
+                             input_ids=ids, input_mask=ids,
+                             token_type_ids=ids)
+  get_masked_lm_output(bert_config, model.get_sequence_output(),
+                       model.get_embedding_table(), ids, ids,
+                       tf.zeros([1, 2]))
+  get_next_sentence_output(bert_config, model.get_pooled_output(),
+                           tf.zeros([1, 1], tf.int32))
+
+
+def validate_flags():
+  """Checks flags and inputs before any long work; returns what they load.
+
+  Returns:
+    (bert_config, input_files).
+  """
+  if not FLAGS.do_train and not FLAGS.do_eval:
+    raise UserError("At least one of --do_train or --do_eval must be True")
+  for name in ("bert_config_file", "input_file", "output_dir"):
+    if not getattr(FLAGS, name):
+      raise UserError("--%s is required" % name)
+  bert_config = modeling.BertConfig.from_json_file(FLAGS.bert_config_file)
+  modeling.check_seq_length_fits(bert_config, FLAGS.max_seq_length)
+  for name in ("train_batch_size", "eval_batch_size", "num_train_steps",
+               "save_checkpoints_steps", "max_predictions_per_seq"):
+    if getattr(FLAGS, name) < 1:
+      raise UserError("--%s must be >= 1, got %d" % (name, getattr(FLAGS, name)))
+  if FLAGS.num_warmup_steps < 0:
+    raise UserError("--num_warmup_steps must be >= 0")
+  if FLAGS.vocab_file:
+    tokenization.check_vocab_fits_config(FLAGS.vocab_file,
+                                         bert_config.vocab_size)
+  input_files = input_pipeline.expand_input_files(FLAGS.input_file)
+  input_pipeline.check_pretraining_records(
+      input_files, FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
+      vocab_size=bert_config.vocab_size)
+  return bert_config, input_files
+
+
+def main(argv):
+  del argv
+  logging.set_verbosity(logging.INFO)
+  bert_config, input_files = validate_flags()
+  setup = training_setup.prepare(FLAGS, FLAGS.output_dir,
+                                 FLAGS.train_batch_size)
+  if FLAGS.init_checkpoint:
+    training_setup.check_init_checkpoint(
+        FLAGS.init_checkpoint, lambda: build_pretraining_variables(bert_config))
+  logging.info("Input files: %d, first %s", len(input_files), input_files[0])
+
+  model_fn = model_fn_builder(
+      bert_config, FLAGS.init_checkpoint, FLAGS.learning_rate,
+      FLAGS.num_train_steps, FLAGS.num_warmup_steps, setup.optimizer_options)
+  estimator = tf.estimator.Estimator(model_fn=model_fn,
+                                     config=setup.run_config)
+  train_input_fn = input_pipeline.pretraining_input_fn_builder(
+      input_files, FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
+      is_training=True, global_batch_size=FLAGS.train_batch_size,
+      num_replicas=setup.plan.num_replicas,
+      deterministic=FLAGS.tf_random_seed is not None)
+  eval_input_fn = input_pipeline.pretraining_input_fn_builder(
+      input_files, FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
+      is_training=False, global_batch_size=FLAGS.eval_batch_size,
+      num_replicas=1, deterministic=True)
+
+  if FLAGS.do_train:
+    training_setup.train(estimator, setup, train_input_fn, eval_input_fn,
+                         FLAGS.num_train_steps, FLAGS.max_eval_steps)
+  if FLAGS.do_eval:
+    result = estimator.evaluate(input_fn=eval_input_fn,
+                                steps=FLAGS.max_eval_steps)
+    if setup.is_chief:
+      training_setup.write_eval_results(FLAGS.output_dir, result)
+
+
+if __name__ == "__main__":
+  app.run(main_with_user_errors(main))

@@ -1,0 +1,214 @@
+"""Measuring training speed: the number this toolkit exists to report.
+
+`ThroughputHook` times every training step (wall clock between consecutive
+steps, so input stalls and hooks count), logs examples/sec (global and per
+replica), loss, learning rate and ETA every `log_every` steps to the console,
+TensorBoard and `<output_dir>/throughput.jsonl`, and at the end writes
+`<output_dir>/throughput_summary.json` with the steady-state figure.
+
+Steady state excludes, as NVIDIA's BERT reference does:
+  - the first `warmup_steps` steps of this run (graph optimisation, allocator
+    and cache warm-up), counted from the resume point, not from step 0;
+  - every step during which a checkpoint was written.
+"""
+
+import json
+import os
+import time
+
+from absl import logging
+import tensorflow.compat.v1 as tf
+
+LOSS_SHARES = "replica_loss_shares"
+LEARNING_RATE = "learning_rate"
+
+
+def register_step_metrics(loss_share, learning_rate):
+  """Called in model_fn (once per replica) so the hook can fetch them."""
+  tf.add_to_collection(LOSS_SHARES, loss_share)
+  if not tf.get_collection(LEARNING_RATE):
+    tf.add_to_collection(LEARNING_RATE, learning_rate)
+
+
+def steady_state(step_records, warmup_steps):
+  """Steady-state throughput from per-step records.
+
+  Args:
+    step_records: list of dicts with keys "examples", "seconds", "saved"
+      (a checkpoint was written during the step), in order.
+    warmup_steps: leading steps to exclude.
+
+  Returns:
+    dict with examples_per_sec (None if no step qualifies), steps_counted,
+    steps_excluded_warmup, steps_excluded_checkpoint.
+  """
+  counted = step_records[warmup_steps:]
+  excluded_ckpt = sum(1 for r in counted if r["saved"])
+  counted = [r for r in counted if not r["saved"]]
+  seconds = sum(r["seconds"] for r in counted)
+  examples = sum(r["examples"] for r in counted)
+  return {
+      "examples_per_sec": examples / seconds if counted and seconds > 0
+                          else None,
+      "steps_counted": len(counted),
+      "steps_excluded_warmup": min(warmup_steps, len(step_records)),
+      "steps_excluded_checkpoint": excluded_ckpt,
+  }
+
+
+class CheckpointMarker(tf.estimator.CheckpointSaverListener):
+  """Tells the hook which steps wrote a checkpoint."""
+
+  def __init__(self, hook):
+    self._hook = hook
+
+  def after_save(self, session, global_step_value):
+    del session, global_step_value
+    self._hook.mark_checkpoint_saved()
+
+
+class ThroughputHook(tf.train.SessionRunHook):
+  """Logs and records examples/sec; see the module docstring."""
+
+  def __init__(self, output_dir, global_batch_size, num_replicas, max_steps,
+               log_every=100, warmup_steps=10, is_chief=True, extra_info=None):
+    """Args:
+      output_dir: where throughput.jsonl, the summary and events go.
+      global_batch_size: examples per step over all replicas and workers.
+      num_replicas: replicas in sync (for the per-replica figure).
+      max_steps: the run's last global step, for the ETA.
+      log_every: steps between log lines.
+      warmup_steps: steps excluded from the steady-state figure.
+      is_chief: only the chief writes files and summaries.
+      extra_info: dict merged into the summary (strategy, fp16, ...).
+    """
+    self._output_dir = output_dir
+    self._global_batch = global_batch_size
+    self._replicas = num_replicas
+    self._max_steps = max_steps
+    self._log_every = max(1, log_every)
+    self._warmup_steps = warmup_steps
+    self._is_chief = is_chief
+    self._extra_info = dict(extra_info or {})
+    self.step_records = []
+    self._saved_since_last_step = False
+
+  def mark_checkpoint_saved(self):
+    self._saved_since_last_step = True
+
+  def begin(self):
+    self._global_step = tf.train.get_global_step()
+    self._fetches = {"global_step": self._global_step}
+    shares = tf.get_collection(LOSS_SHARES)
+    if shares:
+      self._fetches["loss"] = tf.add_n(shares)
+    lr = tf.get_collection(LEARNING_RATE)
+    if lr:
+      self._fetches["learning_rate"] = lr[0]
+    scale = [v for v in tf.global_variables()
+             if v.op.name.endswith("current_loss_scale")]
+    if scale:
+      self._fetches["loss_scale"] = scale[0]
+    self._jsonl = None
+    self._writer = None
+    if self._is_chief:
+      tf.io.gfile.makedirs(self._output_dir)
+      self._jsonl = tf.io.gfile.GFile(
+          os.path.join(self._output_dir, "throughput.jsonl"), "a")
+      self._writer = tf.summary.FileWriterCache.get(self._output_dir)
+
+  def after_create_session(self, session, coord):
+    del coord
+    self._start_step = int(session.run(self._global_step))
+    self._last_time = time.time()
+    self._run_start = self._last_time
+
+  def before_run(self, run_context):
+    del run_context
+    return tf.train.SessionRunArgs(self._fetches)
+
+  def after_run(self, run_context, run_values):
+    del run_context
+    now = time.time()
+    # A save requested by the step before happens between its after_run and
+    # this step's before_run, so it falls in this step's interval.
+    self.step_records.append({"examples": self._global_batch,
+                              "seconds": now - self._last_time,
+                              "saved": self._saved_since_last_step})
+    self._saved_since_last_step = False
+    self._last_time = now
+    results = run_values.results
+    steps_run = len(self.step_records)
+    if steps_run % self._log_every == 0:
+      self._log(results, steps_run, now)
+
+  def _log(self, results, steps_run, now):
+    window = self.step_records[-self._log_every:]
+    seconds = sum(r["seconds"] for r in window)
+    eps = len(window) * self._global_batch / seconds if seconds > 0 else 0.0
+    step = int(results["global_step"])
+    remaining = max(0, self._max_steps - step)
+    eta = remaining * seconds / len(window) if window else 0.0
+    record = {"step": step, "steps_run": steps_run,
+              "examples_per_sec": round(eps, 3),
+              "examples_per_sec_per_replica": round(eps / self._replicas, 3),
+              "eta_seconds": round(eta, 1), "time": round(now, 3)}
+    for key in ("loss", "learning_rate", "loss_scale"):
+      if key in results:
+        record[key] = float(results[key])
+    logging.info(
+        "step %d/%d: %.1f examples/sec (%.1f per replica), loss %s, "
+        "ETA %s", step, self._max_steps, eps, eps / self._replicas,
+        "%.4f" % record["loss"] if "loss" in record else "n/a",
+        _format_seconds(eta))
+    if self._is_chief:
+      self._jsonl.write(json.dumps(record) + "\n")
+      self._jsonl.flush()
+      summary = tf.Summary(value=[
+          tf.Summary.Value(tag="throughput/examples_per_sec",
+                           simple_value=eps),
+          tf.Summary.Value(tag="throughput/examples_per_sec_per_replica",
+                           simple_value=eps / self._replicas)] + [
+              tf.Summary.Value(tag="train/" + k, simple_value=record[k])
+              for k in ("loss", "learning_rate", "loss_scale")
+              if k in record])
+      self._writer.add_summary(summary, step)
+
+  def end(self, session):
+    final_step = int(session.run(self._global_step))
+    result = steady_state(self.step_records, self._warmup_steps)
+    result.update({
+        "global_batch_size": self._global_batch,
+        "num_replicas": self._replicas,
+        "examples_per_sec_per_replica":
+            (result["examples_per_sec"] / self._replicas
+             if result["examples_per_sec"] else None),
+        "first_step": self._start_step, "final_step": final_step,
+        "steps_run": len(self.step_records),
+        "wall_seconds": round(time.time() - self._run_start, 3),
+    })
+    result.update(self._extra_info)
+    self.summary = result
+    if result["examples_per_sec"] is None:
+      logging.info("Throughput: too few steps (%d) past the %d warm-up steps "
+                   "for a steady-state figure", len(self.step_records),
+                   self._warmup_steps)
+    else:
+      logging.info(
+          "Throughput (steady state): %.2f examples/sec, %.2f per replica, "
+          "over %d steps; excluded %d warm-up step(s) and %d step(s) with a "
+          "checkpoint save", result["examples_per_sec"],
+          result["examples_per_sec_per_replica"], result["steps_counted"],
+          result["steps_excluded_warmup"],
+          result["steps_excluded_checkpoint"])
+    if self._is_chief:
+      self._jsonl.close()
+      self._writer.flush()
+      with tf.io.gfile.GFile(os.path.join(self._output_dir,
+                                          "throughput_summary.json"), "w") as f:
+        f.write(json.dumps(result, indent=2, sort_keys=True) + "\n")
+
+
+def _format_seconds(seconds):
+  seconds = int(round(seconds))
+  return "%d:%02d:%02d" % (seconds // 3600, seconds // 60 % 60, seconds % 60)

@@ -1,0 +1,280 @@
+"""Estimator set-up shared by run_pretraining.py and run_classifier.py.
+
+One place turns the distribution / precision / logging flags into a
+RunConfig with its strategy, checks the output directory and the initial
+checkpoint before long work starts, and runs training with the throughput
+hook (tf.estimator.train_and_evaluate when TF_CONFIG names a cluster).
+"""
+
+import collections
+import os
+import shutil
+import uuid
+
+from absl import flags
+from absl import logging
+import tensorflow as tf2
+import tensorflow.compat.v1 as tf
+
+import atomic_io
+import distribution
+import modeling
+import throughput
+from errors import UserError
+
+MIN_FREE_DISK_BYTES = 50 * 1024 * 1024
+
+
+def define_flags():
+  """Distribution, precision, logging and profiling flags."""
+  distribution.define_flags()
+  flags.DEFINE_integer("log_every_n_steps", 100,
+                       "Steps between throughput/loss log lines.")
+  flags.DEFINE_integer("throughput_warmup_steps", 10,
+                       "Leading steps left out of the steady-state "
+                       "examples/sec figure.")
+  flags.DEFINE_integer("tf_random_seed", None,
+                       "Graph-level seed; also makes the input order "
+                       "deterministic (no sloppy interleave, no shuffle).")
+  flags.DEFINE_bool("use_xla", False, "XLA JIT compilation (level ON_1).")
+  flags.DEFINE_string("profile_steps", None,
+                      "A,B: write a TensorFlow profiler trace of steps A..B "
+                      "(counted in this run) to output_dir/plugins/profile "
+                      "for TensorBoard's profile tab.")
+
+
+Setup = collections.namedtuple(
+    "Setup", ["plan", "strategy", "run_config", "optimizer_options",
+              "is_chief", "output_dir", "global_batch_size", "profile_steps",
+              "log_every", "warmup_steps", "extra_info"])
+
+
+def check_output_dir(output_dir):
+  """Creates output_dir and proves it writable and not full.
+
+  Raises:
+    UserError: it cannot be created or written, or the disk is full.
+  """
+  try:
+    tf.io.gfile.makedirs(output_dir)
+    probe = os.path.join(output_dir, ".write-test-%s" % uuid.uuid4().hex[:8])
+    with tf.io.gfile.GFile(probe, "w") as f:
+      f.write("ok")
+    tf.io.gfile.remove(probe)
+  except (tf.errors.OpError, OSError) as e:
+    message = getattr(e, "message", None) or str(e)
+    raise UserError("--output_dir %s is not writable: %s" %
+                    (output_dir, message.splitlines()[0]))
+  if "://" not in output_dir:
+    free = shutil.disk_usage(output_dir).free
+    if free < MIN_FREE_DISK_BYTES:
+      raise UserError("--output_dir %s: only %.1f MB free on its disk; "
+                      "checkpoints need more" % (output_dir, free / 2**20))
+  atomic_io.remove_stale_partials(output_dir)
+
+
+def _parse_profile_steps(value):
+  if not value:
+    return None
+  try:
+    first, last = [int(x) for x in value.split(",")]
+  except ValueError:
+    raise UserError("--profile_steps must be two step numbers A,B, got %r" %
+                    value)
+  if not 1 <= first <= last:
+    raise UserError("--profile_steps needs 1 <= A <= B, got %r" % value)
+  return first, last
+
+
+def session_config(plan, use_xla):
+  """ConfigProto for the Estimator's sessions."""
+  config = tf.ConfigProto(allow_soft_placement=True)
+  if len(plan.devices) > 1 and plan.devices[0].startswith("/cpu"):
+    # Graph-mode sessions only see logical CPUs that the ConfigProto asks for.
+    config.device_count["CPU"] = len(plan.devices)
+  if use_xla:
+    config.graph_options.optimizer_options.global_jit_level = (
+        tf.OptimizerOptions.ON_1)
+  return config
+
+
+def prepare(values, output_dir, global_batch_size):
+  """Validates the distribution flags and builds the Estimator's RunConfig.
+
+  Args:
+    values: parsed FLAGS.
+    output_dir: model_dir of the Estimator.
+    global_batch_size: training batch over all replicas.
+
+  Returns:
+    A Setup.
+  """
+  num_gpus = len(tf2.config.list_physical_devices("GPU"))
+  plan = distribution.plan_from_flags(values, num_gpus)
+  logging.info(distribution.describe(plan, global_batch_size))
+  profile_steps = _parse_profile_steps(values.profile_steps)
+  check_output_dir(output_dir)
+  if values.use_fp16 and num_gpus == 0:
+    logging.warning(
+        "--use_fp16: no GPU is visible, and the mixed-precision graph rewrite "
+        "only changes GPU kernels, so this run computes in float32 (dynamic "
+        "loss scaling still runs).")
+  if plan.name == "horovod":
+    import horovod_engine  # pylint: disable=g-import-not-at-top
+    strategy = None
+    is_chief = horovod_engine.init(plan)
+  else:
+    distribution.split_cpu(len(plan.devices)
+                           if plan.devices[0].startswith("/cpu") else 0)
+    strategy = distribution.build_strategy(plan)
+    is_chief = True
+  run_config = tf.estimator.RunConfig(
+      model_dir=output_dir if is_chief or plan.name != "horovod" else None,
+      save_checkpoints_steps=values.save_checkpoints_steps
+      if is_chief else None,
+      keep_checkpoint_max=values.keep_checkpoint_max,
+      log_step_count_steps=values.log_every_n_steps,
+      save_summary_steps=values.log_every_n_steps,
+      train_distribute=strategy,
+      tf_random_seed=values.tf_random_seed,
+      session_config=session_config(plan, values.use_xla))
+  if plan.cluster:
+    is_chief = run_config.is_chief
+  optimizer_options = {
+      "use_fp16": values.use_fp16,
+      "init_loss_scale": values.init_loss_scale,
+      "loss_scale_growth_steps": values.loss_scale_growth_steps,
+  }
+  extra_info = {"strategy": plan.name, "use_fp16": values.use_fp16,
+                "use_xla": values.use_xla,
+                "devices": ",".join(plan.devices),
+                "num_workers": plan.num_workers}
+  return Setup(plan=plan, strategy=strategy, run_config=run_config,
+               optimizer_options=optimizer_options, is_chief=is_chief,
+               output_dir=output_dir, global_batch_size=global_batch_size,
+               profile_steps=profile_steps,
+               log_every=values.log_every_n_steps,
+               warmup_steps=values.throughput_warmup_steps,
+               extra_info=extra_info)
+
+
+def resolve_checkpoint(path):
+  """A checkpoint prefix from a prefix or a directory.
+
+  Raises:
+    UserError: nothing checkpoint-like is there.
+  """
+  if tf.io.gfile.isdir(path):
+    latest = tf.train.latest_checkpoint(path)
+    if not latest:
+      raise UserError("--init_checkpoint %s is a directory with no "
+                      "checkpoint in it" % path)
+    return latest
+  if not tf.io.gfile.exists(path + ".index"):
+    raise UserError("--init_checkpoint %s: no such checkpoint (expected %s)"
+                    % (path, path + ".index"))
+  return path
+
+
+def check_init_checkpoint(init_checkpoint, build_variables_fn):
+  """Compares the checkpoint's shapes with the model's, before training.
+
+  Args:
+    init_checkpoint: checkpoint prefix or directory.
+    build_variables_fn: builds the model's variables in the default graph.
+
+  Raises:
+    UserError: a variable both have differs in shape.
+  """
+  path = resolve_checkpoint(init_checkpoint)
+  with tf.Graph().as_default():
+    build_variables_fn()
+    model_shapes = {v.op.name: v.shape.as_list()
+                    for v in tf.trainable_variables()}
+  ckpt_shapes = dict(tf.train.list_variables(path))
+  mismatched = [(name, shape, ckpt_shapes[name])
+                for name, shape in sorted(model_shapes.items())
+                if name in ckpt_shapes and list(ckpt_shapes[name]) != shape]
+  if mismatched:
+    name, model_shape, ckpt_shape = mismatched[0]
+    raise UserError(
+        "--init_checkpoint %s does not fit --bert_config_file: %d variable(s) "
+        "differ in shape, e.g. %s is %s in the checkpoint but %s in the model"
+        % (path, len(mismatched), name, ckpt_shape, model_shape))
+  loaded = [n for n in model_shapes if n in ckpt_shapes]
+  fresh = [n for n in model_shapes if n not in ckpt_shapes]
+  logging.info("--init_checkpoint %s: %d variable(s) loaded, %d initialised "
+               "fresh%s", path, len(loaded), len(fresh),
+               (": " + ", ".join(fresh[:10])) if fresh else "")
+
+
+def init_from_checkpoint(init_checkpoint):
+  """Inside model_fn: initialise matching trainable variables from it."""
+  path = resolve_checkpoint(init_checkpoint)
+  tvars = tf.trainable_variables()
+  assignment_map, _ = modeling.get_assignment_map_from_checkpoint(tvars, path)
+  tf.train.init_from_checkpoint(path, assignment_map)
+
+
+class ProfilerHook(tf.train.SessionRunHook):
+  """Traces steps first..last of this run with the TensorFlow profiler."""
+
+  def __init__(self, output_dir, first, last):
+    self._logdir = output_dir
+    self._first, self._last = first, last
+    self._step = 0
+
+  def before_run(self, run_context):
+    self._step += 1
+    if self._step == self._first:
+      tf2.profiler.experimental.start(self._logdir)
+      logging.info("Profiler: tracing steps %d..%d", self._first, self._last)
+
+  def after_run(self, run_context, run_values):
+    if self._step == self._last:
+      tf2.profiler.experimental.stop()
+      logging.info("Profiler: trace written under %s/plugins/profile",
+                   self._logdir)
+
+  def end(self, session):
+    if self._first <= self._step < self._last:
+      tf2.profiler.experimental.stop()
+
+
+def train(estimator, setup, train_input_fn, eval_input_fn, max_steps,
+          eval_steps):
+  """Trains to `max_steps` global steps with throughput logging.
+
+  Returns:
+    The throughput summary dict (see throughput.ThroughputHook).
+  """
+  hook = throughput.ThroughputHook(
+      setup.output_dir, setup.global_batch_size, setup.plan.num_replicas,
+      max_steps, log_every=setup.log_every, warmup_steps=setup.warmup_steps,
+      is_chief=setup.is_chief, extra_info=setup.extra_info)
+  hooks = [hook]
+  if setup.profile_steps:
+    hooks.append(ProfilerHook(setup.output_dir, *setup.profile_steps))
+  listeners = [throughput.CheckpointMarker(hook)]
+  if setup.plan.cluster:
+    tf.estimator.train_and_evaluate(
+        estimator,
+        tf.estimator.TrainSpec(train_input_fn, max_steps=max_steps,
+                               hooks=hooks, saving_listeners=listeners),
+        tf.estimator.EvalSpec(eval_input_fn, steps=eval_steps,
+                              start_delay_secs=0, throttle_secs=60))
+  else:
+    estimator.train(train_input_fn, max_steps=max_steps, hooks=hooks,
+                    saving_listeners=listeners)
+  return getattr(hook, "summary", None)
+
+
+def write_eval_results(output_dir, result):
+  """Logs eval metrics and writes eval_results.txt as upstream does."""
+  path = os.path.join(output_dir, "eval_results.txt")
+  logging.info("***** Eval results *****")
+  with atomic_io.atomic_open(path, "w") as writer:
+    for key in sorted(result.keys()):
+      logging.info("  %s = %s", key, str(result[key]))
+      writer.write("%s = %s\n" % (key, str(result[key])))
+  return path
