@@ -128,6 +128,8 @@ def plan_from_flags(values, num_gpus_present):
                     "TensorFlow; use --cpu_replicas N to run N replicas on "
                     "the CPU")
 
+  if name == "horovod":
+    return _horovod_plan(values, num_gpus_present, cluster)
   if values.cpu_replicas:
     devices = ["/cpu:%d" % i for i in range(values.cpu_replicas)]
   else:
@@ -167,6 +169,31 @@ def plan_from_flags(values, num_gpus_present):
                       all_reduce_alg=alg,
                       collective_timeout_seconds=values.collective_timeout_seconds,
                       cluster=cluster)
+
+
+def horovod_world_size():
+  """Ranks launched by horovodrun (gloo) or mpirun, from the environment."""
+  for var in ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"):
+    if os.environ.get(var):
+      return int(os.environ[var])
+  return 1
+
+
+def _horovod_plan(values, num_gpus_present, cluster):
+  """One replica per horovod rank: each process drives one device."""
+  if cluster:
+    raise UserError("--distribution_strategy=horovod does not use TF_CONFIG; "
+                    "unset it and launch with horovodrun")
+  if values.cpu_replicas > 1 or values.num_gpus > 1 or values.multi_gpu:
+    raise UserError("--distribution_strategy=horovod runs one device per "
+                    "process; start more processes with horovodrun -np N "
+                    "instead of --cpu_replicas/--num_gpus/--multi_gpu")
+  device = "/gpu:0" if num_gpus_present else "/cpu:0"
+  return StrategyPlan(name="horovod", devices=[device],
+                      num_workers=horovod_world_size(),
+                      all_reduce_alg=values.all_reduce_alg,
+                      collective_timeout_seconds=values.collective_timeout_seconds,
+                      cluster=None)
 
 
 def split_cpu(num_replicas):

@@ -285,7 +285,7 @@ def main(argv):
   estimator = tf.estimator.Estimator(model_fn=model_fn,
                                      config=setup.run_config)
   train_input_fn = input_pipeline.pretraining_input_fn_builder(
-      input_files, FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
+      training_setup.input_files_for_this_worker(setup, input_files), FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
       is_training=True, global_batch_size=FLAGS.train_batch_size,
       num_replicas=setup.plan.num_replicas,
       deterministic=FLAGS.tf_random_seed is not None)

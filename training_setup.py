@@ -7,12 +7,15 @@ hook (tf.estimator.train_and_evaluate when TF_CONFIG names a cluster).
 """
 
 import collections
+import hashlib
+import json
 import os
 import shutil
 import uuid
 
 from absl import flags
 from absl import logging
+import numpy as np
 import tensorflow as tf2
 import tensorflow.compat.v1 as tf
 
@@ -119,22 +122,28 @@ def prepare(values, output_dir, global_batch_size):
         "--use_fp16: no GPU is visible, and the mixed-precision graph rewrite "
         "only changes GPU kernels, so this run computes in float32 (dynamic "
         "loss scaling still runs).")
+  model_dir = output_dir
   if plan.name == "horovod":
     import horovod_engine  # pylint: disable=g-import-not-at-top
     strategy = None
-    is_chief = horovod_engine.init(plan)
+    is_chief = horovod_engine.init(plan, values.use_fp16)
+    if not is_chief:
+      # Only rank 0 writes checkpoints and summaries; the others start from
+      # its weights through the broadcast hook.
+      model_dir = horovod_engine.scratch_model_dir(output_dir)
   else:
     distribution.split_cpu(len(plan.devices)
                            if plan.devices[0].startswith("/cpu") else 0)
     strategy = distribution.build_strategy(plan)
     is_chief = True
   run_config = tf.estimator.RunConfig(
-      model_dir=output_dir if is_chief or plan.name != "horovod" else None,
+      model_dir=model_dir,
       save_checkpoints_steps=values.save_checkpoints_steps
       if is_chief else None,
+      save_checkpoints_secs=None,
       keep_checkpoint_max=values.keep_checkpoint_max,
       log_step_count_steps=values.log_every_n_steps,
-      save_summary_steps=values.log_every_n_steps,
+      save_summary_steps=values.log_every_n_steps if is_chief else None,
       train_distribute=strategy,
       tf_random_seed=values.tf_random_seed,
       session_config=session_config(plan, values.use_xla))
@@ -156,6 +165,14 @@ def prepare(values, output_dir, global_batch_size):
                log_every=values.log_every_n_steps,
                warmup_steps=values.throughput_warmup_steps,
                extra_info=extra_info)
+
+
+def input_files_for_this_worker(setup, input_files):
+  """Horovod ranks each read their own files; strategies shard internally."""
+  if setup.plan.name == "horovod":
+    import horovod_engine  # pylint: disable=g-import-not-at-top
+    return horovod_engine.shard_files(input_files)
+  return input_files
 
 
 def resolve_checkpoint(path):
@@ -241,6 +258,60 @@ class ProfilerHook(tf.train.SessionRunHook):
       tf2.profiler.experimental.stop()
 
 
+class WeightsFingerprintHook(tf.train.SessionRunHook):
+  """At the end of training, fingerprints this process's weights.
+
+  Writes `final_weights.<task>.json` in output_dir: global_step, a sha256 of
+  every trainable variable's bytes, and whether all local replicas hold
+  identical copies. Comparing the files of several workers (or horovod ranks)
+  proves they ended with the same weights.
+  """
+
+  def __init__(self, output_dir, task_name, strategy):
+    self._path = os.path.join(output_dir, "final_weights.%s.json" % task_name)
+    self._strategy = strategy
+
+  def begin(self):
+    self._step = tf.train.get_global_step()
+    self._vars = sorted(tf.trainable_variables(), key=lambda v: v.name)
+
+  def _copies(self, var):
+    if self._strategy is None:
+      return [var]
+    return list(self._strategy.experimental_local_results(var))
+
+  def end(self, session):
+    digest = hashlib.sha256()
+    replicas_identical = True
+    for var in self._vars:
+      values = session.run(self._copies(var))
+      digest.update(var.name.encode("utf-8"))
+      digest.update(values[0].tobytes())
+      replicas_identical &= all(np.array_equal(values[0], v)
+                                for v in values[1:])
+    record = {"global_step": int(session.run(self._step)),
+              "sha256": digest.hexdigest(),
+              "num_variables": len(self._vars),
+              "local_replicas": len(self._copies(self._vars[0])),
+              "replicas_identical": bool(replicas_identical)}
+    tf.io.gfile.makedirs(os.path.dirname(self._path))
+    with atomic_io.atomic_open(self._path) as f:
+      f.write(json.dumps(record, sort_keys=True) + "\n")
+    if not replicas_identical:
+      logging.error("Replica weights differ at the end of training: the "
+                    "all-reduce is broken (%s)", self._path)
+
+
+def task_name(run_config, plan):
+  """`worker-0`, `chief-0`, `rank-1`, or `local` for naming per-task files."""
+  if plan.name == "horovod":
+    import horovod_engine  # pylint: disable=g-import-not-at-top
+    return "rank-%d" % horovod_engine.rank()
+  if plan.cluster:
+    return "%s-%d" % (run_config.task_type, run_config.task_id)
+  return "local"
+
+
 def train(estimator, setup, train_input_fn, eval_input_fn, max_steps,
           eval_steps):
   """Trains to `max_steps` global steps with throughput logging.
@@ -252,9 +323,14 @@ def train(estimator, setup, train_input_fn, eval_input_fn, max_steps,
       setup.output_dir, setup.global_batch_size, setup.plan.num_replicas,
       max_steps, log_every=setup.log_every, warmup_steps=setup.warmup_steps,
       is_chief=setup.is_chief, extra_info=setup.extra_info)
-  hooks = [hook]
+  hooks = [hook, WeightsFingerprintHook(
+      setup.output_dir, task_name(setup.run_config, setup.plan),
+      setup.strategy)]
   if setup.profile_steps:
     hooks.append(ProfilerHook(setup.output_dir, *setup.profile_steps))
+  if setup.plan.name == "horovod":
+    import horovod_engine  # pylint: disable=g-import-not-at-top
+    hooks.append(horovod_engine.broadcast_hook())
   listeners = [throughput.CheckpointMarker(hook)]
   if setup.plan.cluster:
     tf.estimator.train_and_evaluate(
