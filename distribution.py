@@ -49,7 +49,9 @@ def define_flags():
                        "replica on each (for machines without GPUs).")
   flags.DEFINE_integer("collective_timeout_seconds", 600,
                        "multi_worker: a collective that waits longer than "
-                       "this (e.g. a peer died) fails instead of hanging.")
+                       "this (e.g. a peer died) fails instead of hanging; "
+                       "with several workers or horovod ranks, also the "
+                       "longest a training step may take.")
   flags.DEFINE_bool("use_fp16", False,
                     "Mixed precision: enable_mixed_precision_graph_rewrite "
                     "with dynamic loss scaling (GPU kernels only).")
@@ -171,6 +173,23 @@ def plan_from_flags(values, num_gpus_present):
                       cluster=cluster)
 
 
+def cluster_task():
+  """(task name like 'worker-1', is_chief) from TF_CONFIG, or None.
+
+  Read from TF_CONFIG itself: a RunConfig built before the distribute
+  coordinator configures the strategy reports task 0 on every worker.
+  """
+  cluster, task = tf_config_cluster()
+  if not cluster:
+    return None
+  task_type, index = task.get("type"), task.get("index", 0)
+  if "chief" in cluster:
+    is_chief = task_type == "chief"
+  else:
+    is_chief = task_type == "worker" and index == 0
+  return "%s-%d" % (task_type, index), is_chief
+
+
 def horovod_world_size():
   """Ranks launched by horovodrun (gloo) or mpirun, from the environment."""
   for var in ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"):
@@ -278,7 +297,7 @@ def describe(plan, global_batch):
 
 def num_replicas_in_sync():
   """Replicas taking part in one step, seen from inside a model_fn."""
-  horovod = _horovod_size()
+  horovod = horovod_ranks()
   if horovod:
     return horovod
   return tf.distribute.get_replica_context().num_replicas_in_sync
@@ -299,7 +318,7 @@ def sum_across_replicas(tensors):
 
   Identity with a single replica. Called in a replica context.
   """
-  horovod = _horovod_size()
+  horovod = horovod_ranks()
   if horovod:
     import horovod_engine  # pylint: disable=g-import-not-at-top
     return horovod_engine.sum_across_ranks(tensors)
@@ -326,5 +345,6 @@ def use_horovod(size):
   _HOROVOD_SIZE[0] = size
 
 
-def _horovod_size():
+def horovod_ranks():
+  """Number of horovod ranks when there are several, else 0."""
   return _HOROVOD_SIZE[0] if _HOROVOD_SIZE[0] > 1 else 0

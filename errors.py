@@ -3,6 +3,7 @@
 import sys
 
 EXIT_USER_ERROR = 2
+EXIT_TRAINING_FAILED = 3
 
 
 class UserError(Exception):
@@ -11,6 +12,14 @@ class UserError(Exception):
   The message names the problem: the file, flag or value, and what was
   expected. Programs let it propagate to `main_with_user_errors`, which prints
   it on one line and exits with EXIT_USER_ERROR.
+  """
+
+
+class TrainingFailed(Exception):
+  """Training cannot go on (NaN loss, a dead peer worker, corrupt data).
+
+  Not the user's typing mistake, but still one clear line and a non-zero exit
+  (EXIT_TRAINING_FAILED); checkpoints written so far stay usable.
   """
 
 
@@ -30,5 +39,8 @@ def main_with_user_errors(main):
     except UserError as e:
       print("error: %s" % e, file=sys.stderr, flush=True)
       sys.exit(EXIT_USER_ERROR)
+    except TrainingFailed as e:
+      print("error: %s" % e, file=sys.stderr, flush=True)
+      sys.exit(EXIT_TRAINING_FAILED)
 
   return wrapped

@@ -7,6 +7,8 @@ batched with the per-replica batch. One step therefore consumes the same
 examples as one batch of the global size on a single device.
 """
 
+import struct
+
 import tensorflow.compat.v1 as tf
 
 from errors import UserError
@@ -71,6 +73,36 @@ def first_example(path):
   raise UserError("%s holds no records" % path)
 
 
+def check_tfrecord_framing(path):
+  """Walks a TFRecord file's record headers to catch truncated files early.
+
+  Each record is [length u64][crc u32][data][crc u32]; only headers are read
+  and the data is skipped, so this costs one seek per record.
+
+  Raises:
+    UserError: the last record runs past the end of the file.
+  """
+  size = tf.io.gfile.stat(path).length
+  offset, index = 0, 0
+  with tf.io.gfile.GFile(path, "rb") as f:
+    while offset < size:
+      header = f.read(12)
+      if len(header) < 12:
+        break
+      length = struct.unpack("<Q", header[:8])[0]
+      offset += 12 + length + 4
+      if offset > size:
+        break
+      f.seek(offset)
+      index += 1
+  if offset != size:
+    raise UserError(
+        "%s is truncated or corrupt: record %d ends at byte %d but the file "
+        "has %d bytes; recreate it (an interrupted copy or write?)" %
+        (path, index, offset, size))
+  return index
+
+
 def check_pretraining_records(input_files, max_seq_length,
                               max_predictions_per_seq, vocab_size=None):
   """Checks each file's first record against the flags, before training.
@@ -95,6 +127,7 @@ def check_pretraining_records(input_files, max_seq_length,
                                     max_predictions_per_seq),
               "next_sentence_labels": (None, 1)}
   for path in input_files:
+    check_tfrecord_framing(path)
     features = first_example(path).features.feature
     for name, (flag, length) in expected.items():
       if name not in features:
@@ -175,6 +208,58 @@ def pretraining_input_fn_builder(input_files, max_seq_length,
                           num_parallel_calls=num_cpu_threads)
     # Whole batches only: every replica must see the same batch shape.
     dataset = dataset.batch(per_replica_batch, drop_remainder=True)
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+  return input_fn
+
+
+def classifier_feature_spec(seq_length):
+  """The tf.io parsing spec of run_classifier's train/eval/predict records."""
+  return {
+      "input_ids": tf.FixedLenFeature([seq_length], tf.int64),
+      "input_mask": tf.FixedLenFeature([seq_length], tf.int64),
+      "segment_ids": tf.FixedLenFeature([seq_length], tf.int64),
+      "label_ids": tf.FixedLenFeature([], tf.int64),
+      "is_real_example": tf.FixedLenFeature([], tf.int64),
+  }
+
+
+def classifier_input_fn_builder(input_file, seq_length, is_training,
+                                drop_remainder, global_batch_size,
+                                num_replicas=1, shuffle_seed=None):
+  """Returns an Estimator input_fn over one file of classifier records.
+
+  Args:
+    input_file: TFRecord path written by run_classifier.py.
+    seq_length: S.
+    is_training: repeat forever and shuffle (buffer of 100, as upstream) if
+      True; one ordered pass if False, so predictions line up with the file.
+    drop_remainder: drop a last partial batch. Eval and predict files are
+      padded to whole batches, so nothing real is ever dropped.
+    global_batch_size: examples per step over all replicas.
+    num_replicas: replicas in sync; the dataset yields per-replica batches.
+    shuffle_seed: op seed of the training shuffle; None leaves it to the
+      graph-level seed (--tf_random_seed), deterministic when that is set.
+
+  Returns:
+    input_fn(params, input_context=None) -> tf.data.Dataset of feature dicts:
+    int32 input_ids / input_mask / segment_ids [B, S], label_ids and
+    is_real_example [B], B = per-replica batch.
+  """
+  per_replica_batch = global_batch_size // num_replicas
+  feature_spec = classifier_feature_spec(seq_length)
+
+  def input_fn(params=None, input_context=None):
+    del params
+    dataset = tf.data.TFRecordDataset(input_file)
+    if input_context is not None and input_context.num_input_pipelines > 1:
+      # One file, several workers: each reads its own share of the records.
+      dataset = dataset.shard(input_context.num_input_pipelines,
+                              input_context.input_pipeline_id)
+    if is_training:
+      dataset = dataset.repeat().shuffle(buffer_size=100, seed=shuffle_seed)
+    dataset = dataset.map(lambda r: decode_record(r, feature_spec))
+    dataset = dataset.batch(per_replica_batch, drop_remainder=drop_remainder)
     return dataset.prefetch(tf.data.AUTOTUNE)
 
   return input_fn

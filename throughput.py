@@ -19,13 +19,20 @@ import time
 from absl import logging
 import tensorflow.compat.v1 as tf
 
+import distribution
+
 LOSS_SHARES = "replica_loss_shares"
 LEARNING_RATE = "learning_rate"
 
 
 def register_step_metrics(loss_share, learning_rate):
-  """Called in model_fn (once per replica) so the hook can fetch them."""
-  tf.add_to_collection(LOSS_SHARES, loss_share)
+  """Called in model_fn (once per replica) so the hook can fetch them.
+
+  The shares of all tf.distribute replicas add up to the global mean loss;
+  a horovod rank sees only its own share, so it logs its own mean loss.
+  """
+  ranks = distribution.horovod_ranks()
+  tf.add_to_collection(LOSS_SHARES, loss_share * ranks if ranks else loss_share)
   if not tf.get_collection(LEARNING_RATE):
     tf.add_to_collection(LEARNING_RATE, learning_rate)
 

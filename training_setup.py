@@ -11,6 +11,9 @@ import hashlib
 import json
 import os
 import shutil
+import sys
+import threading
+import time
 import uuid
 
 from absl import flags
@@ -21,7 +24,9 @@ import tensorflow.compat.v1 as tf
 
 import atomic_io
 import distribution
+import errors
 import modeling
+import optimization
 import throughput
 from errors import UserError
 
@@ -40,6 +45,15 @@ def define_flags():
                        "Graph-level seed; also makes the input order "
                        "deterministic (no sloppy interleave, no shuffle).")
   flags.DEFINE_bool("use_xla", False, "XLA JIT compilation (level ON_1).")
+  flags.DEFINE_enum("optimizer", "adamw", optimization.OPTIMIZERS,
+                    "adamw: upstream's Adam with decoupled weight decay; "
+                    "lamb: LAMB (layer-wise trust ratio, arXiv:1904.00962).")
+  flags.DEFINE_bool("lamb_bias_correction", False,
+                    "--optimizer=lamb: Adam's bias correction of the moments "
+                    "(seed 004 turns it off).")
+  flags.DEFINE_bool("stop_on_nonfinite_loss", True,
+                    "Without --use_fp16, stop at the first step whose loss "
+                    "is NaN or inf (naming the step) instead of training on.")
   flags.DEFINE_string("profile_steps", None,
                       "A,B: write a TensorFlow profiler trace of steps A..B "
                       "(counted in this run) to output_dir/plugins/profile "
@@ -49,7 +63,8 @@ def define_flags():
 Setup = collections.namedtuple(
     "Setup", ["plan", "strategy", "run_config", "optimizer_options",
               "is_chief", "output_dir", "global_batch_size", "profile_steps",
-              "log_every", "warmup_steps", "extra_info"])
+              "log_every", "warmup_steps", "extra_info",
+              "stop_on_nonfinite_loss"])
 
 
 def check_output_dir(output_dir):
@@ -95,6 +110,9 @@ def session_config(plan, use_xla):
   if len(plan.devices) > 1 and plan.devices[0].startswith("/cpu"):
     # Graph-mode sessions only see logical CPUs that the ConfigProto asks for.
     config.device_count["CPU"] = len(plan.devices)
+  if plan.name == "horovod" and plan.devices[0].startswith("/gpu"):
+    import horovod_engine  # pylint: disable=g-import-not-at-top
+    config.gpu_options.visible_device_list = horovod_engine.visible_gpu_list()
   if use_xla:
     config.graph_options.optimizer_options.global_jit_level = (
         tf.OptimizerOptions.ON_1)
@@ -146,14 +164,23 @@ def prepare(values, output_dir, global_batch_size):
       save_summary_steps=values.log_every_n_steps if is_chief else None,
       train_distribute=strategy,
       tf_random_seed=values.tf_random_seed,
-      session_config=session_config(plan, values.use_xla))
+      session_config=session_config(plan, values.use_xla),
+      # MonitoredSession treats a lost peer as recoverable and re-creates the
+      # session, which would wait for the dead worker for 2 hours by default.
+      session_creation_timeout_secs=max(values.collective_timeout_seconds,
+                                        60))
   if plan.cluster:
-    is_chief = run_config.is_chief
+    is_chief = distribution.cluster_task()[1]
   optimizer_options = {
       "use_fp16": values.use_fp16,
       "init_loss_scale": values.init_loss_scale,
       "loss_scale_growth_steps": values.loss_scale_growth_steps,
+      "optimizer_name": values.optimizer,
+      "lamb_bias_correction": values.lamb_bias_correction,
   }
+  if values.lamb_bias_correction and values.optimizer != "lamb":
+    raise UserError("--lamb_bias_correction needs --optimizer=lamb; upstream's "
+                    "AdamW has no bias correction")
   extra_info = {"strategy": plan.name, "use_fp16": values.use_fp16,
                 "use_xla": values.use_xla,
                 "devices": ",".join(plan.devices),
@@ -164,7 +191,9 @@ def prepare(values, output_dir, global_batch_size):
                profile_steps=profile_steps,
                log_every=values.log_every_n_steps,
                warmup_steps=values.throughput_warmup_steps,
-               extra_info=extra_info)
+               extra_info=extra_info,
+               stop_on_nonfinite_loss=(values.stop_on_nonfinite_loss and
+                                       not values.use_fp16))
 
 
 def input_files_for_this_worker(setup, input_files):
@@ -183,6 +212,10 @@ def resolve_checkpoint(path):
   """
   if tf.io.gfile.isdir(path):
     latest = tf.train.latest_checkpoint(path)
+    google_style = os.path.join(path, "bert_model.ckpt")
+    if not latest and tf.io.gfile.exists(google_style + ".index"):
+      # Google's released zips have bert_model.ckpt but no `checkpoint` file.
+      latest = google_style
     if not latest:
       raise UserError("--init_checkpoint %s is a directory with no "
                       "checkpoint in it" % path)
@@ -258,6 +291,77 @@ class ProfilerHook(tf.train.SessionRunHook):
       tf2.profiler.experimental.stop()
 
 
+class NonFiniteLossHook(tf.train.SessionRunHook):
+  """Stops training at the first NaN or inf loss, naming the step.
+
+  Without it a diverged run goes on for hours on NaN weights. Under
+  --use_fp16 non-finite steps are expected now and then: the loss scale skips
+  them, so this hook is not installed.
+  """
+
+  def begin(self):
+    shares = tf.get_collection(throughput.LOSS_SHARES)
+    self._fetches = {"loss": tf.add_n(shares) if shares else None,
+                     "step": tf.train.get_global_step()}
+    if self._fetches["loss"] is None:
+      self._fetches = None
+
+  def before_run(self, run_context):
+    del run_context
+    return tf.train.SessionRunArgs(self._fetches) if self._fetches else None
+
+  def after_run(self, run_context, run_values):
+    del run_context
+    if not self._fetches:
+      return
+    loss = run_values.results["loss"]
+    if not np.isfinite(loss):
+      raise errors.TrainingFailed(
+          "the training loss is %s at step %d; stopping (no checkpoint of "
+          "this step is written). Lower --learning_rate, check the data, or "
+          "pass --nostop_on_nonfinite_loss to train on regardless"
+          % (loss, run_values.results["step"]))
+
+
+class StallWatchdogHook(tf.train.SessionRunHook):
+  """Ends the process when training stops making progress (a peer died).
+
+  With several worker processes a dead peer leaves the others blocked inside
+  a collective, and MonitoredSession even re-creates the session on a lost
+  connection and waits again. Once the first step has run, a step that does
+  not finish within `timeout_seconds` ends this process with one error line;
+  rerunning every worker resumes from the last checkpoint.
+  """
+
+  def __init__(self, timeout_seconds):
+    self._timeout = timeout_seconds
+    self._last_step_time = None
+    self._stop = threading.Event()
+    self._thread = None
+
+  def after_run(self, run_context, run_values):
+    del run_context, run_values
+    self._last_step_time = time.time()
+    if self._thread is None:
+      self._thread = threading.Thread(target=self._watch, daemon=True)
+      self._thread.start()
+
+  def _watch(self):
+    while not self._stop.wait(1.0):
+      stalled = time.time() - self._last_step_time
+      if stalled > self._timeout:
+        print("error: no training step finished for %d s (--collective_"
+              "timeout_seconds=%d): another worker probably died. Rerun every "
+              "worker with the same command to resume from the last "
+              "checkpoint" % (stalled, self._timeout), file=sys.stderr,
+              flush=True)
+        os._exit(errors.EXIT_TRAINING_FAILED)  # pylint: disable=protected-access
+
+  def end(self, session):
+    del session
+    self._stop.set()
+
+
 class WeightsFingerprintHook(tf.train.SessionRunHook):
   """At the end of training, fingerprints this process's weights.
 
@@ -302,13 +406,13 @@ class WeightsFingerprintHook(tf.train.SessionRunHook):
                     "all-reduce is broken (%s)", self._path)
 
 
-def task_name(run_config, plan):
+def task_name(plan):
   """`worker-0`, `chief-0`, `rank-1`, or `local` for naming per-task files."""
   if plan.name == "horovod":
     import horovod_engine  # pylint: disable=g-import-not-at-top
     return "rank-%d" % horovod_engine.rank()
   if plan.cluster:
-    return "%s-%d" % (run_config.task_type, run_config.task_id)
+    return distribution.cluster_task()[0]
   return "local"
 
 
@@ -324,25 +428,50 @@ def train(estimator, setup, train_input_fn, eval_input_fn, max_steps,
       max_steps, log_every=setup.log_every, warmup_steps=setup.warmup_steps,
       is_chief=setup.is_chief, extra_info=setup.extra_info)
   hooks = [hook, WeightsFingerprintHook(
-      setup.output_dir, task_name(setup.run_config, setup.plan),
+      setup.output_dir, task_name(setup.plan),
       setup.strategy)]
+  if setup.stop_on_nonfinite_loss:
+    hooks.append(NonFiniteLossHook())
+  if setup.plan.num_workers > 1 and setup.plan.collective_timeout_seconds:
+    hooks.append(StallWatchdogHook(setup.plan.collective_timeout_seconds))
   if setup.profile_steps:
     hooks.append(ProfilerHook(setup.output_dir, *setup.profile_steps))
+  listeners = [throughput.CheckpointMarker(hook)]
   if setup.plan.name == "horovod":
     import horovod_engine  # pylint: disable=g-import-not-at-top
     hooks.append(horovod_engine.broadcast_hook())
-  listeners = [throughput.CheckpointMarker(hook)]
-  if setup.plan.cluster:
-    tf.estimator.train_and_evaluate(
-        estimator,
-        tf.estimator.TrainSpec(train_input_fn, max_steps=max_steps,
-                               hooks=hooks, saving_listeners=listeners),
-        tf.estimator.EvalSpec(eval_input_fn, steps=eval_steps,
-                              start_delay_secs=0, throttle_secs=60))
-  else:
-    estimator.train(train_input_fn, max_steps=max_steps, hooks=hooks,
-                    saving_listeners=listeners)
+    if not setup.is_chief:
+      # Saving listeners need a CheckpointSaverHook; only rank 0 has one.
+      listeners = []
+  try:
+    if setup.plan.cluster:
+      tf.estimator.train_and_evaluate(
+          estimator,
+          tf.estimator.TrainSpec(train_input_fn, max_steps=max_steps,
+                                 hooks=hooks, saving_listeners=listeners),
+          tf.estimator.EvalSpec(eval_input_fn, steps=eval_steps,
+                                start_delay_secs=0, throttle_secs=60))
+    else:
+      estimator.train(train_input_fn, max_steps=max_steps, hooks=hooks,
+                      saving_listeners=listeners)
+  except tf.train.NanLossDuringTrainingError:
+    raise errors.TrainingFailed(
+        "the training loss became NaN; stopping without checkpointing it. "
+        "Lower --learning_rate or check the data")
+  except (tf.errors.DeadlineExceededError, tf.errors.UnavailableError) as e:
+    raise errors.TrainingFailed(
+        "lost contact with another worker (%s: %s); rerun every worker with "
+        "the same command to resume from the last checkpoint" %
+        (type(e).__name__, _first_line(e.message)))
+  except tf.errors.DataLossError as e:
+    raise errors.TrainingFailed(
+        "the input data is corrupt (%s); recreate the affected file(s)"
+        % _first_line(e.message))
   return getattr(hook, "summary", None)
+
+
+def _first_line(text):
+  return (text or "").strip().splitlines()[0] if (text or "").strip() else ""
 
 
 def write_eval_results(output_dir, result):
@@ -354,3 +483,24 @@ def write_eval_results(output_dir, result):
       logging.info("  %s = %s", key, str(result[key]))
       writer.write("%s = %s\n" % (key, str(result[key])))
   return path
+
+
+def print_run_summary(output_dir, throughput_summary, eval_result):
+  """The numbers a user came for, on stdout at the end of a run."""
+  lines = ["***** Run summary: %s *****" % output_dir]
+  if throughput_summary:
+    eps = throughput_summary.get("examples_per_sec")
+    lines.append(
+        "throughput: %s (%s per replica), %s x%d, steps %d..%d; excluded %d "
+        "warm-up step(s) and %d with a checkpoint save" % (
+            "%.2f examples/sec" % eps if eps else "n/a (too few steps)",
+            "%.2f" % (eps / throughput_summary["num_replicas"]) if eps
+            else "n/a", throughput_summary.get("strategy"),
+            throughput_summary["num_replicas"],
+            throughput_summary["first_step"],
+            throughput_summary["final_step"],
+            throughput_summary["steps_excluded_warmup"],
+            throughput_summary["steps_excluded_checkpoint"]))
+  for key in sorted(eval_result or {}):
+    lines.append("eval %s = %s" % (key, eval_result[key]))
+  print("\n".join(lines), flush=True)

@@ -1,0 +1,35 @@
+# Two commands on a fresh machine with Python 3.11:
+#   make run    set up .venv, then vocab -> data -> pretrain + eval on the sample
+#   make test   set up .venv with test tools, then run the whole test suite
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV ?= .venv
+VPY := $(VENV)/bin/python
+WORK_DIR ?= $(CURDIR)/runs/sample
+PYTEST_ARGS ?=
+
+.PHONY: run test venv clean
+
+$(VENV)/.installed: requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install --quiet --upgrade pip
+	$(VPY) -m pip install --quiet -r requirements.txt
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed requirements-dev.txt
+	$(VPY) -m pip install --quiet -r requirements-dev.txt
+	touch $@
+
+venv: $(VENV)/.installed
+
+run: $(VENV)/.installed
+	PYTHON=$(VPY) WORK_DIR=$(WORK_DIR) MAX_SEQ_LENGTH=128 \
+	  bash scripts/run_create.sh DUPE_FACTOR=2
+	PYTHON=$(VPY) WORK_DIR=$(WORK_DIR) NUM_TRAIN_STEPS=100 \
+	  NUM_WARMUP_STEPS=10 SAVE_CHECKPOINTS_STEPS=50 MAX_EVAL_STEPS=10 \
+	  bash scripts/run_pre.sh --log_every_n_steps=20
+
+test: $(VENV)/.installed-dev
+	TF_CPP_MIN_LOG_LEVEL=2 $(VPY) -m pytest -q $(PYTEST_ARGS)
+
+clean:
+	rm -rf runs

@@ -1,0 +1,274 @@
+# coding=utf-8
+"""Trains a WordPiece vocab.txt for BERT from plain text files.
+
+Input: text files with one sentence per line (blank lines, which separate
+documents for create_pretraining_data.py, are ignored here). Training uses the
+`tokenizers` library's BertWordPieceTokenizer, whose normalisation and
+pre-tokenization mirror tokenization.BasicTokenizer, so the learned pieces are
+the ones tokenization.FullTokenizer will look up.
+
+Layout of the written vocab (one token per line, id = line number):
+
+  --vocab_size >= 1000 (Google's released layout, so tooling that assumes
+  those ids keeps working):
+    [PAD]=0, [unused0]..[unused98]=1..99, [UNK]=100, [CLS]=101, [SEP]=102,
+    [MASK]=103, then the learned tokens from id 104 on. (Google's own files
+    also put [unused99].. after [MASK]; here those slots hold learned tokens.)
+
+  --vocab_size < 1000 (tiny vocabs for tests and toy models, where 99 unused
+  slots would crowd out the learned tokens):
+    [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4, then the learned tokens.
+
+The file holds at most --vocab_size tokens (fewer when the corpus does not
+support that many merges at --min_frequency). It is written atomically: a
+killed run never leaves a partial vocab.txt under the final name.
+
+The trainer breaks ties between equally frequent pieces in an arbitrary
+order, so two runs on the same input can differ in the order of the alphabet
+and in a few rare tokens near the size limit; layout and size do not change.
+
+Example:
+  python create_vocab.py --input_file=sample_data/corpus.txt \\
+    --output_file=/tmp/vocab.txt --vocab_size=3000
+"""
+
+import codecs
+import os
+
+from absl import app
+from absl import flags
+from absl import logging
+import tensorflow.compat.v1 as tf
+import tokenizers
+
+import atomic_io
+import errors
+
+FLAGS = flags.FLAGS
+
+GOOGLE_LAYOUT_MIN_VOCAB_SIZE = 1000
+NUM_UNUSED_TOKENS = 99
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+_READ_CHUNK_BYTES = 1 << 20
+_LINES_PER_BATCH = 1000
+
+flags.DEFINE_string(
+    "input_file", None,
+    "Input text file(s): a glob or a comma-separated list of globs. One "
+    "sentence per line; blank lines are ignored.")
+flags.DEFINE_string("output_file", None, "Where to write vocab.txt.")
+flags.DEFINE_integer(
+    "vocab_size", 30522,
+    "Maximum number of tokens in the vocab, special tokens included. From "
+    "%d up: [PAD]=0, [unused0..98]=1..99, [UNK]=100, [CLS]=101, [SEP]=102, "
+    "[MASK]=103 (Google's layout); below that: [PAD]=0, [UNK]=1, [CLS]=2, "
+    "[SEP]=3, [MASK]=4. Learned tokens follow." % GOOGLE_LAYOUT_MIN_VOCAB_SIZE)
+flags.DEFINE_bool(
+    "do_lower_case", True,
+    "Lower-case and strip accents before training (uncased model). Must "
+    "match --do_lower_case of the programs that use the vocab.")
+flags.DEFINE_integer(
+    "min_frequency", 2, "Only merge pieces seen at least this many times.")
+flags.DEFINE_integer(
+    "limit_alphabet", 1000,
+    "Keep at most this many distinct characters (the most frequent ones).")
+
+
+def special_tokens(vocab_size):
+  """The reserved tokens at the start of the vocab, in id order.
+
+  Args:
+    vocab_size: the requested vocab size.
+
+  Returns:
+    A list of token strings; see the module docstring for the layout.
+  """
+  if vocab_size < GOOGLE_LAYOUT_MIN_VOCAB_SIZE:
+    return list(SPECIAL_TOKENS)
+  unused = ["[unused%d]" % i for i in range(NUM_UNUSED_TOKENS)]
+  return ["[PAD]"] + unused + list(SPECIAL_TOKENS[1:])
+
+
+def expand_input_files(input_file):
+  """Expands a comma-separated list of globs into a list of file paths.
+
+  Raises:
+    errors.UserError: a pattern matches nothing.
+  """
+  paths = []
+  for pattern in input_file.split(","):
+    pattern = pattern.strip()
+    if not pattern:
+      continue
+    matches = sorted(tf.io.gfile.glob(pattern))
+    if not matches:
+      raise errors.UserError(
+          "--input_file pattern %r matches no files" % pattern)
+    paths.extend(matches)
+  if not paths:
+    raise errors.UserError("--input_file names no files: %r" % input_file)
+  return paths
+
+
+def iter_text(path):
+  """Yields the decoded text of a UTF-8 file chunk by chunk.
+
+  Raises:
+    errors.UserError: the file cannot be read or is not valid UTF-8 (the
+      message names the file and the offset of the first bad byte).
+  """
+  decoder = codecs.getincrementaldecoder("utf-8")()
+  consumed = 0
+  try:
+    with tf.io.gfile.GFile(path, "rb") as f:
+      while True:
+        chunk = f.read(_READ_CHUNK_BYTES)
+        try:
+          text = decoder.decode(chunk, final=not chunk)
+        except UnicodeDecodeError as e:
+          # e.object is the decoder's buffered tail of the previous chunk
+          # followed by this chunk, so it starts before `consumed`.
+          start = consumed - (len(e.object) - len(chunk))
+          raise errors.UserError(
+              "input file %s is not valid UTF-8: bad byte 0x%02x at byte "
+              "offset %d" % (path, e.object[e.start], start + e.start)
+          ) from None
+        consumed += len(chunk)
+        if text:
+          yield text
+        if not chunk:
+          return
+  except tf.errors.OpError as e:
+    raise errors.UserError(
+        "cannot read input file %s: %s" % (path, e.message)) from None
+
+
+class CorpusReader(object):
+  """Streams non-blank lines of the input files in batches, counting them."""
+
+  def __init__(self, paths):
+    self.paths = paths
+    self.num_lines = 0
+
+  def batches(self):
+    """Yields lists of non-blank lines (without their newlines)."""
+    batch = []
+    for path in self.paths:
+      for line in self._lines(path):
+        if line.strip():
+          batch.append(line)
+          self.num_lines += 1
+          if len(batch) == _LINES_PER_BATCH:
+            yield batch
+            batch = []
+    if batch:
+      yield batch
+
+  def _lines(self, path):
+    tail = ""
+    for text in iter_text(path):
+      lines = (tail + text).split("\n")
+      tail = lines.pop()
+      yield from lines
+    if tail:
+      yield tail
+
+
+def train_wordpieces(reader, num_learned, do_lower_case, min_frequency,
+                     limit_alphabet):
+  """Trains WordPiece on the reader's lines.
+
+  Args:
+    reader: a CorpusReader.
+    num_learned: room for learned tokens (vocab size minus reserved tokens).
+    do_lower_case: lower-case and strip accents, like BasicTokenizer.
+    min_frequency: minimum count for a merge.
+    limit_alphabet: maximum number of distinct characters kept.
+
+  Returns:
+    The learned tokens (reserved tokens excluded) in the trainer's id order:
+    the alphabet first, then merges from most to least frequent.
+  """
+  tokenizer = tokenizers.BertWordPieceTokenizer(
+      clean_text=True, handle_chinese_chars=True,
+      strip_accents=do_lower_case, lowercase=do_lower_case,
+      wordpieces_prefix="##")
+  # The trainer counts its special tokens in vocab_size; passing ours keeps
+  # them out of the learned pieces.
+  tokenizer.train_from_iterator(
+      reader.batches(), vocab_size=num_learned + len(SPECIAL_TOKENS),
+      min_frequency=min_frequency, limit_alphabet=limit_alphabet,
+      special_tokens=list(SPECIAL_TOKENS), show_progress=False,
+      wordpieces_prefix="##")
+  trained = tokenizer.get_vocab()
+  return [t for t in sorted(trained, key=trained.get)
+          if t not in SPECIAL_TOKENS]
+
+
+def build_vocab(vocab_size, learned, limit_alphabet):
+  """Reserved tokens followed by the learned ones.
+
+  Raises:
+    errors.UserError: the learned tokens do not fit. The trainer always keeps
+      the whole alphabet, even beyond its vocab_size.
+  """
+  reserved = special_tokens(vocab_size)
+  if len(reserved) + len(learned) > vocab_size:
+    raise errors.UserError(
+        "--vocab_size=%d leaves room for %d learned tokens, but the corpus "
+        "alphabet alone needs %d (characters and their ## forms); raise "
+        "--vocab_size or lower --limit_alphabet (now %d)"
+        % (vocab_size, vocab_size - len(reserved), len(learned),
+           limit_alphabet))
+  return reserved + learned
+
+
+def write_vocab(tokens, output_file):
+  """Writes one token per line, atomically."""
+  directory = os.path.dirname(output_file)
+  if directory:
+    tf.io.gfile.makedirs(directory)
+  with atomic_io.atomic_open(output_file, "w") as f:
+    f.write("".join(token + "\n" for token in tokens))
+
+
+def check_flags(vocab_size, min_frequency, limit_alphabet):
+  """Raises errors.UserError for flag values that cannot work."""
+  num_reserved = len(special_tokens(vocab_size))
+  if vocab_size <= num_reserved:
+    raise errors.UserError(
+        "--vocab_size=%d is too small to hold the %d special tokens plus at "
+        "least one learned token" % (vocab_size, num_reserved))
+  if min_frequency < 1:
+    raise errors.UserError(
+        "--min_frequency=%d must be at least 1" % min_frequency)
+  if limit_alphabet < 1:
+    raise errors.UserError(
+        "--limit_alphabet=%d must be at least 1" % limit_alphabet)
+
+
+def main(argv):
+  del argv  # Unused.
+  check_flags(FLAGS.vocab_size, FLAGS.min_frequency, FLAGS.limit_alphabet)
+  paths = expand_input_files(FLAGS.input_file)
+  logging.info("Training a %d-token vocab on %d file(s)", FLAGS.vocab_size,
+               len(paths))
+  reader = CorpusReader(paths)
+  num_reserved = len(special_tokens(FLAGS.vocab_size))
+  learned = train_wordpieces(reader, FLAGS.vocab_size - num_reserved,
+                             FLAGS.do_lower_case, FLAGS.min_frequency,
+                             FLAGS.limit_alphabet)
+  if reader.num_lines == 0:
+    raise errors.UserError(
+        "--input_file %s holds no text (only empty or blank lines)"
+        % ",".join(paths))
+  tokens = build_vocab(FLAGS.vocab_size, learned, FLAGS.limit_alphabet)
+  write_vocab(tokens, FLAGS.output_file)
+  print("Wrote %d tokens (%d reserved, %d learned) to %s"
+        % (len(tokens), num_reserved, len(learned), FLAGS.output_file))
+
+
+if __name__ == "__main__":
+  flags.mark_flag_as_required("input_file")
+  flags.mark_flag_as_required("output_file")
+  app.run(errors.main_with_user_errors(main))

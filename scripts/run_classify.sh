@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Step 3 of 3: fine-tuning with run_classifier.py (--do_train --do_eval
+# --do_predict), by default on the bundled sample task and starting from the
+# checkpoint of scripts/run_pre.sh.
+set -euo pipefail
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+NAME="$(basename "$0")"
+VARIABLES=(PYTHON WORK_DIR TASK_NAME DATA_DIR VOCAB_FILE BERT_CONFIG_FILE
+           INIT_CHECKPOINT OUTPUT_DIR DO_LOWER_CASE MAX_SEQ_LENGTH
+           TRAIN_BATCH_SIZE EVAL_BATCH_SIZE PREDICT_BATCH_SIZE LEARNING_RATE
+           NUM_TRAIN_EPOCHS WARMUP_PROPORTION SAVE_CHECKPOINTS_STEPS)
+
+usage() {
+  cat <<EOF
+Usage: scripts/$NAME [NAME=VALUE ...] [--flag=value ...]
+
+Fine-tunes a classifier, evaluates it on dev.tsv (eval_results.txt) and
+predicts test.tsv (test_results.tsv). Settings come from environment
+variables, or from NAME=VALUE arguments, which take precedence. Arguments
+starting with -- are passed on to run_classifier.py, e.g. --cpu_replicas=2,
+--labels=a,b or --nodo_predict.
+
+  PYTHON                  Python interpreter (default: python3)
+  WORK_DIR                base of the default paths (default: /tmp/bert_sample)
+  TASK_NAME               cola, mnli, mrpc, xnli, tsv or rerank (default: tsv)
+  DATA_DIR                the task's train/dev/test.tsv
+                          (default: sample_data/classify of the repo)
+  VOCAB_FILE              the pretrained model's vocab
+                          (default: \$WORK_DIR/data/vocab.txt)
+  BERT_CONFIG_FILE        the pretrained model's config
+                          (default: configs/bert_tiny.json)
+  INIT_CHECKPOINT         starting weights: a checkpoint prefix or directory;
+                          set it empty to train from scratch
+                          (default: \$WORK_DIR/pretrain, run_pre.sh's output)
+  OUTPUT_DIR              checkpoints and results (default: \$WORK_DIR/classify)
+  DO_LOWER_CASE           true for an uncased model (default: true)
+  MAX_SEQ_LENGTH          tokens per example (default: 64)
+  TRAIN_BATCH_SIZE        global batch over all replicas (default: 32)
+  EVAL_BATCH_SIZE         eval batch (default: 8)
+  PREDICT_BATCH_SIZE      predict batch (default: 8)
+  LEARNING_RATE           peak learning rate (default: 2e-4)
+  NUM_TRAIN_EPOCHS        passes over train.tsv (default: 5)
+  WARMUP_PROPORTION       fraction of steps with warm-up (default: 0.1)
+  SAVE_CHECKPOINTS_STEPS  steps between checkpoints (default: 100)
+
+Example:
+  scripts/$NAME WORK_DIR=/tmp/run1 INIT_CHECKPOINT= NUM_TRAIN_EPOCHS=10
+EOF
+}
+
+die() {
+  echo "$NAME: error: $*" >&2
+  exit 2
+}
+
+EXTRA_FLAGS=()
+for arg in "$@"; do
+  case "$arg" in
+    -h|--help) usage; exit 0 ;;
+    --*) EXTRA_FLAGS+=("$arg") ;;
+    *=*)
+      var="${arg%%=*}"
+      [[ " ${VARIABLES[*]} " == *" $var "* ]] ||
+        die "unknown setting $var (see --help for the list)"
+      printf -v "$var" '%s' "${arg#*=}" ;;
+    *) die "unexpected argument '$arg'; use NAME=VALUE or --flag=value" ;;
+  esac
+done
+
+PYTHON="${PYTHON:-python3}"
+WORK_DIR="${WORK_DIR:-/tmp/bert_sample}"
+TASK_NAME="${TASK_NAME:-tsv}"
+DATA_DIR="${DATA_DIR:-$REPO_ROOT/sample_data/classify}"
+VOCAB_FILE="${VOCAB_FILE:-$WORK_DIR/data/vocab.txt}"
+BERT_CONFIG_FILE="${BERT_CONFIG_FILE:-$REPO_ROOT/configs/bert_tiny.json}"
+# Unset means "the pretraining output"; set but empty means "from scratch".
+INIT_CHECKPOINT="${INIT_CHECKPOINT-$WORK_DIR/pretrain}"
+OUTPUT_DIR="${OUTPUT_DIR:-$WORK_DIR/classify}"
+DO_LOWER_CASE="${DO_LOWER_CASE:-true}"
+MAX_SEQ_LENGTH="${MAX_SEQ_LENGTH:-64}"
+TRAIN_BATCH_SIZE="${TRAIN_BATCH_SIZE:-32}"
+EVAL_BATCH_SIZE="${EVAL_BATCH_SIZE:-8}"
+PREDICT_BATCH_SIZE="${PREDICT_BATCH_SIZE:-8}"
+LEARNING_RATE="${LEARNING_RATE:-2e-4}"
+NUM_TRAIN_EPOCHS="${NUM_TRAIN_EPOCHS:-5}"
+WARMUP_PROPORTION="${WARMUP_PROPORTION:-0.1}"
+SAVE_CHECKPOINTS_STEPS="${SAVE_CHECKPOINTS_STEPS:-100}"
+
+[[ -d "$DATA_DIR" ]] || die "DATA_DIR=$DATA_DIR is not a directory"
+[[ -f "$VOCAB_FILE" ]] ||
+  die "VOCAB_FILE=$VOCAB_FILE does not exist;" \
+      "run scripts/run_create.sh first or set VOCAB_FILE"
+[[ -f "$BERT_CONFIG_FILE" ]] ||
+  die "BERT_CONFIG_FILE=$BERT_CONFIG_FILE does not exist"
+INIT_FLAGS=()
+if [[ -n "$INIT_CHECKPOINT" ]]; then
+  [[ -d "$INIT_CHECKPOINT" || -f "$INIT_CHECKPOINT.index" ]] ||
+    die "INIT_CHECKPOINT=$INIT_CHECKPOINT is neither a directory nor a" \
+        "checkpoint prefix; run scripts/run_pre.sh first, or set" \
+        "INIT_CHECKPOINT= to train from scratch"
+  INIT_FLAGS=(--init_checkpoint="$INIT_CHECKPOINT")
+fi
+command -v "$PYTHON" > /dev/null || die "PYTHON=$PYTHON is not a command"
+
+echo "[$NAME] fine-tuning task $TASK_NAME from ${INIT_CHECKPOINT:-scratch}" \
+  "into $OUTPUT_DIR"
+"$PYTHON" "$REPO_ROOT/run_classifier.py" --do_train --do_eval --do_predict \
+  --task_name="$TASK_NAME" --data_dir="$DATA_DIR" --vocab_file="$VOCAB_FILE" \
+  --bert_config_file="$BERT_CONFIG_FILE" --output_dir="$OUTPUT_DIR" \
+  --do_lower_case="$DO_LOWER_CASE" --max_seq_length="$MAX_SEQ_LENGTH" \
+  --train_batch_size="$TRAIN_BATCH_SIZE" --eval_batch_size="$EVAL_BATCH_SIZE" \
+  --predict_batch_size="$PREDICT_BATCH_SIZE" \
+  --learning_rate="$LEARNING_RATE" --num_train_epochs="$NUM_TRAIN_EPOCHS" \
+  --warmup_proportion="$WARMUP_PROPORTION" \
+  --save_checkpoints_steps="$SAVE_CHECKPOINTS_STEPS" \
+  ${INIT_FLAGS[@]+"${INIT_FLAGS[@]}"} ${EXTRA_FLAGS[@]+"${EXTRA_FLAGS[@]}"}
+echo "[$NAME] done: eval_results.txt and test_results.tsv in $OUTPUT_DIR"

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Step 1 of 3: pretraining data. Trains a WordPiece vocab on the text with
+# create_vocab.py (unless VOCAB_FILE names one), then writes the masked-LM /
+# next-sentence TFRecords with create_pretraining_data.py.
+# Next: scripts/run_pre.sh, then scripts/run_classify.sh.
+set -euo pipefail
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+NAME="$(basename "$0")"
+VARIABLES=(PYTHON WORK_DIR INPUT_FILE OUTPUT_DIR VOCAB_FILE VOCAB_SIZE
+           DO_LOWER_CASE MAX_SEQ_LENGTH MAX_PREDICTIONS_PER_SEQ DUPE_FACTOR
+           MASKED_LM_PROB RANDOM_SEED)
+
+usage() {
+  cat <<EOF
+Usage: scripts/$NAME [NAME=VALUE ...] [--flag=value ...]
+
+Builds pretraining TFRecords (and a vocab) from one-sentence-per-line text.
+Settings come from environment variables, or from NAME=VALUE arguments,
+which take precedence. Arguments starting with -- are passed on to
+create_pretraining_data.py.
+
+  PYTHON                   Python interpreter (default: python3)
+  WORK_DIR                 base of the default output paths of all three
+                           scripts (default: /tmp/bert_sample)
+  INPUT_FILE               input text, comma-separated files or globs
+                           (default: sample_data/corpus.txt of the repo)
+  OUTPUT_DIR               where vocab.txt and pretrain.tfrecord are written
+                           (default: \$WORK_DIR/data)
+  VOCAB_FILE               an existing vocab to use (copied to
+                           \$OUTPUT_DIR/vocab.txt); empty: train one
+                           (default: empty)
+  VOCAB_SIZE               size of the trained vocab (default: 2000)
+  DO_LOWER_CASE            true for an uncased model (default: true)
+  MAX_SEQ_LENGTH           tokens per sequence (default: 128)
+  MAX_PREDICTIONS_PER_SEQ  masked positions per sequence (default: 20)
+  DUPE_FACTOR              passes over the text, each with new masks
+                           (default: 5)
+  MASKED_LM_PROB           fraction of tokens masked (default: 0.15)
+  RANDOM_SEED              seed of the instance generation (default: 12345)
+
+Writes \$OUTPUT_DIR/vocab.txt and \$OUTPUT_DIR/pretrain.tfrecord.
+Example:
+  scripts/$NAME WORK_DIR=/tmp/run1 MAX_SEQ_LENGTH=64
+EOF
+}
+
+die() {
+  echo "$NAME: error: $*" >&2
+  exit 2
+}
+
+EXTRA_FLAGS=()
+for arg in "$@"; do
+  case "$arg" in
+    -h|--help) usage; exit 0 ;;
+    --*) EXTRA_FLAGS+=("$arg") ;;
+    *=*)
+      var="${arg%%=*}"
+      [[ " ${VARIABLES[*]} " == *" $var "* ]] ||
+        die "unknown setting $var (see --help for the list)"
+      printf -v "$var" '%s' "${arg#*=}" ;;
+    *) die "unexpected argument '$arg'; use NAME=VALUE or --flag=value" ;;
+  esac
+done
+
+PYTHON="${PYTHON:-python3}"
+WORK_DIR="${WORK_DIR:-/tmp/bert_sample}"
+INPUT_FILE="${INPUT_FILE:-$REPO_ROOT/sample_data/corpus.txt}"
+OUTPUT_DIR="${OUTPUT_DIR:-$WORK_DIR/data}"
+VOCAB_FILE="${VOCAB_FILE:-}"
+VOCAB_SIZE="${VOCAB_SIZE:-2000}"
+DO_LOWER_CASE="${DO_LOWER_CASE:-true}"
+MAX_SEQ_LENGTH="${MAX_SEQ_LENGTH:-128}"
+MAX_PREDICTIONS_PER_SEQ="${MAX_PREDICTIONS_PER_SEQ:-20}"
+DUPE_FACTOR="${DUPE_FACTOR:-5}"
+MASKED_LM_PROB="${MASKED_LM_PROB:-0.15}"
+RANDOM_SEED="${RANDOM_SEED:-12345}"
+
+IFS=',' read -r -a patterns <<< "$INPUT_FILE"
+for pattern in "${patterns[@]}"; do
+  compgen -G "$pattern" > /dev/null ||
+    die "INPUT_FILE: no file matches '$pattern'"
+done
+if [[ -n "$VOCAB_FILE" && ! -f "$VOCAB_FILE" ]]; then
+  die "VOCAB_FILE=$VOCAB_FILE does not exist (leave it empty to train one)"
+fi
+command -v "$PYTHON" > /dev/null || die "PYTHON=$PYTHON is not a command"
+
+mkdir -p "$OUTPUT_DIR"
+if [[ -z "$VOCAB_FILE" ]]; then
+  echo "[$NAME] training a $VOCAB_SIZE-token vocab on $INPUT_FILE"
+  "$PYTHON" "$REPO_ROOT/create_vocab.py" --input_file="$INPUT_FILE" \
+    --output_file="$OUTPUT_DIR/vocab.txt" --vocab_size="$VOCAB_SIZE" \
+    --do_lower_case="$DO_LOWER_CASE"
+elif [[ "$(realpath "$VOCAB_FILE")" != \
+        "$(realpath -m "$OUTPUT_DIR/vocab.txt")" ]]; then
+  # The data directory keeps the vocab its records were made with, so the
+  # next scripts find it there.
+  cp "$VOCAB_FILE" "$OUTPUT_DIR/vocab.txt"
+fi
+
+echo "[$NAME] writing $OUTPUT_DIR/pretrain.tfrecord"
+"$PYTHON" "$REPO_ROOT/create_pretraining_data.py" --input_file="$INPUT_FILE" \
+  --output_file="$OUTPUT_DIR/pretrain.tfrecord" \
+  --vocab_file="$OUTPUT_DIR/vocab.txt" --do_lower_case="$DO_LOWER_CASE" \
+  --max_seq_length="$MAX_SEQ_LENGTH" \
+  --max_predictions_per_seq="$MAX_PREDICTIONS_PER_SEQ" \
+  --masked_lm_prob="$MASKED_LM_PROB" --random_seed="$RANDOM_SEED" \
+  --dupe_factor="$DUPE_FACTOR" ${EXTRA_FLAGS[@]+"${EXTRA_FLAGS[@]}"}
+echo "[$NAME] done: $OUTPUT_DIR/vocab.txt, $OUTPUT_DIR/pretrain.tfrecord"

@@ -1,0 +1,349 @@
+"""Tests of --distribution_strategy=horovod (horovod_engine.py).
+
+The tests that launch ranks need horovod (scripts/install_horovod.sh) and are
+skipped, with that reason, without it. The file sharding helper, the launcher
+script's argument checks and the missing-horovod error run everywhere; the
+last hides an installed horovod behind a package that fails to import.
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+from conftest import REPO_ROOT, run_program
+import horovod_engine
+import synthetic_data
+from errors import UserError
+
+try:
+  import horovod.tensorflow  # noqa: F401  pylint: disable=unused-import
+  HOROVOD_MISSING = None
+except (ImportError, tf.errors.NotFoundError) as e:
+  HOROVOD_MISSING = "horovod is not importable (%s); build it with " \
+                    "scripts/install_horovod.sh" % str(e).splitlines()[0]
+
+requires_horovod = pytest.mark.skipif(HOROVOD_MISSING is not None,
+                                      reason=HOROVOD_MISSING or "")
+
+SEQ, PREDS, VOCAB = 32, 5, 128
+TINY_CONFIG = {
+    "attention_probs_dropout_prob": 0.0, "hidden_act": "gelu",
+    "hidden_dropout_prob": 0.0, "hidden_size": 32,
+    "initializer_range": 0.02, "intermediate_size": 64,
+    "max_position_embeddings": 64, "num_attention_heads": 2,
+    "num_hidden_layers": 2, "type_vocab_size": 2, "vocab_size": VOCAB,
+}
+PER_RANK_BATCH, STEPS, RECORDS_PER_FILE = 4, 6, 16
+# Large enough for the weights to move far beyond the comparison tolerance.
+LEARNING_RATE = "1e-3"
+
+
+def horovodrun():
+  path = os.path.join(os.path.dirname(sys.executable), "horovodrun")
+  return path if os.path.exists(path) else shutil.which("horovodrun")
+
+
+def rank_lines(output, tag):
+  """Payloads of lines `[r]<stdout>:TAG {json}` from horovodrun's output."""
+  found = {}
+  for match in re.finditer(r"^\[(\d+)\]<stdout>:%s (.*)$" % tag, output,
+                           re.MULTILINE):
+    found[int(match.group(1))] = json.loads(match.group(2))
+  return found
+
+
+def checkpoint_values(path):
+  reader = tf.train.load_checkpoint(path)
+  return {name: reader.get_tensor(name)
+          for name in reader.get_variable_to_shape_map()}
+
+
+def test_files_of_rank_deals_files_round_robin():
+  files = ["f0", "f1", "f2", "f3", "f4"]
+  assert horovod_engine.files_of_rank(files, 0, 2) == ["f0", "f2", "f4"]
+  assert horovod_engine.files_of_rank(files, 1, 2) == ["f1", "f3"]
+  shares = [horovod_engine.files_of_rank(files, r, 3) for r in range(3)]
+  assert shares == [["f0", "f3"], ["f1", "f4"], ["f2"]]
+
+
+def test_fewer_files_than_ranks_is_a_user_error():
+  with pytest.raises(UserError) as e:
+    horovod_engine.files_of_rank(["only.tfrecord"], 0, 3)
+  assert "1 file(s)" in str(e.value) and "3 ranks" in str(e.value)
+
+
+def hide_horovod(tmp_path):
+  """A PYTHONPATH entry whose `horovod` package fails to import."""
+  fake = tmp_path / "hide" / "horovod"
+  fake.mkdir(parents=True)
+  (fake / "__init__.py").write_text(
+      "raise ImportError(\"No module named 'horovod' (hidden by the test)\")\n")
+  return {"PYTHONPATH": str(tmp_path / "hide")}
+
+
+def write_tiny_config(directory):
+  path = os.path.join(str(directory), "bert_config.json")
+  with open(path, "w") as f:
+    json.dump(TINY_CONFIG, f)
+  return path
+
+
+def test_engine_imports_without_horovod(tmp_path):
+  result = run_program(
+      ["-c", "import horovod_engine; print(horovod_engine.SCRATCH_ROOT_ENV)"],
+      env=hide_horovod(tmp_path))
+  assert result.returncode == 0, result.stderr
+  assert result.stdout.strip() == "BERT_HOROVOD_SCRATCH_ROOT"
+
+
+@pytest.mark.slow
+def test_missing_horovod_is_one_error_line(tmp_path):
+  data = synthetic_data.write_synthetic_pretraining_records(
+      str(tmp_path / "data.tfrecord"), 8, SEQ, PREDS, VOCAB)
+  result = run_program(
+      ["run_pretraining.py", "--bert_config_file", write_tiny_config(tmp_path),
+       "--input_file", data, "--output_dir", str(tmp_path / "out"),
+       "--do_train", "--max_seq_length", str(SEQ),
+       "--max_predictions_per_seq", str(PREDS), "--train_batch_size", "8",
+       "--num_train_steps", "2", "--distribution_strategy", "horovod"],
+      env=hide_horovod(tmp_path))
+  assert result.returncode == 2, result.stderr[-2000:]
+  errors = [l for l in result.stderr.splitlines() if l.startswith("error:")]
+  assert len(errors) == 1, result.stderr[-2000:]
+  assert "--distribution_strategy=horovod needs horovod" in errors[0]
+  assert "scripts/install_horovod.sh" in errors[0]
+  assert "Traceback" not in result.stderr
+
+
+def test_launcher_help_and_missing_arguments():
+  script = os.path.join(REPO_ROOT, "scripts", "run_pre_horovod.sh")
+  shown = subprocess.run([script, "--help"], capture_output=True, text=True)
+  assert shown.returncode == 0
+  assert "--np N" in shown.stdout and "GLOBAL batch" in shown.stdout
+  env = {k: v for k, v in os.environ.items()
+         if k not in ("INPUT_FILE", "OUTPUT_DIR")}
+  missing = subprocess.run([script, "-n", "2"], capture_output=True,
+                           text=True, env=env)
+  assert missing.returncode == 2
+  assert missing.stderr.strip() == \
+      "error: --input (or INPUT_FILE) is required"
+
+
+PROBE = textwrap.dedent("""\
+    import json, sys
+    sys.path.insert(0, %(repo)r)
+    import tensorflow.compat.v1 as tf
+    tf.disable_v2_behavior()
+    import distribution, horovod_engine
+
+    plan = distribution.StrategyPlan("horovod", ["/cpu:0"],
+                                     distribution.horovod_world_size(),
+                                     "auto", 600, None)
+    is_chief = horovod_engine.init(plan, use_fp16=False)
+    rank = horovod_engine.rank()
+    value = tf.constant([1.0 / 3.0, rank + 1.0])
+    sum32 = horovod_engine.sum_across_ranks([value])[0]
+    horovod_engine.init(plan, use_fp16=True)
+    sum16 = horovod_engine.sum_across_ranks([value])[0]
+    tf.train.get_or_create_global_step()
+    var = tf.get_variable("v", initializer=tf.constant([10.0 * rank + 1.0]))
+    hook = horovod_engine.broadcast_hook()
+    hook.begin()
+    with tf.Session() as sess:
+      sess.run(tf.global_variables_initializer())
+      hook.after_create_session(sess, None)
+      out = {"is_chief": is_chief, "sum32": sess.run(sum32).tolist(),
+             "sum16": sess.run(sum16).tolist(),
+             "dtype16": sess.run(sum16).dtype.name,
+             "broadcast": sess.run(var).tolist(),
+             "files": horovod_engine.shard_files(["f0", "f1", "f2"])}
+    print("PROBE " + json.dumps(out), flush=True)
+    """)
+
+
+@requires_horovod
+@pytest.mark.slow
+def test_two_ranks_sum_broadcast_and_shard(tmp_path):
+  probe = tmp_path / "probe.py"
+  probe.write_text(PROBE % {"repo": REPO_ROOT})
+  result = subprocess.run(
+      [horovodrun(), "-np", "2", "-H", "localhost:2", "--gloo",
+       sys.executable, str(probe)], capture_output=True, text=True,
+      timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+  out = rank_lines(result.stdout, "PROBE")
+  assert sorted(out) == [0, 1]
+  third32, third16 = np.float32(1.0 / 3.0), np.float16(1.0 / 3.0)
+  for rank in (0, 1):
+    # SUM, not average: 1 + 2 = 3; identical on every rank.
+    assert out[rank]["sum32"] == [float(third32 * 2), 3.0]
+    # float16 on the wire: 1/3 arrives rounded to half precision.
+    assert out[rank]["sum16"] == [float(np.float32(third16) * 2), 3.0]
+    assert out[rank]["dtype16"] == "float32"
+    # Rank 1 started from 11.0; the broadcast gives it rank 0's 1.0.
+    assert out[rank]["broadcast"] == [1.0]
+  assert out[0]["is_chief"] and not out[1]["is_chief"]
+  assert out[0]["files"] == ["f0", "f2"] and out[1]["files"] == ["f1"]
+
+
+@pytest.fixture(scope="module")
+def pretraining_data(tmp_path_factory):
+  """Two per-rank files and the single file a 2x-batch process reads instead.
+
+  Rank r reads file r and feeds PER_RANK_BATCH records per step, in order
+  (--tf_random_seed makes reading deterministic). `combined` holds the same
+  records with blocks of PER_RANK_BATCH taken alternately from rank 0's and
+  rank 1's file, so its k-th batch of 2 * PER_RANK_BATCH is exactly rank 0's
+  k-th batch followed by rank 1's. Every synthetic record has the same number
+  of masked positions, so the mean of the two per-rank losses equals the loss
+  of the concatenated batch, and the gradients must agree.
+  """
+  directory = tmp_path_factory.mktemp("horovod_data")
+  per_rank = []
+  for seed in (0, 1):
+    rng = np.random.RandomState(seed)
+    per_rank.append([synthetic_data.synthetic_example(
+        rng, SEQ, PREDS, VOCAB).SerializeToString()
+                     for _ in range(RECORDS_PER_FILE)])
+  combined = []
+  for start in range(0, RECORDS_PER_FILE, PER_RANK_BATCH):
+    for records in per_rank:
+      combined.extend(records[start:start + PER_RANK_BATCH])
+  paths = {}
+  for name, records in (("rank0", per_rank[0]), ("rank1", per_rank[1]),
+                        ("combined", combined)):
+    paths[name] = str(directory / ("%s.tfrecord" % name))
+    with tf.io.TFRecordWriter(paths[name]) as writer:
+      for record in records:
+        writer.write(record)
+  paths["config"] = write_tiny_config(directory)
+  return paths
+
+
+def launch_two_ranks(data, output_dir, scratch_root, steps, extra=()):
+  """run_pretraining.py on 2 ranks through scripts/run_pre_horovod.sh."""
+  env = dict(os.environ, PYTHON=sys.executable, TF_CPP_MIN_LOG_LEVEL="2",
+             BERT_HOROVOD_SCRATCH_ROOT=scratch_root)
+  command = [
+      os.path.join(REPO_ROOT, "scripts", "run_pre_horovod.sh"), "-n", "2",
+      "-c", data["config"], "-i", "%s,%s" % (data["rank0"], data["rank1"]),
+      "-o", output_dir, "-b", str(2 * PER_RANK_BATCH), "-s", str(SEQ),
+      "-p", str(PREDS), "-t", str(steps), "-w", "2", "-l", LEARNING_RATE,
+      "--", "--tf_random_seed", "1", "--log_every_n_steps", "1"] + list(extra)
+  result = subprocess.run(command, capture_output=True, text=True,
+                          timeout=600, env=env)
+  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+  return result
+
+
+@pytest.fixture(scope="module")
+def two_rank_run(pretraining_data, tmp_path_factory):
+  """A finished 2-rank training run (with eval), as the tests find it."""
+  root = tmp_path_factory.mktemp("horovod_run")
+  output_dir, scratch_root = str(root / "out"), str(root / "scratch")
+  launch_two_ranks(pretraining_data, output_dir, scratch_root, STEPS,
+                   extra=["--do_eval", "--max_eval_steps", "2"])
+  return {"output_dir": output_dir, "scratch_root": scratch_root}
+
+
+def rank1_final_checkpoint(scratch_root, step):
+  scratch = [d for d in os.listdir(scratch_root)
+             if d.startswith("bert-horovod-rank1-")]
+  latest = [tf.train.latest_checkpoint(os.path.join(scratch_root, d))
+            for d in scratch]
+  return [p for p in latest if p and p.endswith("model.ckpt-%d" % step)]
+
+
+@requires_horovod
+@pytest.mark.slow
+def test_two_ranks_finish_with_identical_weights(two_rank_run):
+  output_dir = two_rank_run["output_dir"]
+  rank0 = tf.train.latest_checkpoint(output_dir)
+  assert rank0 == os.path.join(output_dir, "model.ckpt-%d" % STEPS)
+  final0 = checkpoint_values(rank0)
+  assert final0["global_step"] == STEPS
+  # Rank 1 kept its final weights in its scratch model_dir, not output_dir.
+  rank1 = rank1_final_checkpoint(two_rank_run["scratch_root"], STEPS)
+  assert len(rank1) == 1
+  final1 = checkpoint_values(rank1[0])
+  assert sorted(final1) == sorted(final0)
+  for name in final0:
+    np.testing.assert_array_equal(final1[name], final0[name], err_msg=name)
+  fingerprints = {}
+  for rank in (0, 1):
+    with open(os.path.join(output_dir, "final_weights.rank-%d.json" % rank)) as f:
+      fingerprints[rank] = json.load(f)
+  assert fingerprints[0]["global_step"] == fingerprints[1]["global_step"] == STEPS
+  assert fingerprints[0]["sha256"] == fingerprints[1]["sha256"]
+
+
+@requires_horovod
+@pytest.mark.slow
+def test_only_rank0_writes_summaries_and_results(two_rank_run):
+  output_dir = two_rank_run["output_dir"]
+  events = [n for n in os.listdir(output_dir) if n.startswith("events.out")]
+  assert len(events) == 1
+  with open(os.path.join(output_dir, "eval_results.txt")) as f:
+    results = dict(line.strip().split(" = ") for line in f)
+  assert int(results["global_step"]) == STEPS
+  with open(os.path.join(output_dir, "throughput_summary.json")) as f:
+    summary = json.load(f)
+  assert summary["strategy"] == "horovod" and summary["num_replicas"] == 2
+  assert summary["final_step"] == STEPS
+
+
+@requires_horovod
+@pytest.mark.slow
+def test_two_ranks_equal_one_device_with_double_batch(pretraining_data,
+                                                      two_rank_run, tmp_path):
+  one_dir = str(tmp_path / "one_device")
+  result = run_program(
+      ["run_pretraining.py", "--bert_config_file", pretraining_data["config"],
+       "--input_file", pretraining_data["combined"], "--output_dir", one_dir,
+       "--do_train", "--max_seq_length", str(SEQ),
+       "--max_predictions_per_seq", str(PREDS),
+       "--train_batch_size", str(2 * PER_RANK_BATCH),
+       "--num_train_steps", str(STEPS), "--num_warmup_steps", "2",
+       "--learning_rate", LEARNING_RATE, "--tf_random_seed", "1",
+       "--distribution_strategy", "one_device"])
+  assert result.returncode == 0, result.stderr[-3000:]
+  single = checkpoint_values(os.path.join(one_dir, "model.ckpt-%d" % STEPS))
+  start = checkpoint_values(os.path.join(one_dir, "model.ckpt-0"))
+  ranks = checkpoint_values(os.path.join(two_rank_run["output_dir"],
+                                         "model.ckpt-%d" % STEPS))
+  assert sorted(single) == sorted(ranks)
+  for name in single:
+    np.testing.assert_allclose(ranks[name], single[name], rtol=0, atol=1e-5,
+                               err_msg=name)
+  # The weights moved by much more than the tolerance: the match means the
+  # same updates, with the learning rate applied once, not times the ranks.
+  moved = max(np.max(np.abs(single[n] - start[n])) for n in start
+              if n != "global_step")
+  assert moved > 1e-3
+
+
+@requires_horovod
+@pytest.mark.slow
+def test_two_ranks_resume_from_rank0_checkpoint(pretraining_data,
+                                                two_rank_run):
+  # Depends on two_rank_run's directory; runs after the tests reading it.
+  output_dir = two_rank_run["output_dir"]
+  result = launch_two_ranks(pretraining_data, output_dir,
+                            two_rank_run["scratch_root"], STEPS + 2)
+  assert "starts from %s" % os.path.join(output_dir, "model.ckpt-%d" % STEPS) \
+      in result.stderr
+  final0 = checkpoint_values(tf.train.latest_checkpoint(output_dir))
+  assert final0["global_step"] == STEPS + 2
+  rank1 = rank1_final_checkpoint(two_rank_run["scratch_root"], STEPS + 2)
+  assert len(rank1) == 1
+  final1 = checkpoint_values(rank1[0])
+  for name in final0:
+    np.testing.assert_array_equal(final1[name], final0[name], err_msg=name)

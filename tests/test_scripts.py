@@ -1,0 +1,120 @@
+"""scripts/run_create.sh, run_pre.sh, run_classify.sh, run as a user would."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import tensorflow.compat.v1 as tf
+
+from conftest import REPO_ROOT
+
+SCRIPTS = ("run_create.sh", "run_pre.sh", "run_classify.sh")
+NUM_TEST_EXAMPLES = 100  # sample_data/classify/test.tsv
+
+
+def run_script(name, *args, env=None):
+  full_env = dict(os.environ, PYTHON=sys.executable, TF_CPP_MIN_LOG_LEVEL="2")
+  full_env.update(env or {})
+  return subprocess.run(
+      ["bash", os.path.join(REPO_ROOT, "scripts", name)] + list(args),
+      env=full_env, capture_output=True, text=True, timeout=900)
+
+
+def run_ok(name, *args, env=None):
+  result = run_script(name, *args, env=env)
+  assert result.returncode == 0, result.stderr[-3000:]
+  return result
+
+
+def settings_of(name):
+  """Every variable the script reads with a default (${NAME:-...})."""
+  with open(os.path.join(REPO_ROOT, "scripts", name)) as f:
+    return set(re.findall(r"\$\{([A-Z_]+):?-", f.read()))
+
+
+def global_step(checkpoint_dir):
+  return int(tf.train.load_variable(checkpoint_dir, "global_step"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_help_exits_0_and_documents_every_setting(name):
+  result = run_script(name, "--help")
+  assert result.returncode == 0
+  settings = settings_of(name)
+  assert len(settings) >= 10 and "PYTHON" in settings
+  documented = set(re.findall(r"^  ([A-Z_]+) ", result.stdout, re.M))
+  assert documented == settings
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, args, message", [
+    ("run_create.sh", ["INPUT_FILE=/no/such/corpus.txt"],
+     "run_create.sh: error: INPUT_FILE: no file matches '/no/such/corpus.txt'"),
+    ("run_create.sh", ["VOCAB_FILE=/no/vocab.txt"],
+     "run_create.sh: error: VOCAB_FILE=/no/vocab.txt does not exist"),
+    ("run_pre.sh", ["WORK_DIR={tmp}"],
+     "run_pre.sh: error: INPUT_FILE: no file matches '{tmp}/data/"
+     "pretrain.tfrecord'; run scripts/run_create.sh first"),
+    ("run_classify.sh", ["WORK_DIR={tmp}"],
+     "run_classify.sh: error: VOCAB_FILE={tmp}/data/vocab.txt does not "
+     "exist; run scripts/run_create.sh first"),
+    ("run_classify.sh", ["VOCAB_FILE={vocab}", "INIT_CHECKPOINT={tmp}/x"],
+     "run_classify.sh: error: INIT_CHECKPOINT={tmp}/x is neither a "
+     "directory nor a checkpoint prefix"),
+    ("run_classify.sh", ["NUM_EPOCHS=3"],
+     "run_classify.sh: error: unknown setting NUM_EPOCHS"),
+])
+def test_missing_input_is_one_line_and_exit_2(tmp_path, name, args, message):
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("[PAD]\n")
+  fill = {"tmp": str(tmp_path), "vocab": str(vocab)}
+  result = run_script(name, *[a.format(**fill) for a in args])
+  assert result.returncode == 2
+  assert result.stdout == ""
+  lines = result.stderr.splitlines()
+  assert len(lines) == 1, result.stderr
+  assert lines[0].startswith(message.format(**fill)), lines[0]
+
+
+@pytest.mark.slow
+def test_the_three_scripts_chain_on_the_sample(tmp_path):
+  work_dir = str(tmp_path / "work")
+  env = {"WORK_DIR": work_dir,
+         # Arguments take precedence over the environment.
+         "NUM_TRAIN_STEPS": "999", "MAX_SEQ_LENGTH": "999"}
+  run_ok("run_create.sh", "MAX_SEQ_LENGTH=32", "MAX_PREDICTIONS_PER_SEQ=5",
+         "DUPE_FACTOR=1", "VOCAB_SIZE=1000", env=env)
+  data_dir = os.path.join(work_dir, "data")
+  with open(os.path.join(data_dir, "vocab.txt")) as f:
+    assert 500 < len(f.read().splitlines()) <= 1000
+  records = list(tf.io.tf_record_iterator(
+      os.path.join(data_dir, "pretrain.tfrecord")))
+  assert len(records) > 100
+  first = tf.train.Example.FromString(records[0]).features.feature
+  assert len(first["input_ids"].int64_list.value) == 32
+
+  run_ok("run_pre.sh", "MAX_SEQ_LENGTH=32", "MAX_PREDICTIONS_PER_SEQ=5",
+         "NUM_TRAIN_STEPS=4", "NUM_WARMUP_STEPS=1", "TRAIN_BATCH_SIZE=8",
+         "SAVE_CHECKPOINTS_STEPS=4", "MAX_EVAL_STEPS=2", env=env)
+  pretrain_dir = os.path.join(work_dir, "pretrain")
+  assert global_step(pretrain_dir) == 4
+  assert os.path.exists(os.path.join(pretrain_dir, "eval_results.txt"))
+
+  # INIT_CHECKPOINT defaults to run_pre.sh's output directory.
+  result = run_ok("run_classify.sh", "MAX_SEQ_LENGTH=32",
+                  "TRAIN_BATCH_SIZE=8", "NUM_TRAIN_EPOCHS=0.1",
+                  "PREDICT_BATCH_SIZE=8", "--log_every_n_steps=1", env=env)
+  assert ("--init_checkpoint %s/model.ckpt-4:" % pretrain_dir
+          in result.stderr)
+  assert "initialised fresh: output_weights, output_bias" in result.stderr
+  classify_dir = os.path.join(work_dir, "classify")
+  assert global_step(classify_dir) == 5  # int(400 / 8 * 0.1)
+  with open(os.path.join(classify_dir, "eval_results.txt")) as f:
+    assert "eval_accuracy = " in f.read()
+  with open(os.path.join(classify_dir, "test_results.tsv")) as f:
+    rows = [line.split("\t") for line in f.read().splitlines()]
+  assert len(rows) == NUM_TEST_EXAMPLES
+  assert all(len(row) == 2 for row in rows)
