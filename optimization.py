@@ -17,7 +17,13 @@ share one data-parallel `apply_gradients`:
 
 The math is therefore that of one device with the global batch, whatever the
 number of replicas. Slot variables keep upstream's names (`<var>/adam_m`,
-`<var>/adam_v`) so checkpoints load both ways with Google's.
+`<var>/adam_v`) so checkpoints load both ways with Google's; LAMB keeps them
+too, since its two moments are Adam's.
+
+Two optimizers: upstream's AdamW (`--optimizer=adamw`) and LAMB
+(`--optimizer=lamb`, seed 004). Gradient accumulation
+(`create_accumulating_optimizer`) sums the gradients of K micro-batches
+before step 2, so one update still costs one all-reduce.
 """
 
 import re
@@ -27,6 +33,7 @@ import tensorflow.compat.v1 as tf
 import distribution
 
 DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
+OPTIMIZERS = ("adamw", "lamb")
 
 
 def learning_rate_schedule(init_lr, num_train_steps, num_warmup_steps,
@@ -75,6 +82,7 @@ class DataParallelOptimizer(tf.train.Optimizer):
       name: name scope of the update ops.
     """
     super().__init__(use_locking=False, name=name)
+    self._global_step = None
     self.learning_rate = learning_rate
     self.weight_decay_rate = weight_decay_rate
     self.exclude_from_weight_decay = tuple(exclude_from_weight_decay or ())
@@ -114,6 +122,11 @@ class DataParallelOptimizer(tf.train.Optimizer):
     grads = self.gradient_reducer(grads)
     if self.clip_norm is not None:
       grads, _ = tf.clip_by_global_norm(grads, clip_norm=self.clip_norm)
+    # Every gradient before any update: the gradient of one variable reads
+    # others, which an early update would already have changed. (The global
+    # norm orders them too, but clipping may be off.)
+    with tf.control_dependencies([tf.group(*grads)]):
+      grads = [tf.identity(g) for g in grads]
     replica_context = tf.distribute.get_replica_context()
     return replica_context.merge_call(
         self._apply_reduced,
@@ -125,6 +138,8 @@ class DataParallelOptimizer(tf.train.Optimizer):
     var_list = [v for _, v in grads_and_vars]
     with tf.init_scope():
       self._create_slots(var_list)
+    # Read inside the per-device updates, before the increment below.
+    self._global_step = global_step
     with tf.name_scope(name or self._name):
       self._prepare()
       update_ops = []
@@ -193,16 +208,94 @@ class AdamWeightDecayOptimizer(DataParallelOptimizer):
     v = self.get_slot(var, "adam_v")
     next_m = self.beta_1 * m + (1.0 - self.beta_1) * grad
     next_v = self.beta_2 * v + (1.0 - self.beta_2) * tf.square(grad)
-    update = next_m / (tf.sqrt(next_v) + self.epsilon)
+    update = self._direction(var, next_m, next_v)
+    next_var = var - self._step_size(var, update) * update
+    return tf.group(var.assign(next_var), m.assign(next_m), v.assign(next_v))
+
+  def _direction(self, var, m, v):
+    """The update before the learning rate, weight decay included."""
+    update = m / (tf.sqrt(v) + self.epsilon)
     if self._do_use_weight_decay(self._variable_name(var)):
       update += self.weight_decay_rate * var
-    next_var = var - self.learning_rate * update
-    return tf.group(var.assign(next_var), m.assign(next_m), v.assign(next_v))
+    return update
+
+  def _step_size(self, var, update):
+    del var, update
+    return self.learning_rate
+
+
+class LambOptimizer(AdamWeightDecayOptimizer):
+  """LAMB: AdamW with a layer-wise trust ratio (arXiv:1904.00962).
+
+  update = m_hat / (sqrt(v_hat) + epsilon) + weight_decay_rate * w
+  w -= lr * (||w|| / ||update||) * update
+
+  The ratio is 1 when either norm is 0 (fresh zero biases, a zero update).
+  Every variable gets the ratio, as in gluon-nlp's and NVIDIA's BERT LAMB;
+  LayerNorm and bias variables are only exempt from weight decay. Without
+  bias correction (seed 004's setting) m_hat = m and v_hat = v; with it they
+  are divided by 1 - beta**t, t = global_step + 1 counting updates.
+  """
+
+  def __init__(self, learning_rate, weight_decay_rate=0.0, beta_1=0.9,
+               beta_2=0.999, epsilon=1e-6, bias_correction=False,
+               exclude_from_weight_decay=DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY,
+               clip_norm=1.0, gradient_reducer=None, name="LambOptimizer"):
+    super().__init__(learning_rate, weight_decay_rate, beta_1, beta_2,
+                     epsilon, exclude_from_weight_decay, clip_norm,
+                     gradient_reducer, name)
+    self.bias_correction = bias_correction
+
+  def _direction(self, var, m, v):
+    if self.bias_correction:
+      if self._global_step is None:
+        raise ValueError("LAMB bias correction counts updates with "
+                         "global_step; pass it to apply_gradients.")
+      t = tf.cast(self._global_step, tf.float32) + 1.0
+      m = m / (1.0 - tf.pow(self.beta_1, t))
+      v = v / (1.0 - tf.pow(self.beta_2, t))
+    return super()._direction(var, m, v)
+
+  def _step_size(self, var, update):
+    w_norm = tf.norm(var)
+    update_norm = tf.norm(update)
+    both_positive = tf.logical_and(w_norm > 0.0, update_norm > 0.0)
+    # The ratio is computed in both branches; a 0/0 in the unused one is fine.
+    trust_ratio = tf.where(both_positive, w_norm / update_norm, 1.0)
+    return self.learning_rate * trust_ratio
+
+
+def build_optimizer(optimizer_name, learning_rate, lamb_bias_correction=False,
+                    gradient_reducer=None):
+  """Upstream's hyperparameters (decay 0.01, betas 0.9/0.999, epsilon 1e-6).
+
+  Args:
+    optimizer_name: one of OPTIMIZERS.
+    learning_rate: float or scalar tensor.
+    lamb_bias_correction: LAMB only: Adam's bias correction of the moments.
+    gradient_reducer: see DataParallelOptimizer.
+
+  Returns:
+    A DataParallelOptimizer.
+  """
+  if optimizer_name == "adamw":
+    if lamb_bias_correction:
+      raise ValueError("Bias correction is a LAMB option; upstream's AdamW "
+                       "has none.")
+    return AdamWeightDecayOptimizer(
+        learning_rate=learning_rate, weight_decay_rate=0.01, beta_1=0.9,
+        beta_2=0.999, epsilon=1e-6, gradient_reducer=gradient_reducer)
+  if optimizer_name == "lamb":
+    return LambOptimizer(
+        learning_rate=learning_rate, weight_decay_rate=0.01, beta_1=0.9,
+        beta_2=0.999, epsilon=1e-6, bias_correction=lamb_bias_correction,
+        gradient_reducer=gradient_reducer)
+  raise ValueError("Unknown optimizer %r; expected one of %s" %
+                   (optimizer_name, ", ".join(OPTIMIZERS)))
 
 
 def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
-                     use_tpu=False, use_fp16=False, init_loss_scale=2**15,
-                     loss_scale_growth_steps=2000, gradient_reducer=None):
+                     use_tpu=False, **options):
   """Builds the train op, as upstream's `create_optimizer` does.
 
   Args:
@@ -213,30 +306,100 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
     num_train_steps: total optimizer updates; the rate decays to 0 there.
     num_warmup_steps: linear warm-up steps.
     use_tpu: accepted for upstream compatibility; must be False.
-    use_fp16: wrap the optimizer in the mixed-precision graph rewrite with
-      dynamic loss scaling (fp16 kernels on GPU; no effect on CPU).
-    init_loss_scale: initial dynamic loss scale.
-    loss_scale_growth_steps: finite steps before the loss scale doubles.
-    gradient_reducer: see DataParallelOptimizer.
+    **options: keyword arguments of `create_accumulating_optimizer`
+      (use_fp16, optimizer_name, ...).
 
   Returns:
     The train op: one optimizer update and one global_step increment (none of
     either when fp16 gradients overflow).
+  """
+  train_op, _ = create_accumulating_optimizer(
+      [lambda: loss], init_lr, num_train_steps, num_warmup_steps, use_tpu,
+      **options)
+  return train_op
+
+
+def create_accumulating_optimizer(
+    micro_batch_loss_fns, init_lr, num_train_steps, num_warmup_steps,
+    use_tpu=False, use_fp16=False, init_loss_scale=2**15,
+    loss_scale_growth_steps=2000, gradient_reducer=None,
+    optimizer_name="adamw", lamb_bias_correction=False):
+  """Train op of one update from the summed gradients of K micro-batches.
+
+  Args:
+    micro_batch_loss_fns: K functions without arguments, each building the
+      graph of one micro-batch and returning its part of this replica's loss
+      share (the K parts add up to the share); see `accumulate_gradients`.
+    init_lr: peak learning rate.
+    num_train_steps: total optimizer updates; the rate decays to 0 there.
+    num_warmup_steps: linear warm-up steps.
+    use_tpu: accepted for upstream compatibility; must be False.
+    use_fp16: wrap the optimizer in the mixed-precision graph rewrite with
+      dynamic loss scaling (fp16 kernels on GPU; no effect on CPU). A
+      non-finite gradient in any micro-batch skips the whole update.
+    init_loss_scale: initial dynamic loss scale.
+    loss_scale_growth_steps: finite steps before the loss scale doubles.
+    gradient_reducer: see DataParallelOptimizer.
+    optimizer_name: "adamw" (upstream) or "lamb".
+    lamb_bias_correction: see LambOptimizer.
+
+  Returns:
+    (train op, this replica's loss share): the op makes one all-reduce, one
+    update and one global_step increment, whatever K is.
   """
   if use_tpu:
     raise ValueError("TPUs are not supported by this fork.")
   global_step = tf.train.get_or_create_global_step()
   learning_rate = learning_rate_schedule(init_lr, num_train_steps,
                                          num_warmup_steps, global_step)
-  optimizer = AdamWeightDecayOptimizer(
-      learning_rate=learning_rate, weight_decay_rate=0.01, beta_1=0.9,
-      beta_2=0.999, epsilon=1e-6, gradient_reducer=gradient_reducer)
+  optimizer = build_optimizer(optimizer_name, learning_rate,
+                              lamb_bias_correction, gradient_reducer)
   if use_fp16:
     optimizer = wrap_for_mixed_precision(optimizer, init_loss_scale,
                                          loss_scale_growth_steps)
-  tvars = tf.trainable_variables()
-  grads_and_vars = optimizer.compute_gradients(loss, tvars)
-  return optimizer.apply_gradients(grads_and_vars, global_step=global_step)
+  grads_and_vars, losses = accumulate_gradients(optimizer,
+                                                micro_batch_loss_fns)
+  train_op = optimizer.apply_gradients(grads_and_vars, global_step=global_step)
+  return train_op, tf.add_n(losses)
+
+
+def accumulate_gradients(optimizer, micro_batch_loss_fns, var_list=None):
+  """Sums the gradients of micro-batches built and differentiated in turn.
+
+  Each micro-batch's graph is built under a control dependency on the
+  running sum, so its forward pass starts only once the previous
+  micro-batch's gradients are added up: the activations held at any time are
+  about those of one micro-batch, while the whole update runs in one
+  session.run (one Estimator step). The gradients come from
+  `optimizer.compute_gradients`, so a loss-scale wrapper scales and unscales
+  each micro-batch's.
+
+  Args:
+    optimizer: a DataParallelOptimizer, possibly wrapped for fp16.
+    micro_batch_loss_fns: functions without arguments returning scalar losses.
+      The first one may create the variables; the others must reuse them.
+    var_list: variables to differentiate; default: every trainable variable
+      once the first micro-batch is built.
+
+  Returns:
+    (list of (summed gradient or None, variable), list of the K losses).
+  """
+  summed, losses = None, []
+  for loss_fn in micro_batch_loss_fns:
+    if summed is None:
+      loss = loss_fn()
+    else:
+      with tf.control_dependencies([tf.group(*[g for g in summed
+                                               if g is not None])]):
+        loss = loss_fn()
+    if var_list is None:
+      var_list = tf.trainable_variables()
+    grads = [None if g is None else tf.convert_to_tensor(g)
+             for g, _ in optimizer.compute_gradients(loss, var_list)]
+    summed = grads if summed is None else [
+        None if a is None else a + b for a, b in zip(summed, grads)]
+    losses.append(loss)
+  return list(zip(summed, var_list)), losses
 
 
 def wrap_for_mixed_precision(optimizer, init_loss_scale, growth_steps):
@@ -248,11 +411,30 @@ def wrap_for_mixed_precision(optimizer, init_loss_scale, growth_steps):
   Grappler's auto_mixed_precision pass then runs eligible GPU kernels in
   float16; it has nothing to rewrite on a CPU-only machine.
   """
-  loss_scale = tf.mixed_precision.DynamicLossScale(
-      initial_loss_scale=init_loss_scale, increment_period=growth_steps,
-      multiplier=2.0)
+  scale_class = (RankConsistentLossScale if distribution.horovod_ranks()
+                 else tf.mixed_precision.DynamicLossScale)
+  loss_scale = scale_class(initial_loss_scale=init_loss_scale,
+                           increment_period=growth_steps, multiplier=2.0)
   return tf.train.experimental.enable_mixed_precision_graph_rewrite(
       optimizer, loss_scale=loss_scale)
+
+
+class RankConsistentLossScale(tf.mixed_precision.DynamicLossScale):
+  """Dynamic loss scale whose skip decision is the same on every horovod rank.
+
+  tf.distribute strategies already reduce the finiteness check over replicas;
+  horovod ranks are separate processes, so without this one rank could skip a
+  step (and its all-reduce) while the others wait for it.
+  """
+
+  def update(self, grads):
+    finite = tf.cast(tf.reduce_all([tf.reduce_all(tf.is_finite(g))
+                                    for g in grads if g is not None]),
+                     tf.float32)
+    finite_ranks = distribution.sum_across_replicas([finite])[0]
+    verdict = tf.where(finite_ranks >= distribution.horovod_ranks(), 0.0,
+                       float("inf"))
+    return super().update([verdict])
 
 
 def current_loss_scale():

@@ -3,8 +3,13 @@
 Upstream's flags (TPU ones dropped) plus the distribution flags of
 distribution.py: the Estimator gets a MirroredStrategy or
 MultiWorkerMirroredStrategy through its RunConfig, or runs on one device.
-`--train_batch_size` is the global batch over all replicas.
+`--train_batch_size` is the global batch over all replicas, per update: with
+`--num_accumulation_steps K` each replica runs K micro-batches of
+train_batch_size / (replicas * K) examples, then the summed gradient makes
+one all-reduce and one update (one global step).
 """
+
+import functools
 
 from absl import app
 from absl import flags
@@ -43,6 +48,10 @@ flags.DEFINE_bool("do_train", False, "Whether to run training.")
 flags.DEFINE_bool("do_eval", False, "Whether to run eval on the input files.")
 flags.DEFINE_integer("train_batch_size", 32,
                      "Total batch size for training, over all replicas.")
+flags.DEFINE_integer("num_accumulation_steps", 1,
+                     "Gradient accumulation: micro-batches per update. Each "
+                     "replica's micro-batch is train_batch_size / (replicas "
+                     "* K); the update and global_step come once per K.")
 flags.DEFINE_integer("eval_batch_size", 8, "Total batch size for eval.")
 flags.DEFINE_float("learning_rate", 5e-5, "The initial learning rate.")
 flags.DEFINE_integer("num_train_steps", 100000, "Number of training steps.")
@@ -57,7 +66,7 @@ training_setup.define_flags()
 
 
 def get_masked_lm_output(bert_config, input_tensor, output_weights, positions,
-                         label_ids, label_weights):
+                         label_ids, label_weights, loss_denominator=None):
   """Masked LM loss, computed on the masked positions only.
 
   Args:
@@ -67,6 +76,10 @@ def get_masked_lm_output(bert_config, input_tensor, output_weights, positions,
     positions: [B, P] int32 masked positions.
     label_ids: [B, P] int32 original token ids.
     label_weights: [B, P] float32, 1.0 for real predictions, 0.0 padding.
+    loss_denominator: divides the weighted loss sum instead of this batch's
+      sum(label_weights) + 1e-5 (see `masked_lm_denominator`): a micro-batch
+      passes its whole batch's, so that the micro-batch losses add up to the
+      batch's loss.
 
   Returns:
     (loss scalar, per_example_loss [B*P], log_probs [B*P, V]).
@@ -93,9 +106,15 @@ def get_masked_lm_output(bert_config, input_tensor, output_weights, positions,
     per_example_loss = tf.nn.sparse_softmax_cross_entropy_with_logits(
         labels=label_ids, logits=logits)
     numerator = tf.reduce_sum(label_weights * per_example_loss)
-    denominator = tf.reduce_sum(label_weights) + 1e-5
-    loss = numerator / denominator
+    if loss_denominator is None:
+      loss_denominator = masked_lm_denominator(label_weights)
+    loss = numerator / loss_denominator
   return loss, per_example_loss, log_probs
+
+
+def masked_lm_denominator(label_weights):
+  """Upstream's normaliser of the masked LM loss: sum of weights + 1e-5."""
+  return tf.reduce_sum(label_weights) + 1e-5
 
 
 def get_next_sentence_output(bert_config, input_tensor, labels):
@@ -168,8 +187,84 @@ def pretraining_metrics(masked_lm_example_loss, masked_lm_log_probs,
   }
 
 
+def pretraining_model(bert_config, features, is_training,
+                      masked_lm_loss_denominator=None):
+  """BERT with both pretraining heads on a batch of features.
+
+  Args:
+    bert_config: BertConfig.
+    features: dict of the input_fn's [B, ...] tensors.
+    is_training: dropout on if True.
+    masked_lm_loss_denominator: see get_masked_lm_output.
+
+  Returns:
+    (masked_lm, next_sentence): the (loss, per_example_loss, log_probs)
+    triples of get_masked_lm_output and get_next_sentence_output.
+  """
+  # An explicit variable scope: with the default one, the model built again
+  # for a second micro-batch would look for its variables under bert_1/.
+  model = modeling.BertModel(
+      config=bert_config, is_training=is_training,
+      input_ids=features["input_ids"], input_mask=features["input_mask"],
+      token_type_ids=features["segment_ids"], use_one_hot_embeddings=False,
+      scope="bert")
+  masked_lm = get_masked_lm_output(
+      bert_config, model.get_sequence_output(), model.get_embedding_table(),
+      features["masked_lm_positions"], features["masked_lm_ids"],
+      features["masked_lm_weights"], masked_lm_loss_denominator)
+  next_sentence = get_next_sentence_output(
+      bert_config, model.get_pooled_output(), features["next_sentence_labels"])
+  return masked_lm, next_sentence
+
+
+def split_micro_batches(features, num_micro_batches):
+  """K feature dicts of consecutive [B/K, ...] slices of the [B, ...] ones."""
+  if num_micro_batches == 1:
+    return [features]
+  pieces = {name: tf.split(t, num_micro_batches, axis=0)
+            for name, t in features.items()}
+  return [{name: pieces[name][i] for name in features}
+          for i in range(num_micro_batches)]
+
+
+def micro_batch_loss_fns(bert_config, features, num_micro_batches):
+  """Loss functions of this replica's K micro-batches, for accumulation.
+
+  The K losses add up to the loss share of the whole batch, so their summed
+  gradients are the whole batch's: micro-batch i's masked LM loss divides its
+  weighted loss sum by the masked-weight total of the WHOLE batch, and its
+  next-sentence mean counts 1/K (the micro-batches are of equal size).
+
+  Args:
+    bert_config: BertConfig.
+    features: dict of this replica's [B, ...] training features.
+    num_micro_batches: K, dividing B.
+
+  Returns:
+    K functions without arguments, each building the model on one
+    micro-batch and returning its part of this replica's loss share.
+  """
+  denominator = masked_lm_denominator(features["masked_lm_weights"])
+
+  def loss_fn(index, micro_batch):
+    # reuse=True from the second micro-batch on: a variable name that changed
+    # between builds fails loudly instead of training a fresh copy.
+    with tf.variable_scope(tf.get_variable_scope(),
+                           reuse=True if index else None,
+                           auxiliary_name_scope=False):
+      (masked_lm_loss, _, _), (next_sentence_loss, _, _) = pretraining_model(
+          bert_config, micro_batch, is_training=True,
+          masked_lm_loss_denominator=denominator)
+    return distribution.replica_share(
+        masked_lm_loss + next_sentence_loss / float(num_micro_batches))
+
+  return [functools.partial(loss_fn, i, micro_batch) for i, micro_batch
+          in enumerate(split_micro_batches(features, num_micro_batches))]
+
+
 def model_fn_builder(bert_config, init_checkpoint, learning_rate,
-                     num_train_steps, num_warmup_steps, optimizer_options):
+                     num_train_steps, num_warmup_steps, optimizer_options,
+                     num_accumulation_steps=1):
   """Returns the Estimator model_fn for pretraining.
 
   Args:
@@ -179,51 +274,59 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
     num_train_steps: optimizer updates of the whole run.
     num_warmup_steps: warm-up updates.
     optimizer_options: dict of extra create_optimizer keyword arguments
-      (use_fp16, init_loss_scale, ...).
+      (use_fp16, optimizer_name, ...).
+    num_accumulation_steps: micro-batches per update; each replica's batch
+      must divide by it.
   """
 
   def model_fn(features, labels, mode, params):
     del labels, params
-    is_training = mode == tf.estimator.ModeKeys.TRAIN
-    model = modeling.BertModel(
-        config=bert_config, is_training=is_training,
-        input_ids=features["input_ids"], input_mask=features["input_mask"],
-        token_type_ids=features["segment_ids"], use_one_hot_embeddings=False)
-    (masked_lm_loss, masked_lm_example_loss,
-     masked_lm_log_probs) = get_masked_lm_output(
-         bert_config, model.get_sequence_output(), model.get_embedding_table(),
-         features["masked_lm_positions"], features["masked_lm_ids"],
-         features["masked_lm_weights"])
-    (next_sentence_loss, next_sentence_example_loss,
-     next_sentence_log_probs) = get_next_sentence_output(
-         bert_config, model.get_pooled_output(),
-         features["next_sentence_labels"])
-    total_loss = masked_lm_loss + next_sentence_loss
-    loss_share = distribution.replica_share(total_loss)
-
-    if init_checkpoint:
-      training_setup.init_from_checkpoint(init_checkpoint)
-
     if mode == tf.estimator.ModeKeys.TRAIN:
-      train_op = optimization.create_optimizer(
-          loss_share, learning_rate, num_train_steps, num_warmup_steps,
+      train_op, loss_share = optimization.create_accumulating_optimizer(
+          micro_batch_loss_fns(bert_config, features, num_accumulation_steps),
+          learning_rate, num_train_steps, num_warmup_steps,
           **optimizer_options)
+      if init_checkpoint:
+        training_setup.init_from_checkpoint(init_checkpoint)
       throughput.register_step_metrics(
           loss_share, optimization.learning_rate_schedule(
               learning_rate, num_train_steps, num_warmup_steps))
       return tf.estimator.EstimatorSpec(mode, loss=loss_share,
                                         train_op=train_op)
     if mode == tf.estimator.ModeKeys.EVAL:
+      ((masked_lm_loss, masked_lm_example_loss, masked_lm_log_probs),
+       (next_sentence_loss, next_sentence_example_loss,
+        next_sentence_log_probs)) = pretraining_model(
+            bert_config, features, is_training=False)
+      if init_checkpoint:
+        training_setup.init_from_checkpoint(init_checkpoint)
       metrics = pretraining_metrics(
           masked_lm_example_loss, masked_lm_log_probs,
           features["masked_lm_ids"], features["masked_lm_weights"],
           next_sentence_example_loss, next_sentence_log_probs,
           features["next_sentence_labels"])
-      return tf.estimator.EstimatorSpec(mode, loss=loss_share,
-                                        eval_metric_ops=metrics)
+      # Eval runs unreplicated: report the mean loss itself.
+      return tf.estimator.EstimatorSpec(
+          mode, loss=masked_lm_loss + next_sentence_loss,
+          eval_metric_ops=metrics)
     raise ValueError("Only TRAIN and EVAL modes are supported: %s" % mode)
 
   return model_fn
+
+
+def micro_batch_size(global_batch_size, num_replicas, num_accumulation_steps):
+  """Examples per replica per micro-batch.
+
+  Raises:
+    UserError: the global batch does not split evenly.
+  """
+  if global_batch_size % (num_replicas * num_accumulation_steps):
+    raise UserError(
+        "--train_batch_size=%d (the global batch per update) must divide by "
+        "%d replicas x --num_accumulation_steps=%d = %d" %
+        (global_batch_size, num_replicas, num_accumulation_steps,
+         num_replicas * num_accumulation_steps))
+  return global_batch_size // (num_replicas * num_accumulation_steps)
 
 
 def build_pretraining_variables(bert_config):
@@ -253,7 +356,8 @@ def validate_flags():
   bert_config = modeling.BertConfig.from_json_file(FLAGS.bert_config_file)
   modeling.check_seq_length_fits(bert_config, FLAGS.max_seq_length)
   for name in ("train_batch_size", "eval_batch_size", "num_train_steps",
-               "save_checkpoints_steps", "max_predictions_per_seq"):
+               "save_checkpoints_steps", "max_predictions_per_seq",
+               "num_accumulation_steps"):
     if getattr(FLAGS, name) < 1:
       raise UserError("--%s must be >= 1, got %d" % (name, getattr(FLAGS, name)))
   if FLAGS.num_warmup_steps < 0:
@@ -274,6 +378,13 @@ def main(argv):
   bert_config, input_files = validate_flags()
   setup = training_setup.prepare(FLAGS, FLAGS.output_dir,
                                  FLAGS.train_batch_size)
+  if FLAGS.num_accumulation_steps > 1:
+    logging.info(
+        "gradient accumulation: %d micro-batches of %d examples per replica, "
+        "one update per %d examples", FLAGS.num_accumulation_steps,
+        micro_batch_size(FLAGS.train_batch_size, setup.plan.num_replicas,
+                         FLAGS.num_accumulation_steps),
+        FLAGS.train_batch_size)
   if FLAGS.init_checkpoint:
     training_setup.check_init_checkpoint(
         FLAGS.init_checkpoint, lambda: build_pretraining_variables(bert_config))
@@ -281,7 +392,8 @@ def main(argv):
 
   model_fn = model_fn_builder(
       bert_config, FLAGS.init_checkpoint, FLAGS.learning_rate,
-      FLAGS.num_train_steps, FLAGS.num_warmup_steps, setup.optimizer_options)
+      FLAGS.num_train_steps, FLAGS.num_warmup_steps, setup.optimizer_options,
+      FLAGS.num_accumulation_steps)
   estimator = tf.estimator.Estimator(model_fn=model_fn,
                                      config=setup.run_config)
   train_input_fn = input_pipeline.pretraining_input_fn_builder(
@@ -294,14 +406,19 @@ def main(argv):
       is_training=False, global_batch_size=FLAGS.eval_batch_size,
       num_replicas=1, deterministic=True)
 
+  throughput_summary, result = None, None
   if FLAGS.do_train:
-    training_setup.train(estimator, setup, train_input_fn, eval_input_fn,
-                         FLAGS.num_train_steps, FLAGS.max_eval_steps)
+    throughput_summary = training_setup.train(
+        estimator, setup, train_input_fn, eval_input_fn,
+        FLAGS.num_train_steps, FLAGS.max_eval_steps)
   if FLAGS.do_eval:
     result = estimator.evaluate(input_fn=eval_input_fn,
                                 steps=FLAGS.max_eval_steps)
     if setup.is_chief:
       training_setup.write_eval_results(FLAGS.output_dir, result)
+  if setup.is_chief:
+    training_setup.print_run_summary(FLAGS.output_dir, throughput_summary,
+                                     result)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,167 @@
+"""Steps and LAMB hyperparameters of one phase of two-phase pretraining.
+
+Two-phase pretraining (You et al. 2019, arXiv:1904.00962; seed 004): phase 1
+trains on short sequences (128) for most of the steps, phase 2 on long ones
+(512), starting from phase 1's weights with its own warm-up. A run whose
+batch differs from the baseline's keeps the baseline's number of examples in
+each phase (seed 004's rule):
+
+  nsteps = baseline_batch * baseline_steps
+           / (batch_per_gpu * gpus * accumulation)
+
+The denominator is the global batch of one update (`--train_batch_size` of
+run_pretraining.py). nsteps is rounded up: a phase never sees fewer examples
+than the baseline's.
+
+Unless given, the learning rate and the warm-up ratio follow the LAMB paper's
+untuned rule for its global batch B, which seed 004 used to pick its own:
+
+  learning_rate = 5e-3 * sqrt(B / 32768)   (0.00354 at 16K, 0.00125 at 2K)
+  warmup_ratio  = 0.2 * B / 32768          (0.1 at 16K, 0.0125 at 2K)
+
+Prints one line for scripts/run_two_phase.sh:
+
+  train_batch_size=B num_train_steps=N num_warmup_steps=W learning_rate=LR
+
+Usage:
+  python two_phase.py --baseline_batch=512 --baseline_steps=900000 \\
+      --batch_per_gpu=64 --num_gpus=8 --accumulation=1
+"""
+
+import collections
+import math
+
+from absl import app
+from absl import flags
+
+from errors import UserError, main_with_user_errors
+
+FLAGS = flags.FLAGS
+
+LAMB_REFERENCE_BATCH = 32768
+LAMB_REFERENCE_LEARNING_RATE = 5e-3
+LAMB_REFERENCE_WARMUP_RATIO = 0.2
+
+PhasePlan = collections.namedtuple(
+    "PhasePlan", ["train_batch_size", "num_train_steps", "num_warmup_steps",
+                  "learning_rate"])
+
+
+def global_batch(batch_per_gpu, num_gpus, accumulation):
+  """Examples per update: per-replica micro-batch x replicas x micro-batches."""
+  return batch_per_gpu * num_gpus * accumulation
+
+
+def phase_steps(baseline_batch, baseline_steps, batch_per_gpu, num_gpus,
+                accumulation):
+  """Seed 004's rule: the baseline's examples at this run's global batch.
+
+  Args:
+    baseline_batch: global batch of the baseline (LAMB paper: 512).
+    baseline_steps: the baseline's steps in this phase (900k, then 100k).
+    batch_per_gpu: examples per replica per micro-batch.
+    num_gpus: replicas.
+    accumulation: micro-batches per update (--num_accumulation_steps).
+
+  Returns:
+    The number of updates, rounded up.
+
+  Raises:
+    UserError: a value is not a positive integer.
+  """
+  for name, value in (("baseline_batch", baseline_batch),
+                      ("baseline_steps", baseline_steps),
+                      ("batch_per_gpu", batch_per_gpu),
+                      ("num_gpus", num_gpus),
+                      ("accumulation", accumulation)):
+    if not isinstance(value, int) or value < 1:
+      raise UserError("--%s must be a positive integer, got %r" %
+                      (name, value))
+  examples = baseline_batch * baseline_steps
+  # Integer ceiling division: exact for any size, unlike float division.
+  return -(-examples // global_batch(batch_per_gpu, num_gpus, accumulation))
+
+
+def lamb_learning_rate(batch):
+  """The LAMB paper's untuned learning rate for a global batch."""
+  return LAMB_REFERENCE_LEARNING_RATE * math.sqrt(
+      batch / float(LAMB_REFERENCE_BATCH))
+
+
+def lamb_warmup_ratio(batch):
+  """The LAMB paper's warm-up fraction of the steps for a global batch."""
+  return LAMB_REFERENCE_WARMUP_RATIO * batch / float(LAMB_REFERENCE_BATCH)
+
+
+def plan_phase(baseline_batch, baseline_steps, batch_per_gpu, num_gpus,
+               accumulation, learning_rate=None, warmup_ratio=None):
+  """Everything run_pretraining.py needs for one phase.
+
+  Args:
+    baseline_batch, baseline_steps, batch_per_gpu, num_gpus, accumulation:
+      see phase_steps.
+    learning_rate: peak rate, or None for lamb_learning_rate.
+    warmup_ratio: warm-up steps / steps, or None for lamb_warmup_ratio.
+
+  Returns:
+    A PhasePlan; warm-up steps are rounded to the nearest step.
+
+  Raises:
+    UserError: a value is out of range.
+  """
+  steps = phase_steps(baseline_batch, baseline_steps, batch_per_gpu,
+                      num_gpus, accumulation)
+  batch = global_batch(batch_per_gpu, num_gpus, accumulation)
+  if learning_rate is None:
+    learning_rate = lamb_learning_rate(batch)
+  if warmup_ratio is None:
+    warmup_ratio = lamb_warmup_ratio(batch)
+  if not learning_rate > 0:
+    raise UserError("--learning_rate must be > 0, got %r" % learning_rate)
+  if not 0 <= warmup_ratio <= 1:
+    raise UserError("--warmup_ratio must be in [0, 1], got %r" %
+                    warmup_ratio)
+  return PhasePlan(train_batch_size=batch, num_train_steps=steps,
+                   num_warmup_steps=int(math.floor(warmup_ratio * steps + 0.5)),
+                   learning_rate=learning_rate)
+
+
+def format_plan(plan):
+  """The one-line `key=value ...` form printed for the shell script."""
+  return ("train_batch_size=%d num_train_steps=%d num_warmup_steps=%d "
+          "learning_rate=%.6g" % plan)
+
+
+def define_flags():
+  flags.DEFINE_integer("baseline_batch", 512,
+                       "Global batch of the baseline run.")
+  flags.DEFINE_integer("baseline_steps", None,
+                       "Steps of this phase in the baseline run.")
+  flags.DEFINE_integer("batch_per_gpu", None,
+                       "Examples per replica per micro-batch.")
+  flags.DEFINE_integer("num_gpus", 1, "Replicas (GPUs or CPU replicas).")
+  flags.DEFINE_integer("accumulation", 1,
+                       "Micro-batches per update (--num_accumulation_steps).")
+  flags.DEFINE_float("learning_rate", None,
+                     "Peak learning rate; default: the LAMB paper's rule.")
+  flags.DEFINE_float("warmup_ratio", None,
+                     "Warm-up fraction of the steps; default: the LAMB "
+                     "paper's rule.")
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise UserError("unexpected arguments %s; all settings are --flags" %
+                    " ".join(argv[1:]))
+  for name in ("baseline_steps", "batch_per_gpu"):
+    if getattr(FLAGS, name) is None:
+      raise UserError("--%s is required" % name)
+  print(format_plan(plan_phase(
+      FLAGS.baseline_batch, FLAGS.baseline_steps, FLAGS.batch_per_gpu,
+      FLAGS.num_gpus, FLAGS.accumulation, FLAGS.learning_rate,
+      FLAGS.warmup_ratio)))
+
+
+if __name__ == "__main__":
+  define_flags()
+  app.run(main_with_user_errors(main))
