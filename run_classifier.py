@@ -914,12 +914,10 @@ def main(argv):
   num_train_steps, num_warmup_steps = 0, 0
   if FLAGS.do_train:
     num_train_steps, num_warmup_steps = train_steps(len(examples["train"]))
-  estimator = tf.estimator.Estimator(
-      model_fn=model_fn_builder(bert_config, len(label_list),
-                                FLAGS.init_checkpoint, FLAGS.learning_rate,
-                                num_train_steps, num_warmup_steps,
-                                setup.optimizer_options),
-      config=setup.run_config)
+  estimator = training_setup.make_estimator(
+      model_fn_builder(bert_config, len(label_list), FLAGS.init_checkpoint,
+                       FLAGS.learning_rate, num_train_steps, num_warmup_steps,
+                       setup.optimizer_options), setup)
 
   eval_input_fn = None
   if FLAGS.do_eval:

@@ -394,8 +394,7 @@ def main(argv):
       bert_config, FLAGS.init_checkpoint, FLAGS.learning_rate,
       FLAGS.num_train_steps, FLAGS.num_warmup_steps, setup.optimizer_options,
       FLAGS.num_accumulation_steps)
-  estimator = tf.estimator.Estimator(model_fn=model_fn,
-                                     config=setup.run_config)
+  estimator = training_setup.make_estimator(model_fn, setup)
   train_input_fn = input_pipeline.pretraining_input_fn_builder(
       training_setup.input_files_for_this_worker(setup, input_files), FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
       is_training=True, global_batch_size=FLAGS.train_batch_size,

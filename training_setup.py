@@ -292,19 +292,24 @@ class ProfilerHook(tf.train.SessionRunHook):
 
 
 class NonFiniteLossHook(tf.train.SessionRunHook):
-  """Stops training at the first NaN or inf loss, naming the step.
+  """Watches the training loss for NaN or inf, naming the step.
 
-  Without it a diverged run goes on for hours on NaN weights. Under
-  --use_fp16 non-finite steps are expected now and then: the loss scale skips
-  them, so this hook is not installed.
+  stop=True (the default without --use_fp16): raise TrainingFailed at once,
+  before a checkpoint of the diverged weights is written; otherwise a diverged
+  run trains on NaN weights for hours. stop=False (--use_fp16, where the loss
+  scale skips overflowing steps, or --nostop_on_nonfinite_loss): log a warning.
   """
+
+  def __init__(self, stop, use_fp16):
+    self._stop = stop
+    self._use_fp16 = use_fp16
 
   def begin(self):
     shares = tf.get_collection(throughput.LOSS_SHARES)
-    self._fetches = {"loss": tf.add_n(shares) if shares else None,
-                     "step": tf.train.get_global_step()}
-    if self._fetches["loss"] is None:
-      self._fetches = None
+    self._fetches = None
+    if shares:
+      self._fetches = {"loss": tf.add_n(shares),
+                       "step": tf.train.get_global_step()}
 
   def before_run(self, run_context):
     del run_context
@@ -314,13 +319,40 @@ class NonFiniteLossHook(tf.train.SessionRunHook):
     del run_context
     if not self._fetches:
       return
-    loss = run_values.results["loss"]
-    if not np.isfinite(loss):
+    loss, step = run_values.results["loss"], run_values.results["step"]
+    if np.isfinite(loss):
+      return
+    if self._stop:
       raise errors.TrainingFailed(
           "the training loss is %s at step %d; stopping (no checkpoint of "
           "this step is written). Lower --learning_rate, check the data, or "
           "pass --nostop_on_nonfinite_loss to train on regardless"
-          % (loss, run_values.results["step"]))
+          % (loss, step))
+    logging.warning("Training loss is %s at step %d%s", loss, step,
+                    ": the update is skipped and the loss scale lowered"
+                    if self._use_fp16 else "")
+
+
+def make_estimator(model_fn, setup, params=None):
+  """The Estimator of a training program, with the loss Estimator watches.
+
+  Estimator always stops on a NaN loss through its own NanTensorHook. Where a
+  non-finite loss must not stop the run (fp16 overflow steps, or
+  --nostop_on_nonfinite_loss), it is shown a finite stand-in; NonFiniteLossHook
+  reports the real value.
+  """
+  if setup.stop_on_nonfinite_loss:
+    wrapped = model_fn
+  else:
+    def wrapped(features, labels, mode, params):
+      spec = model_fn(features, labels, mode, params)
+      if mode != tf.estimator.ModeKeys.TRAIN:
+        return spec
+      finite = tf.where(tf.is_finite(spec.loss), spec.loss,
+                        tf.zeros_like(spec.loss))
+      return spec._replace(loss=finite)
+  return tf.estimator.Estimator(model_fn=wrapped, config=setup.run_config,
+                                params=params)
 
 
 class StallWatchdogHook(tf.train.SessionRunHook):
@@ -430,8 +462,8 @@ def train(estimator, setup, train_input_fn, eval_input_fn, max_steps,
   hooks = [hook, WeightsFingerprintHook(
       setup.output_dir, task_name(setup.plan),
       setup.strategy)]
-  if setup.stop_on_nonfinite_loss:
-    hooks.append(NonFiniteLossHook())
+  hooks.append(NonFiniteLossHook(stop=setup.stop_on_nonfinite_loss,
+                                 use_fp16=setup.extra_info["use_fp16"]))
   if setup.plan.num_workers > 1 and setup.plan.collective_timeout_seconds:
     hooks.append(StallWatchdogHook(setup.plan.collective_timeout_seconds))
   if setup.profile_steps:

@@ -127,3 +127,13 @@ def test_a_dead_worker_makes_the_other_exit_within_the_timeout(workdir):
   assert waited < 60
   log = (out / "worker-0.log").read_text()
   assert "error: no training step finished" in log
+
+
+def test_nonfinite_loss_can_be_trained_through_on_request(workdir):
+  out = workdir / "nan_optout"
+  result = run_program(pretrain_args(workdir, out, "--learning_rate=1e30",
+                                     "--num_warmup_steps=0",
+                                     "--nostop_on_nonfinite_loss", steps=6))
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert "Training loss is nan at step" in result.stderr
+  assert load_checkpoint(str(out))["global_step"] == 6
