@@ -49,24 +49,9 @@ Example:
 EOF
 }
 
-die() {
-  echo "$NAME: error: $*" >&2
-  exit 2
-}
-
-EXTRA_FLAGS=()
-for arg in "$@"; do
-  case "$arg" in
-    -h|--help) usage; exit 0 ;;
-    --*) EXTRA_FLAGS+=("$arg") ;;
-    *=*)
-      var="${arg%%=*}"
-      [[ " ${VARIABLES[*]} " == *" $var "* ]] ||
-        die "unknown setting $var (see --help for the list)"
-      printf -v "$var" '%s' "${arg#*=}" ;;
-    *) die "unexpected argument '$arg'; use NAME=VALUE or --flag=value" ;;
-  esac
-done
+# shellcheck source=scripts/settings.sh
+source "$REPO_ROOT/scripts/settings.sh"
+parse_settings "$@"
 
 PYTHON="${PYTHON:-python3}"
 WORK_DIR="${WORK_DIR:-/tmp/bert_sample}"
