@@ -1,0 +1,272 @@
+"""Tests of benchmark.py: FLOP formula, tables, efficiency, a real sweep."""
+
+import csv
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import benchmark
+import errors
+import modeling
+from conftest import REPO_ROOT, run_program
+
+TINY_CONFIG = {"vocab_size": 120, "hidden_size": 32, "num_hidden_layers": 2,
+               "num_attention_heads": 2, "intermediate_size": 64,
+               "max_position_embeddings": 64, "type_vocab_size": 2}
+
+
+def test_flops_of_a_toy_shape_by_hand():
+  # H=2, L=1, I=4, V=3, S=2, P=1.
+  # Encoder kernels: 4*H*H + 2*H*I = 16 + 16 = 32 weights; 6 * 32 * S = 384.
+  # Attention: QK^T and AV are 2*S*S*H = 16 FLOPs each forward, 32 together,
+  #   x3 with the backward = 96.
+  # MLM head on 1 position: 6 * (H*H + H*V) = 6 * (4 + 6) = 60.
+  flops = benchmark.pretraining_flops(
+      hidden_size=2, num_layers=1, intermediate_size=4, vocab_size=3,
+      seq_length=2, max_predictions_per_seq=1)
+  assert flops == {"encoder": 384, "attention": 96, "mlm_head": 60,
+                   "total": 540}
+
+
+def test_flops_of_bert_mini_by_hand():
+  # BERT-mini: L=4, H=256, I=1024, V=30522; S=128, P=20.
+  # Encoder weights: 4 * (4*256^2 + 2*256*1024) = 4 * 786432 = 3145728.
+  encoder = 6 * 3145728 * 128                 # 2415919104
+  attention = 12 * 4 * 128 * 128 * 256        # 201326592
+  mlm_head = 6 * 20 * (256 * 256 + 256 * 30522)  # 945500160
+  config = modeling.BertConfig.from_json_file(
+      os.path.join(REPO_ROOT, "configs", "bert_mini.json"))
+  flops = benchmark.pretraining_flops(
+      config.hidden_size, config.num_hidden_layers, config.intermediate_size,
+      config.vocab_size, 128, 20)
+  assert flops == {"encoder": 2415919104, "attention": 201326592,
+                   "mlm_head": 945500160, "total": 3562745856}
+  assert flops["total"] == encoder + attention + mlm_head
+  assert benchmark.flops_for_config(config, 128, 20) == 3562745856
+  # A step of batch 32 is 114.0 GFLOP.
+  assert 32 * flops["total"] == 114007867392
+
+
+def fake_row(replicas, eps, precision="fp32", batch=4, strategy="multi_worker",
+             status="ok"):
+  return {"strategy": strategy, "config_file": "configs/bert_base.json",
+          "seq_length": 512, "xla": "off", "precision": precision,
+          "per_replica_batch": batch, "replicas": replicas,
+          "global_batch": batch * replicas, "examples_per_sec": eps,
+          "examples_per_sec_per_replica": eps / replicas if eps else None,
+          "status": status, "note": ""}
+
+
+def seed_000_rows():
+  """Seed 000's RTX 2080 Ti table as fake cell results."""
+  rows = []
+  for replicas, fp32, fp16 in ((1, 29.0, 34.0), (2, 41.2, 55.6),
+                               (4, 57.6, 76.8)):
+    rows.append(fake_row(replicas, fp32, "fp32", 4))
+    rows.append(fake_row(replicas, fp16, "fp16", 6))
+  return rows
+
+
+def test_scaling_efficiency_is_against_the_same_series_at_one_replica():
+  rows = seed_000_rows()
+  rows.append(fake_row(2, 50.0, batch=8))  # a series with no 1-replica cell
+  rows.append(fake_row(4, None, status="failed", batch=6, precision="fp16"))
+  benchmark.add_scaling_efficiency(rows)
+  eff = [r["scaling_efficiency"] for r in rows]
+  assert eff[0] == 1.0 and eff[1] == 1.0
+  assert eff[2] == pytest.approx(41.2 / (2 * 29.0))
+  assert eff[3] == pytest.approx(55.6 / (2 * 34.0))
+  assert eff[4] == pytest.approx(57.6 / (4 * 29.0))
+  assert eff[5] == pytest.approx(76.8 / (4 * 34.0))
+  assert eff[6] is None
+  assert eff[7] is None
+
+
+def test_markdown_table_has_seed_000_layout():
+  text = benchmark.markdown_tables(seed_000_rows(), device="gpu")
+  assert text == (
+      "#### `multi_worker`, bert_base, seq 512, XLA off\n"
+      "\n"
+      "n_gpu | fp32(batch 4) | fp16(batch 6)\n"
+      "---|---|---\n"
+      "1 | 29.0 | 34.0\n"
+      "2 | 41.2 | 55.6\n"
+      "4 | 57.6 | 76.8\n")
+
+
+def test_markdown_tables_group_by_strategy_and_label_cpu_replicas():
+  rows = [fake_row(1, 8.25, strategy="mirrored"),
+          fake_row(2, None, strategy="mirrored", status="failed"),
+          fake_row(1, None, strategy="horovod", status="skipped")]
+  text = benchmark.markdown_tables(rows, device="cpu")
+  first = "n_replicas (CPU logical replicas, not GPUs) | fp32(batch 4)"
+  assert text == (
+      "#### `mirrored`, bert_base, seq 512, XLA off\n\n"
+      + first + "\n---|---\n1 | 8.25\n2 | failed\n\n"
+      "#### `horovod`, bert_base, seq 512, XLA off\n\n"
+      + first + "\n---|---\n1 | skipped\n")
+
+
+def test_mfu_peak_is_per_gpu_but_shared_on_cpu():
+  gpu = fake_row(4, 100.0)
+  benchmark.add_mfu(gpu, flops_per_example=2e9, peak_tflops=10.0,
+                    peak_scales_with_replicas=True)
+  assert gpu["model_tflops"] == pytest.approx(0.2)
+  assert gpu["peak_tflops"] == 40.0
+  assert gpu["mfu"] == pytest.approx(0.2 / 40.0)
+  cpu = fake_row(2, 10.0)
+  benchmark.add_mfu(cpu, flops_per_example=3e9, peak_tflops=0.1,
+                    peak_scales_with_replicas=False)
+  assert cpu["mfu"] == pytest.approx(0.03 / 0.1)
+  none = fake_row(1, None, status="failed")
+  benchmark.add_mfu(none, 3e9, 0.1, False)
+  assert none["model_tflops"] is None and none["mfu"] is None
+
+
+def test_cell_commands():
+  cell = benchmark.Cell(strategy="mirrored", config_file="c.json",
+                        seq_length=128, xla="on", precision="fp16",
+                        per_replica_batch=8, replicas=2)
+  argv = benchmark.cell_command(cell, "/c.json", "/d/*.tfrecord", "/out/x",
+                                max_predictions=20, num_steps=30,
+                                warmup_steps=10, device="cpu")
+  assert argv[1].endswith("run_pretraining.py")
+  for flag in ("--train_batch_size=16", "--cpu_replicas=2",
+               "--distribution_strategy=mirrored", "--use_fp16=True",
+               "--use_xla=True", "--max_seq_length=128",
+               "--num_train_steps=30", "--throughput_warmup_steps=10",
+               "--output_dir=/out/x", "--input_file=/d/*.tfrecord"):
+    assert flag in argv
+  gpu = benchmark.cell_command(cell, "/c.json", "/d", "/o", 20, 30, 10, "gpu")
+  assert "--num_gpus=2" in gpu and "--cpu_replicas=2" not in gpu
+  hvd = benchmark.cell_command(cell._replace(strategy="horovod", replicas=4),
+                               "/c.json", "/d", "/o", 20, 30, 10, "cpu")
+  assert hvd[1:3] == ["-np", "4"]
+  assert "--train_batch_size=32" in hvd
+  assert not any(a.startswith(("--cpu_replicas", "--num_gpus")) for a in hvd)
+  assert benchmark.cell_name(cell) == "mirrored-c-s128-xla_on-fp16-b8-r2"
+
+
+def test_last_error_line_prefers_the_programs_error(tmp_path):
+  log = tmp_path / "run.log"
+  log.write_text("I starting\n[1]<stderr>:error: --input_file matches 1 "
+                 "file(s)\nTraceback\nRuntimeError: Horovod detected that\n")
+  assert benchmark._last_error_line(str(log)) == (
+      "error: --input_file matches 1 file(s)")
+
+
+def test_op_totals_sum_op_executions_by_type():
+  events = [("bert/layer_0/MatMul:MatMul", 3_000_000_000),
+            ("ExecutorState::Process", 9_000_000_000),
+            ("ParallelFor", 5_000_000_000),
+            ("gradients/layer_0/MatMul_grad/MatMul:MatMul", 1_500_000_000),
+            ("bert/dropout/random_uniform/RandomUniform:RandomUniform",
+             2_000_000_000),
+            ("cls/predictions/BiasAdd:_FusedMatMul", 500_000_000)]
+  totals = benchmark.op_totals(events)
+  assert totals == [("MatMul", 4.5, 2), ("RandomUniform", 2.0, 1),
+                    ("_FusedMatMul", 0.5, 1)]
+  assert benchmark.top_ops_markdown(totals, limit=2) == (
+      "op type | ms | share | executions\n"
+      "---|---|---|---\n"
+      "MatMul | 4.5 | 64.3% | 2\n"
+      "RandomUniform | 2.0 | 28.6% | 1\n"
+      "all ops | 7.0 | 100% | 4\n")
+
+
+def test_missing_trace_is_a_user_error(tmp_path):
+  with pytest.raises(errors.UserError, match="no \\*.xplane.pb"):
+    benchmark.latest_trace(str(tmp_path))
+
+
+def write_tiny_config(tmp_path):
+  path = tmp_path / "tiny.json"
+  path.write_text(json.dumps(TINY_CONFIG))
+  return str(path)
+
+
+@pytest.mark.slow
+def test_tiny_sweep_writes_csv_markdown_and_png(tmp_path):
+  out = tmp_path / "bench"
+  # Through scripts/benchmark.sh: its defaults are overridden by the flags
+  # after the output directory.
+  result = subprocess.run(
+      ["bash", os.path.join(REPO_ROOT, "scripts", "benchmark.sh"), str(out),
+       "--bert_config_files=%s" % write_tiny_config(tmp_path),
+       "--seq_lengths=32", "--max_predictions_per_seq=5",
+       "--per_replica_batches=4", "--replicas=1,2", "--precisions=fp32",
+       "--strategies=mirrored", "--num_train_steps=8",
+       "--throughput_warmup_steps=2", "--num_synthetic_records=64"],
+      env=dict(os.environ, PYTHON=sys.executable, TF_CPP_MIN_LOG_LEVEL="2"),
+      capture_output=True, text=True, timeout=900)
+  assert result.returncode == 0, result.stderr[-3000:]
+  with open(out / "results.csv") as f:
+    rows = list(csv.DictReader(f))
+  assert [(r["replicas"], r["status"]) for r in rows] == [("1", "ok"),
+                                                          ("2", "ok")]
+  for row in rows:
+    assert float(row["examples_per_sec"]) > 0
+    assert int(row["steps_counted"]) == 6
+    assert 0 < float(row["mfu"]) < 1
+    assert float(row["peak_tflops"]) > 0  # measured: no --peak_tflops given
+  eps1, eps2 = (float(r["examples_per_sec"]) for r in rows)
+  assert float(rows[0]["scaling_efficiency"]) == 1.0
+  assert float(rows[1]["scaling_efficiency"]) == pytest.approx(
+      eps2 / (2 * eps1))
+  # Each cell's figure is its run's own steady-state summary.
+  with open(os.path.join(rows[1]["cell_dir"], "throughput_summary.json")) as f:
+    summary = json.load(f)
+  assert summary["examples_per_sec"] == pytest.approx(eps2)
+  assert summary["num_replicas"] == 2 and summary["global_batch_size"] == 8
+  text = (out / "results.md").read_text()
+  assert "n_replicas (CPU logical replicas, not GPUs) | fp32(batch 4)" in text
+  assert "\n1 | %s\n" % benchmark._format_number(eps1) in text
+  assert (out / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_benchmark_script_needs_an_output_dir():
+  result = subprocess.run(
+      ["bash", os.path.join(REPO_ROOT, "scripts", "benchmark.sh"),
+       "--replicas=1"], capture_output=True, text=True, timeout=60)
+  assert result.returncode == 2
+  assert "error: the first argument must be the output directory" in (
+      result.stderr)
+
+
+@pytest.mark.slow
+def test_bad_axis_value_is_a_user_error(tmp_path):
+  result = run_program(["benchmark.py", "--output_dir=%s" % tmp_path,
+                        "--precisions=fp32,bf16"])
+  assert result.returncode == 2
+  assert "error: --precisions: 'bf16' is not one of fp32, fp16" in (
+      result.stderr)
+
+
+@pytest.mark.slow
+def test_profile_steps_write_an_xplane_trace(tmp_path):
+  import synthetic_data  # pylint: disable=g-import-not-at-top
+  records = str(tmp_path / "records.tfrecord")
+  synthetic_data.write_synthetic_pretraining_records(records, 32, 32, 5, 120)
+  out = tmp_path / "run"
+  result = run_program([
+      "run_pretraining.py", "--do_train",
+      "--bert_config_file=%s" % write_tiny_config(tmp_path),
+      "--input_file=%s" % records, "--output_dir=%s" % out,
+      "--max_seq_length=32", "--max_predictions_per_seq=5",
+      "--train_batch_size=4", "--num_train_steps=5",
+      "--profile_steps=2,3"])
+  assert result.returncode == 0, result.stderr[-3000:]
+  traces = glob.glob(str(out / "plugins" / "profile" / "*" / "*.xplane.pb"))
+  assert len(traces) == 1
+  totals = dict((op, ms) for op, ms, _ in benchmark.op_totals(
+      benchmark.trace_events(traces[0])))
+  # The traced steps ran the model's matmuls and the optimizer.
+  assert totals.get("MatMul", 0) + totals.get("_FusedMatMul", 0) > 0
+  assert "SparseSoftmaxCrossEntropyWithLogits" in totals
+  shown = run_program(["benchmark.py", "--top_ops_of=%s" % out])
+  assert shown.returncode == 0, shown.stderr[-2000:]
+  assert "op type | ms | share | executions" in shown.stdout

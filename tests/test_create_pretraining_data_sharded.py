@@ -1,0 +1,824 @@
+# coding=utf-8
+"""Tests for create_pretraining_data.py's sharded mode and fast paths.
+
+Sharded mode must be deterministic whatever --num_workers is, apply
+upstream's algorithm to each shard on its own (so each shard equals a
+faithful run over its text with the shard's seed), keep memory flat as the
+corpus grows, never leave a half-written file under a final name, resume,
+and report bad input in one line. Its fast parts must equal the reference
+code exactly: FastTokenizer vs tokenization.FullTokenizer, the id-based
+instance maker vs the faithful functions, the direct Example/TFRecord bytes
+vs TensorFlow's.
+
+Corpora are generated on the fly from sample_data/corpus.txt sentences.
+"""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import tensorflow.compat.v1 as tf
+
+import create_pretraining_data as cpd
+import errors
+import fast_tokenization
+import pretraining_records
+import tokenization
+from conftest import REPO_ROOT
+from conftest import run_program
+
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+CPD_DIR = os.path.join(TESTS_DIR, "data", "create_pretraining_data")
+CPD_CORPUS = os.path.join(CPD_DIR, "corpus.txt")
+CPD_VOCAB = os.path.join(CPD_DIR, "vocab.txt")
+TOKENIZATION_DIR = os.path.join(TESTS_DIR, "data", "tokenization")
+TOKENIZATION_VOCAB = os.path.join(TOKENIZATION_DIR, "vocab.txt")
+SAMPLE_CORPUS = os.path.join(REPO_ROOT, "sample_data", "corpus.txt")
+
+PARAMS = cpd.InstanceParams(
+    max_seq_length=32, short_seq_prob=0.3, masked_lm_prob=0.15,
+    max_predictions_per_seq=5, do_whole_word_mask=False)
+
+
+def read_bytes(path):
+  with open(path, "rb") as f:
+    return f.read()
+
+
+def sample_sentences():
+  with open(SAMPLE_CORPUS, encoding="utf-8") as f:
+    return [line.strip() for line in f if line.strip()]
+
+
+def write_corpus(path, num_bytes, seed):
+  """Writes a corpus of about `num_bytes` of varied documents.
+
+  Documents are random runs of sample_data sentences, some with a number
+  inserted, so that no two documents are alike.
+  """
+  rng = random.Random(seed)
+  sentences = sample_sentences()
+  blocks = []
+  size = 0
+  while size < num_bytes:
+    document = []
+    for _ in range(rng.randint(2, 12)):
+      words = rng.choice(sentences).split()
+      if rng.random() < 0.3:
+        words.insert(rng.randrange(len(words) + 1), str(rng.randint(0, 9999)))
+      document.append(" ".join(words))
+    block = "\n".join(document) + "\n\n"
+    blocks.append(block)
+    size += len(block.encode("utf-8"))
+  with open(str(path), "w", encoding="utf-8") as f:
+    f.write("".join(blocks))
+  return str(path)
+
+
+def run_sharded(input_file, output_dir, **overrides):
+  """Runs sharded mode in this process (workers are spawned)."""
+  args = dict(output_file=None, output_dir=str(output_dir),
+              vocab_file=CPD_VOCAB, do_lower_case=True, params=PARAMS,
+              random_seed=12345, dupe_factor=2, num_workers=2,
+              shard_size_mb=0.004, tokenizer_backend="fast", resume=True)
+  args.update(overrides)
+  return cpd.run_sharded(input_file, **args)
+
+
+def shard_files(directory):
+  return sorted(name for name in os.listdir(str(directory))
+                if name.endswith(".tfrecord"))
+
+
+def directory_bytes(directory):
+  return {name: read_bytes(os.path.join(str(directory), name))
+          for name in sorted(os.listdir(str(directory)))}
+
+
+# ---------------------------------------------------- fast tokenizer ----
+
+
+def golden_token_cases():
+  with open(os.path.join(TOKENIZATION_DIR, "golden_tokens.json"),
+            encoding="utf-8") as f:
+    return json.load(f)["cases"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer_pairs():
+  """(FullTokenizer, FastTokenizer) per (vocab file, do_lower_case)."""
+  pairs = {}
+  for vocab_file in (TOKENIZATION_VOCAB, CPD_VOCAB):
+    for lower in (True, False):
+      pairs[vocab_file, lower] = (
+          tokenization.FullTokenizer(vocab_file, do_lower_case=lower),
+          fast_tokenization.FastTokenizer(
+              fast_tokenization.load_vocab(vocab_file), do_lower_case=lower))
+  return pairs
+
+
+def test_fast_tokenizer_equals_upstream_golden_tokens(tokenizer_pairs):
+  cases = golden_token_cases()
+  assert len(cases) >= 100
+  for case in cases:
+    _, fast = tokenizer_pairs[TOKENIZATION_VOCAB, case["do_lower_case"]]
+    assert fast.tokenize(case["text"]) == case["tokens"], case["text"]
+    assert fast.tokenize_to_ids(case["text"]) == case["ids"], case["text"]
+    assert fast.basic_tokenize(case["text"]) == case["basic_tokens"]
+
+
+def test_fast_tokenizer_equals_python_on_sample_corpora(tokenizer_pairs):
+  lines = sample_sentences()
+  with open(CPD_CORPUS, encoding="utf-8") as f:
+    lines += f.read().splitlines()
+  for (reference, fast) in tokenizer_pairs.values():
+    for line in lines:
+      assert fast.tokenize(line) == reference.tokenize(line), line
+
+
+# Inputs on which the tokenizers library's own BERT normalizer differs from
+# upstream (see fast_tokenization's docstring), and other hazards.
+HAZARDS = [
+    "ΟΔΟΣ ΑΣ.Β Σ σ ς ΣΑΣ",  # final sigma depends on context
+    "private \ue000 use \U000f0000 and unassigned \U000e0080 \u0378",
+    "\U0002b820\U0002b8ff\U0002b91f \U0002b920 \U0002ceaf",  # CJK block edge
+    "x" * 199 + " " + "y" * 200 + " " + "z" * 201,  # WordPiece length limit
+    "İstanbul ǅ ǈ ǋ ǲ ﬃ ẞ ß ŉ Ⅻ ᾈ ᾼ ῼ",  # special lower-casing
+    "e\u0301\u0327 a\u0308\u0304 \u1fef\u0385 \u037e \u0344",  # NFD
+    "\u00ad\u200b\u2060\ufeff soft \u200d\u200e hyphen",  # Cf
+    "a\u2028b\u2029c\x85d\x1ce\x1ff\x0bg\x0ch",  # line breaks, Cc
+    "\U0001f600\U0001f44d\U0001f3fd \u2764\ufe0f \U0001f1eb\U0001f1f7",
+    "full\uff0cwidth\uff01 \u3001\u3002\u300c\u300d \u00bf\u00a1 \u2014",
+    "$5 ^x `y` +1 <a> =b |c| ~d ¢ £ ¥ € ₹ ° ± × ÷ § ¶",
+]
+
+
+def char_vocab_tokenizers(texts, do_lower_case, vocab_file):
+  """Tokenizers whose vocab holds every character of the texts' words.
+
+  With every single character (and its ## form) in the vocab, wordpieces
+  spell out the basic tokens exactly, so any difference shows.
+  """
+  basic = tokenization.BasicTokenizer(do_lower_case=do_lower_case)
+  chars = sorted({c for text in texts for word in basic.tokenize(text)
+                  for c in word})
+  tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+  tokens += chars + ["##" + c for c in chars] + ["ab", "##ab", "σας"]
+  vocab_file.write_bytes("".join(t + "\n" for t in tokens).encode("utf-8"))
+  reference = tokenization.FullTokenizer(str(vocab_file), do_lower_case)
+  assert len(reference.vocab) == len(tokens)
+  return reference, fast_tokenization.FastTokenizer(
+      fast_tokenization.load_vocab(str(vocab_file)), do_lower_case)
+
+
+def random_texts(seed, count):
+  rng = random.Random(seed)
+  texts = []
+  for _ in range(count):
+    chars = []
+    for _ in range(rng.randint(1, 40)):
+      cp = rng.choice([rng.randint(0x20, 0x7e), rng.randint(0, 0x2ff),
+                       rng.randint(0, 0xffff), rng.randint(0, 0x10ffff)])
+      if not 0xd800 <= cp <= 0xdfff:
+        chars.append(chr(cp))
+    texts.append("".join(chars))
+  return texts
+
+
+@pytest.mark.parametrize("do_lower_case", [True, False])
+def test_fast_tokenizer_equals_python_on_hazards_and_random_unicode(
+    do_lower_case, tmp_path):
+  texts = HAZARDS + random_texts(seed=int(do_lower_case), count=3000)
+  reference, fast = char_vocab_tokenizers(texts, do_lower_case,
+                                          tmp_path / "vocab.txt")
+  for text in texts:
+    assert fast.tokenize(text) == reference.tokenize(text), ascii(text)
+  # The vocab makes these hazards visible, so they prove something.
+  assert "[UNK]" in reference.tokenize(HAZARDS[3])
+  if do_lower_case:
+    assert reference.tokenize("ΟΔΟΣ") == ["ο", "##δ", "##ο", "##ς"]
+    assert reference.tokenize("private \ue000") == ["p", "##r", "##i", "##v",
+                                                     "##a", "##t", "##e",
+                                                     "\ue000"]
+
+
+def test_fast_character_classes_match_tokenization_everywhere():
+  for cp in range(0x110000):
+    if 0xd800 <= cp <= 0xdfff:
+      continue
+    char = chr(cp)
+    assert (fast_tokenization.is_whitespace(char) ==
+            tokenization._is_whitespace(char)), hex(cp)
+    assert (fast_tokenization.is_control(char) ==
+            tokenization._is_control(char)), hex(cp)
+    assert (fast_tokenization.is_punctuation(char) ==
+            tokenization._is_punctuation(char)), hex(cp)
+    assert (fast_tokenization.is_chinese_char(cp) ==
+            tokenization._is_chinese_char(cp)), hex(cp)
+
+
+def test_fast_load_vocab_equals_tokenization(tmp_path):
+  for name in ("vocab.txt", "vocab_tricky.txt"):
+    path = os.path.join(TOKENIZATION_DIR, name)
+    assert (fast_tokenization.load_vocab(path) ==
+            tokenization.load_vocab(path))
+  bad = {"latin1.txt": b"[PAD]\n[UNK]\ncaf\xe9\n", "empty.txt": b" \n\t\n"}
+  paths = [str(tmp_path / "missing.txt"), str(tmp_path)]
+  for name, data in bad.items():
+    (tmp_path / name).write_bytes(data)
+    paths.append(str(tmp_path / name))
+  for path in paths:
+    with pytest.raises(errors.UserError) as expected:
+      tokenization.load_vocab(path)
+    with pytest.raises(errors.UserError) as got:
+      fast_tokenization.load_vocab(path)
+    if os.path.isdir(path):  # OS error texts differ; the start must not.
+      assert str(got.value).startswith("cannot read vocab file %s" % path)
+    else:
+      assert str(got.value) == str(expected.value)
+
+
+def test_faithful_mode_with_fast_backend_equals_upstream_golden(tmp_path):
+  with open(os.path.join(CPD_DIR, "golden_default.json")) as f:
+    golden = json.load(f)
+  flags = golden["flags"]
+  params = cpd.InstanceParams(
+      max_seq_length=flags["max_seq_length"],
+      short_seq_prob=flags["short_seq_prob"],
+      masked_lm_prob=flags["masked_lm_prob"],
+      max_predictions_per_seq=flags["max_predictions_per_seq"],
+      do_whole_word_mask=flags["do_whole_word_mask"])
+  outputs = [str(tmp_path / ("out%d.tfrecord" % i)) for i in range(2)]
+  cpd.run(CPD_CORPUS, ",".join(outputs), CPD_VOCAB, True, params,
+          flags["random_seed"], flags["dupe_factor"],
+          tokenizer_backend="fast")
+  for path, expected in zip(outputs, golden["outputs"]):
+    records = []
+    for raw in tf.io.tf_record_iterator(path):
+      feature = tf.train.Example.FromString(raw).features.feature
+      record = {name: list(feature[name].int64_list.value)
+                for name in cpd.FEATURE_NAMES if name != "masked_lm_weights"}
+      record["masked_lm_weights"] = list(
+          feature["masked_lm_weights"].float_list.value)
+      records.append(record)
+    assert records == expected
+
+
+# ------------------------------------------------- records as bytes ----
+
+
+def test_tfrecord_chunks_equal_tf_record_writer(tmp_path, monkeypatch):
+  # Small batches, so that batch boundaries are crossed too.
+  monkeypatch.setattr(pretraining_records, "_BATCH_BYTES", 5000)
+  rng = random.Random(3)
+  records = [bytes(rng.getrandbits(8) for _ in range(n))
+             for n in [0, 1, 2, 3, 7, 8, 255, 256, 3000] +
+             [rng.randint(0, 900) for _ in range(200)]]
+  expected = str(tmp_path / "expected.tfrecord")
+  with tf.io.TFRecordWriter(expected) as writer:
+    for record in records:
+      writer.write(record)
+  got = b"".join(pretraining_records.tfrecord_chunks(iter(records)))
+  assert got == read_bytes(expected)
+  assert list(tf.io.tf_record_iterator(expected)) == records
+
+
+def test_varint():
+  for value in [0, 1, 127, 128, 300, 16383, 16384, 2**31, 2**63 - 1]:
+    expected = tf.train.Int64List(value=[value]).SerializeToString()[1:]
+    # Field 1 of an Int64List holds one packed varint: tag, length, value.
+    assert pretraining_records.varint(value) == expected[1:], value
+
+
+# --------------------------------------- instance maker vs reference ----
+
+
+def tokenized_documents(tokenizer):
+  """The documents of CPD_CORPUS as read_documents returns them."""
+  return cpd.read_documents([CPD_CORPUS], tokenizer)
+
+
+def reference_records(documents, vocab, params, seed, dupe_factor):
+  """Upstream's records, serialized, through the faithful functions."""
+  instances = cpd.create_training_instances(
+      documents, random.Random(seed), list(vocab.keys()), params, dupe_factor)
+  return [cpd.instance_to_tf_example(
+      instance, vocab, params.max_seq_length,
+      params.max_predictions_per_seq).SerializeToString()
+          for instance in instances]
+
+
+def fast_records(documents, vocab, params, seed, dupe_factor):
+  encoder = pretraining_records.ExampleEncoder(
+      max(vocab.values()) + 1, params.max_seq_length,
+      params.max_predictions_per_seq)
+  codes = [[[encoder.token_codes[vocab[t]] for t in segment]
+            for segment in document] for document in documents]
+  maker = cpd.ShardInstanceMaker(random.Random(seed), params, vocab, encoder)
+  records = []
+  maker.make_records(codes, dupe_factor, records.append, lambda *args: None)
+  return [records[i] for i in maker.shuffled_order(len(records))]
+
+
+@pytest.mark.parametrize("params", [
+    PARAMS,
+    PARAMS._replace(do_whole_word_mask=True),
+    PARAMS._replace(max_seq_length=128, max_predictions_per_seq=20,
+                    short_seq_prob=0.1),
+    PARAMS._replace(max_seq_length=9, short_seq_prob=0.9, masked_lm_prob=0.5,
+                    do_whole_word_mask=True),
+    PARAMS._replace(max_seq_length=200, masked_lm_prob=1.0,
+                    max_predictions_per_seq=300),
+], ids=["default", "whole_word", "seq128", "tiny_seq", "mask_all"])
+def test_shard_maker_equals_reference_algorithm(params):
+  tokenizer = tokenization.FullTokenizer(CPD_VOCAB, do_lower_case=True)
+  documents = tokenized_documents(tokenizer)
+  for seed in (0, 12345):
+    expected = reference_records(documents, tokenizer.vocab, params, seed, 3)
+    got = fast_records(documents, tokenizer.vocab, params, seed, 3)
+    assert len(got) == len(expected) > 40
+    assert got == expected
+
+
+def test_shard_maker_equals_reference_with_duplicate_vocab_entries():
+  # A repeated vocab line shortens the replacement list upstream draws from.
+  tokenizer = tokenization.FullTokenizer(CPD_VOCAB, do_lower_case=True)
+  vocab = dict(tokenizer.vocab)
+  vocab["the"] = max(vocab.values()) + 5
+  documents = tokenized_documents(tokenizer)
+  params = PARAMS._replace(masked_lm_prob=0.9, max_predictions_per_seq=30)
+  assert (fast_records(documents, vocab, params, 7, 2) ==
+          reference_records(documents, vocab, params, 7, 2))
+
+
+def test_single_document_shard_equals_reference():
+  documents = [[["hello", "world"], ["the", "cat"]]]
+  tokenizer = tokenization.FullTokenizer(CPD_VOCAB, do_lower_case=True)
+  vocab = tokenizer.vocab
+  documents = [[tokenizer.tokenize(" ".join(s)) for s in d] for d in documents]
+  assert (fast_records(documents, vocab, PARAMS, 1, 4) ==
+          reference_records(documents, vocab, PARAMS, 1, 4))
+
+
+# ------------------------------------------------- planning, reading ----
+
+
+def test_plan_shards_packs_small_files_and_splits_large_ones():
+  files = [("a", 30), ("b", 50), ("c", 40), ("big", 250), ("d", 0), ("e", 100),
+           ("f", 1)]
+  assert cpd.plan_shards(files, 100) == [
+      (cpd.ShardPiece("a", 0, 30), cpd.ShardPiece("b", 0, 50)),
+      (cpd.ShardPiece("c", 0, 40),),
+      (cpd.ShardPiece("big", 0, 83),),
+      (cpd.ShardPiece("big", 83, 166),),
+      (cpd.ShardPiece("big", 166, 250),),
+      (cpd.ShardPiece("d", 0, 0), cpd.ShardPiece("e", 0, 100)),
+      (cpd.ShardPiece("f", 0, 1),),
+  ]
+
+
+def test_shard_names_and_prefixes():
+  assert cpd.shard_paths("/o/part", 12)[3] == "/o/part-00003-of-00012.tfrecord"
+  assert cpd.output_prefix(None, "/o") == "/o/part"
+  assert cpd.output_prefix("/o/wiki.tfrecord", None) == "/o/wiki"
+  assert cpd.output_prefix("/o/wiki", None) == "/o/wiki"
+  for output_file, output_dir in [(None, None), ("/o/x", "/o"),
+                                  ("/o/a,/o/b", None)]:
+    with pytest.raises(errors.UserError):
+      cpd.output_prefix(output_file, output_dir)
+
+
+def test_shard_seed_is_fixed_and_distinct():
+  # Pinned: a change would silently change every sharded output.
+  assert cpd.shard_seed(12345, 0) == 12964827268658427022
+  seeds = {cpd.shard_seed(seed, index)
+           for seed in range(20) for index in range(200)}
+  assert len(seeds) == 20 * 200
+
+
+def words_of(documents):
+  return [[" ".join(segment) for segment in document]
+          for document in documents]
+
+
+TRICKY_TEXT = (
+    "\n\n  \nfirst doc line one\nline two\n\n\n\nsecond\r\n \t \r\n"
+    "third doc\nwith \u00e9 accents \u4e2d\u6587\n\u3000\nfourth after an "
+    "ideographic-space line\n\n\n" + "".join(
+        "doc %d sentence %d\n%s" % (d, s, "\n" if s == d % 4 else "")
+        for d in range(40) for s in range(5)) + "last line, no newline")
+
+
+def test_split_pieces_read_each_document_exactly_once(tmp_path):
+  path = tmp_path / "corpus.txt"
+  path.write_bytes(TRICKY_TEXT.encode("utf-8"))
+  size = os.path.getsize(str(path))
+  whole = words_of(cpd.read_documents([str(path)], WordSplitter()))
+  assert len(whole) > 40
+  for shard_bytes in list(range(1, 60)) + [97, 128, 333, size - 1, size]:
+    shards = cpd.plan_shards([(str(path), size)], shard_bytes)
+    documents = []
+    for pieces in shards:
+      documents += cpd.read_shard_documents(
+          pieces, WordSplitter().tokenize, lambda *args: None)
+    assert words_of(documents) == whole, shard_bytes
+
+
+class WordSplitter(object):
+
+  def tokenize(self, text):
+    return text.split()
+
+
+def test_files_of_a_shard_end_their_documents(tmp_path):
+  first, second = tmp_path / "1.txt", tmp_path / "2.txt"
+  first.write_text("a\n\nb\n", encoding="utf-8")
+  second.write_text("c\n\nd\n", encoding="utf-8")
+  pieces = [cpd.ShardPiece(str(first), 0, 4),
+            cpd.ShardPiece(str(second), 0, 4)]
+  assert cpd.read_shard_documents(
+      pieces, WordSplitter().tokenize, lambda *args: None) == [
+          [["a"]], [["b"]], [["c"]], [["d"]]]
+
+
+def test_expand_sharded_inputs(tmp_path):
+  (tmp_path / "d" / "sub").mkdir(parents=True)
+  (tmp_path / "d" / ".hidden").mkdir()
+  for name in ["d/b.txt", "d/a.txt", "d/sub/c", "d/.hidden/x", "d/.y",
+               "top.txt"]:
+    (tmp_path / name).write_text("x\n", encoding="utf-8")
+  got = cpd.expand_sharded_inputs(
+      "%s,%s" % (tmp_path / "d", tmp_path / "t*.txt"))
+  assert got == [(str(tmp_path / "d" / "a.txt"), 2),
+                 (str(tmp_path / "d" / "b.txt"), 2),
+                 (str(tmp_path / "d" / "sub" / "c"), 2),
+                 (str(tmp_path / "top.txt"), 2)]
+
+
+# -------------------------------------------------- sharded end to end ----
+
+
+@pytest.fixture(scope="module")
+def corpus_dir(tmp_path_factory):
+  """Three files and a directory of two more (at 4 KB a shard: b.txt is
+  split, small files are packed together)."""
+  root = tmp_path_factory.mktemp("corpus")
+  (root / "more").mkdir()
+  for i, (name, size) in enumerate([("a.txt", 2000), ("b.txt", 9000),
+                                    ("c.txt", 2500), ("more/d.txt", 1000),
+                                    ("more/e.txt", 1000)]):
+    write_corpus(root / name, size, seed=i)
+  return root
+
+
+def corpus_input(corpus_dir):
+  return "%s/[ab].txt,%s,%s/more" % (corpus_dir, corpus_dir / "c.txt",
+                                     corpus_dir)
+
+
+def planned_shards(input_file, shard_bytes=4000):
+  return cpd.plan_shards(cpd.expand_sharded_inputs(input_file), shard_bytes)
+
+
+@pytest.mark.slow
+def test_output_is_identical_for_one_and_two_workers(corpus_dir, tmp_path):
+  for workers in (1, 2):
+    run_sharded(corpus_input(corpus_dir), tmp_path / str(workers),
+                num_workers=workers)
+  one, two = directory_bytes(tmp_path / "1"), directory_bytes(tmp_path / "2")
+  shards = planned_shards(corpus_input(corpus_dir))
+  assert len(shards) >= 6
+  assert max(len(pieces) for pieces in shards) == 2  # Small files packed.
+  assert list(one) == ["part-%05d-of-%05d.tfrecord" % (i, len(shards))
+                       for i in range(len(shards))] + ["part.manifest.json"]
+  assert one == two
+  for name in shard_files(tmp_path / "1"):
+    records = list(tf.io.tf_record_iterator(str(tmp_path / "1" / name)))
+    assert len(records) > 10
+    tf.train.Example.FromString(records[0])
+
+
+@pytest.mark.slow
+def test_each_shard_equals_a_faithful_run_of_its_text(tmp_path):
+  # Files of 3-4.6 KB with 5 KB shards: one file per shard.
+  paths = [write_corpus(tmp_path / ("%d.txt" % i), 3000 + 200 * i, seed=i)
+           for i in range(3)]
+  assert planned_shards(",".join(paths), 5000) == [
+      (cpd.ShardPiece(path, 0, os.path.getsize(path)),) for path in paths]
+  params = PARAMS._replace(do_whole_word_mask=True)
+  run_sharded(",".join(paths), tmp_path / "out", params=params, random_seed=7,
+              shard_size_mb=0.005)
+  for index, path in enumerate(paths):
+    faithful = str(tmp_path / ("faithful%d.tfrecord" % index))
+    cpd.run(path, faithful, CPD_VOCAB, True, params, cpd.shard_seed(7, index),
+            2)
+    shard = tmp_path / "out" / ("part-%05d-of-00003.tfrecord" % index)
+    assert read_bytes(str(shard)) == read_bytes(faithful)
+
+
+@pytest.mark.slow
+def test_a_shard_does_not_depend_on_other_shards(corpus_dir, tmp_path):
+  changed = tmp_path / "changed"
+  changed.mkdir()
+  for name in ("a.txt", "b.txt"):
+    (changed / name).write_bytes(read_bytes(str(corpus_dir / name)))
+  text = read_bytes(str(corpus_dir / "b.txt")).decode("utf-8")
+  # Same size (same plan), different words at the end of b.txt.
+  (changed / "b.txt").write_text(text[:-8] + "zzzzzz\n\n", encoding="utf-8")
+  run_sharded("%s/a.txt,%s/b.txt" % (corpus_dir, corpus_dir), tmp_path / "1")
+  run_sharded("%s/a.txt,%s/b.txt" % (changed, changed), tmp_path / "2")
+  before, after = directory_bytes(tmp_path / "1"), directory_bytes(
+      tmp_path / "2")
+  names = shard_files(tmp_path / "1")
+  assert len(names) >= 3  # a.txt, then b.txt in pieces.
+  assert [before[n] == after[n] for n in names] == [True] * (
+      len(names) - 1) + [False]
+
+
+@pytest.mark.slow
+def test_python_and_fast_backends_write_identical_shards(corpus_dir, tmp_path):
+  for backend in ("python", "fast"):
+    run_sharded(str(corpus_dir / "a.txt"), tmp_path / backend,
+                tokenizer_backend=backend, num_workers=1)
+  assert (directory_bytes(tmp_path / "python") ==
+          directory_bytes(tmp_path / "fast"))
+
+
+@pytest.mark.slow
+def test_resume_skips_complete_shards_and_redoes_missing_ones(corpus_dir,
+                                                              tmp_path):
+  out = tmp_path / "out"
+  run_sharded(corpus_input(corpus_dir), out)
+  first = directory_bytes(out)
+  names = shard_files(out)
+  mtimes = {n: os.stat(str(out / n)).st_mtime_ns for n in names}
+  os.remove(str(out / names[2]))
+  (out / (names[4] + ".partial-0badf00d")).write_bytes(b"half a shard")
+  time.sleep(0.05)
+  run_sharded(corpus_input(corpus_dir), out)
+  assert directory_bytes(out) == first  # Partial file gone too.
+  for name in names:
+    if name != names[2]:
+      assert os.stat(str(out / name)).st_mtime_ns == mtimes[name], name
+  assert os.stat(str(out / names[2])).st_mtime_ns > mtimes[names[0]]
+  # --noresume rewrites everything.
+  run_sharded(corpus_input(corpus_dir), out, resume=False)
+  assert directory_bytes(out) == first
+  assert all(os.stat(str(out / n)).st_mtime_ns > mtimes[n] for n in names
+             if n != names[2])
+
+
+@pytest.mark.slow
+def test_resume_refuses_output_of_other_flags(corpus_dir, tmp_path):
+  out = tmp_path / "out"
+  run_sharded(str(corpus_dir / "b.txt"), out)
+  with pytest.raises(errors.UserError, match="--noresume"):
+    run_sharded(str(corpus_dir / "b.txt"), out, dupe_factor=3)
+  # Starting over with --noresume removes the old run's shards, even those
+  # of a different shard count.
+  run_sharded(str(corpus_dir / "a.txt"), out, dupe_factor=3, resume=False)
+  assert shard_files(out) == ["part-00000-of-00001.tfrecord"]
+
+
+# --------------------------------------------- interruption and kill ----
+
+
+def sharded_command(input_file, output_dir, **flags):
+  args = {"input_file": input_file, "output_dir": str(output_dir),
+          "vocab_file": CPD_VOCAB, "max_seq_length": 32,
+          "max_predictions_per_seq": 5, "dupe_factor": 2, "num_workers": 2,
+          "shard_size_mb": 0.05, "tokenizer_backend": "fast"}
+  args.update(flags)
+  return [sys.executable, "create_pretraining_data.py"] + [
+      "--%s=%s" % item for item in sorted(args.items())]
+
+
+@pytest.fixture(scope="module")
+def big_corpus(tmp_path_factory):
+  """A corpus of ~48 shards of 50 KB, and the complete output for it."""
+  root = tmp_path_factory.mktemp("big")
+  path = write_corpus(root / "corpus.txt", 2400000, seed=5)
+  subprocess.run(sharded_command(path, root / "complete"), cwd=REPO_ROOT,
+                 check=True, capture_output=True)
+  return path, directory_bytes(root / "complete")
+
+
+def children_of(pid):
+  found = []
+  for entry in os.listdir("/proc"):
+    if entry.isdigit():
+      try:
+        with open("/proc/%s/stat" % entry) as f:
+          if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(entry))
+      except OSError:
+        pass
+  return found
+
+
+def start_and_wait_for_shards(command, output_dir, num_complete):
+  """Starts `command`; returns it once `num_complete` shard files exist."""
+  process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+  deadline = time.time() + 120
+  while time.time() < deadline:
+    if (os.path.isdir(str(output_dir)) and
+        len(shard_files(output_dir)) >= num_complete):
+      return process
+    assert process.poll() is None, process.communicate()
+    time.sleep(0.01)
+  raise AssertionError("no shard appeared")
+
+
+def assert_final_files_are_complete(output_dir, complete):
+  for name in shard_files(output_dir):
+    assert read_bytes(str(output_dir / name)) == complete[name], name
+
+
+@pytest.mark.slow
+def test_ctrl_c_leaves_complete_shards_only(big_corpus, tmp_path):
+  path, complete = big_corpus
+  out = tmp_path / "out"
+  process = start_and_wait_for_shards(sharded_command(path, out), out, 2)
+  process.send_signal(signal.SIGINT)
+  _, stderr = process.communicate(timeout=60)
+  assert process.returncode == 130, stderr
+  assert "rerun" in stderr.decode().splitlines()[-1]
+  assert_final_files_are_complete(out, complete)
+  assert 2 <= len(shard_files(out)) < len(complete) - 1
+  assert not [n for n in os.listdir(str(out)) if ".partial-" in n]
+  subprocess.run(sharded_command(path, out), cwd=REPO_ROOT, check=True,
+                 capture_output=True)
+  assert directory_bytes(out) == complete
+
+
+@pytest.mark.slow
+def test_kill_leaves_no_partial_shard_under_a_final_name(big_corpus,
+                                                         tmp_path):
+  path, complete = big_corpus
+  out = tmp_path / "out"
+  process = start_and_wait_for_shards(sharded_command(path, out), out, 1)
+  workers = children_of(process.pid)
+  process.kill()
+  process.communicate()
+  # Orphaned workers notice that their parent died and stop.
+  deadline = time.time() + 20
+  while any(os.path.exists("/proc/%d" % w) for w in workers):
+    assert time.time() < deadline, "workers outlived their parent"
+    time.sleep(0.05)
+  assert_final_files_are_complete(out, complete)
+  assert len(shard_files(out)) < len(complete) - 1
+  subprocess.run(sharded_command(path, out), cwd=REPO_ROOT, check=True,
+                 capture_output=True)
+  assert directory_bytes(out) == complete
+
+
+def test_interrupt_while_writing_a_shard_leaves_no_file(tmp_path,
+                                                        monkeypatch):
+  path = write_corpus(tmp_path / "c.txt", 3000, seed=1)
+  vocab = fast_tokenization.load_vocab(CPD_VOCAB)
+  settings = cpd.ShardSettings(vocab, CPD_VOCAB, True, "fast", PARAMS, 1, 2)
+
+  class NoQueue(object):
+
+    def put(self, item):
+      pass
+
+  monkeypatch.setattr(signal, "signal", lambda *args: None)
+  cpd._init_worker(settings, NoQueue(), os.getppid())
+  calls = []
+  real_frame = pretraining_records._frame
+
+  def interrupt_second_batch(records):
+    calls.append(1)
+    if len(calls) == 2:
+      raise KeyboardInterrupt()
+    return real_frame(records)
+
+  monkeypatch.setattr(pretraining_records, "_BATCH_BYTES", 2000)
+  monkeypatch.setattr(pretraining_records, "_frame", interrupt_second_batch)
+  output = str(tmp_path / "out" / "part-00000-of-00001.tfrecord")
+  os.mkdir(str(tmp_path / "out"))
+  with pytest.raises(KeyboardInterrupt):
+    cpd.make_shard((0, (cpd.ShardPiece(path, 0, 3000),), output))
+  assert os.listdir(str(tmp_path / "out")) == []
+
+
+# ----------------------------------------------------------- progress ----
+
+
+@pytest.mark.slow
+def test_progress_bar_on_a_terminal_and_log_lines_otherwise(corpus_dir,
+                                                            tmp_path):
+  import pty  # pylint: disable=g-import-not-at-top
+  master, slave = pty.openpty()
+  command = sharded_command(str(corpus_dir / "b.txt"), tmp_path / "tty",
+                            shard_size_mb=0.004)
+  num_shards = len(planned_shards(str(corpus_dir / "b.txt")))
+  process = subprocess.Popen(command, cwd=REPO_ROOT, stderr=slave,
+                             stdout=subprocess.DEVNULL)
+  os.close(slave)
+  output = b""
+  while True:
+    try:
+      chunk = os.read(master, 4096)
+    except OSError:
+      break
+    if not chunk:
+      break
+    output += chunk
+  assert process.wait() == 0
+  os.close(master)
+  text = output.decode("utf-8", "replace")
+  assert "\r[####################] shards %d/%d" % (num_shards,
+                                                   num_shards) in text
+  assert "instances/s" in text and "MB/s" in text
+  result = run_program(sharded_command(str(corpus_dir / "b.txt"),
+                                       tmp_path / "log",
+                                       shard_size_mb=0.004)[1:])
+  assert result.returncode == 0, result.stderr
+  assert "\r" not in result.stderr
+  assert "done: shards %d/%d" % (num_shards, num_shards) in result.stderr
+
+
+# ---------------------------------------------------------- bad input ----
+
+
+def assert_one_error_line(result, *expected):
+  assert result.returncode == errors.EXIT_USER_ERROR, result.stderr
+  assert "Traceback" not in result.stderr
+  lines = result.stderr.strip().splitlines()
+  assert [l for l in lines if l.startswith("error:")] == [lines[-1]]
+  for text in expected:
+    assert text in lines[-1]
+
+
+@pytest.mark.slow
+def test_bad_input_no_file_matches(tmp_path):
+  pattern = str(tmp_path / "none-*.txt")
+  assert_one_error_line(
+      run_program(sharded_command(pattern, tmp_path / "out")[1:]),
+      pattern, "matches no file")
+
+
+@pytest.mark.slow
+def test_bad_input_directory_without_files(tmp_path):
+  (tmp_path / "empty" / ".hidden").mkdir(parents=True)
+  (tmp_path / "empty" / ".hidden" / "x.txt").write_text("x\n")
+  assert_one_error_line(
+      run_program(sharded_command(str(tmp_path / "empty"),
+                                  tmp_path / "out")[1:]),
+      str(tmp_path / "empty"), "holds no")
+
+
+@pytest.mark.slow
+def test_bad_input_not_utf8_names_file_and_line(tmp_path):
+  path = tmp_path / "latin1.txt"
+  good = "".join("line %d of the text\n" % i for i in range(3000))
+  path.write_bytes(good.encode() + b"caf\xe9 au lait\n\nmore\n")
+  result = run_program(sharded_command(str(path), tmp_path / "out",
+                                       shard_size_mb=0.01)[1:])
+  assert_one_error_line(result, str(path), "line 3001", "0xe9", "UTF-8")
+  assert not [n for n in os.listdir(str(tmp_path / "out"))
+              if ".partial-" in n]
+
+
+# ------------------------------------------------------------- memory ----
+
+
+def peak_rss_kb(command):
+  """Largest RSS of any process of `command`'s tree, in KB.
+
+  Measured from a fresh intermediate process: RUSAGE_CHILDREN covers the
+  command and the workers it waited for, and nothing else.
+  """
+  probe = ("import resource, subprocess, sys; "
+           "subprocess.run(sys.argv[1:], check=True, capture_output=True); "
+           "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+  result = subprocess.run([sys.executable, "-c", probe] + command,
+                          cwd=REPO_ROOT, capture_output=True, text=True,
+                          check=True)
+  return int(result.stdout)
+
+
+@pytest.mark.slow
+def test_peak_memory_stays_flat_as_the_corpus_grows(tmp_path):
+  small = write_corpus(tmp_path / "small.txt", 2000000, seed=1)
+  large = write_corpus(tmp_path / "large.txt", 8000000, seed=2)
+  flags = dict(dupe_factor=1, max_seq_length=128, max_predictions_per_seq=20)
+  sharded = [peak_rss_kb(sharded_command(path, tmp_path / name,
+                                         shard_size_mb=0.5, **flags))
+             for path, name in ((small, "s"), (large, "l"))]
+  assert sharded[1] < 1.2 * sharded[0], sharded
+  # No process imported TensorFlow (~430 MB) or held the whole corpus.
+  assert sharded[1] < 150 * 1024, sharded
+  # The measurement can tell: one shard holding the whole corpus grows.
+  whole = [peak_rss_kb(sharded_command(path, tmp_path / name,
+                                       shard_size_mb=100, **flags))
+           for path, name in ((small, "ws"), (large, "wl"))]
+  assert whole[1] > 1.2 * whole[0], whole
