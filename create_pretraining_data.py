@@ -107,6 +107,7 @@ pretraining_records = _LazyModule("pretraining_records")
 
 FLAGS = flags.FLAGS
 
+
 def define_flags():
   """Defines the command-line flags (only when run as a program, so that
   tests can import several programs into one process)."""
@@ -1037,6 +1038,14 @@ def read_shard_documents(pieces, tokenize, report):
   return documents
 
 
+def _concatenate(segments):
+  """The tokens of `segments` in one new list."""
+  tokens = []
+  for segment in segments:
+    tokens += segment
+  return tokens
+
+
 class ShardInstanceMaker(object):
   """Upstream's instance algorithm on token codes, straight to record bytes.
 
@@ -1149,14 +1158,14 @@ class ShardInstanceMaker(object):
       chunk_length += len(document[i])
       if i == len(document) - 1 or chunk_length >= target_seq_length:
         a_end = 1 if len(chunk) == 1 else 1 + self._below(len(chunk) - 1)
-        tokens_a = [t for segment in chunk[:a_end] for t in segment]
+        tokens_a = _concatenate(chunk[:a_end])
         is_random_next = len(chunk) == 1 or random() < 0.5
         if is_random_next:
           tokens_b = self._random_next(documents, document_index,
                                        target_seq_length - len(tokens_a))
           i -= len(chunk) - a_end
         else:
-          tokens_b = [t for segment in chunk[a_end:] for t in segment]
+          tokens_b = _concatenate(chunk[a_end:])
         records.append(self._record(tokens_a, tokens_b, is_random_next))
         chunk = []
         chunk_length = 0
