@@ -61,6 +61,7 @@ final names once completely written.
 """
 
 import array
+import atexit
 import collections
 import contextlib
 import glob
@@ -1347,6 +1348,10 @@ def _init_worker(settings, progress_queue, parent_pid):
   # partial file) instead of killing them mid-write.
   signal.signal(signal.SIGINT, signal.SIG_IGN)
   signal.signal(signal.SIGTERM, _exit_on_signal)
+  # A SIGTERM that lands while the worker is already exiting would raise
+  # SystemExit inside logging's atexit shutdown and print a traceback; atexit
+  # runs last-registered first, so this is in place before that shutdown.
+  atexit.register(signal.signal, signal.SIGTERM, signal.SIG_IGN)
   if settings.tokenizer_backend == "fast":
     tokenizer = fast_tokenization.FastTokenizer(settings.vocab,
                                                 settings.do_lower_case)
