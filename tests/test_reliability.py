@@ -50,20 +50,23 @@ def wait_for_checkpoint(output_dir, min_step, timeout=300):
 
 def test_kill_9_then_rerun_resumes_and_ends_at_num_train_steps(workdir):
   out = workdir / "killed"
-  args = pretrain_args(workdir, out, "--save_checkpoints_steps=5", steps=40)
+  # Long enough that the kill always lands mid-run on a fast machine.
+  steps = 3000
+  args = pretrain_args(workdir, out, "--save_checkpoints_steps=50",
+                       steps=steps)
   proc = start(args)
-  wait_for_checkpoint(out, 5)
+  wait_for_checkpoint(out, 50)
   time.sleep(random.uniform(0.0, 2.0))
   proc.send_signal(signal.SIGKILL)
   proc.wait()
   resumed_from = int(tf.train.latest_checkpoint(str(out)).rsplit("-", 1)[1])
-  assert 5 <= resumed_from < 40
+  assert 50 <= resumed_from < steps
   result = run_program(args)
   assert result.returncode == 0, result.stderr[-2000:]
-  assert load_checkpoint(str(out))["global_step"] == 40
+  assert load_checkpoint(str(out))["global_step"] == steps
   summary = json.loads((out / "throughput_summary.json").read_text())
   assert summary["first_step"] == resumed_from
-  assert summary["final_step"] == 40
+  assert summary["final_step"] == steps
 
 
 def test_nan_loss_stops_with_the_step_and_writes_no_checkpoint_of_it(workdir):
