@@ -33,6 +33,24 @@ from errors import UserError
 MIN_FREE_DISK_BYTES = 50 * 1024 * 1024
 
 
+def allow_xla_on_cpu():
+  """Lets --use_xla's global_jit_level cluster CPU ops too.
+
+  TensorFlow auto-clusters only GPU ops for XLA unless TF_XLA_FLAGS has
+  --tf_xla_cpu_global_jit; without it --use_xla would silently do nothing on
+  a CPU. The flag only widens what a session with global_jit_level ON_1
+  compiles, so it changes nothing for runs without --use_xla. TensorFlow reads
+  TF_XLA_FLAGS once, early (absl's app.run already triggers it), hence this
+  runs when the module is imported.
+  """
+  current = os.environ.get("TF_XLA_FLAGS", "")
+  if "--tf_xla_cpu_global_jit" not in current.split():
+    os.environ["TF_XLA_FLAGS"] = (current + " --tf_xla_cpu_global_jit").strip()
+
+
+allow_xla_on_cpu()
+
+
 def define_flags():
   """Distribution, precision, logging and profiling flags."""
   distribution.define_flags()

@@ -178,6 +178,22 @@ def test_init_checkpoint_loads_weights_only(strategy_runs, workdir):
 
 
 @pytest.mark.slow
+def test_use_xla_compiles_on_cpu_and_trains_the_same_model(strategy_runs,
+                                                           workdir):
+  out = workdir / "xla"
+  result = run_ok(pretrain_args(workdir, out, "--use_xla"),
+                  env={"TF_CPP_MIN_LOG_LEVEL": "0"})
+  # Without --tf_xla_cpu_global_jit (training_setup.allow_xla_on_cpu) the
+  # session's jit level is ignored on CPU and nothing is compiled.
+  assert "Compiled cluster using XLA" in result.stderr
+  plain = load_checkpoint(str(strategy_runs["one_device"][0]))
+  compiled = load_checkpoint(str(out))
+  assert compiled["global_step"] == plain["global_step"] == 6
+  for name, value in plain.items():
+    np.testing.assert_allclose(compiled[name], value, atol=1e-4, err_msg=name)
+
+
+@pytest.mark.slow
 def test_use_fp16_runs_on_cpu_and_says_it_has_no_effect(workdir):
   out = workdir / "fp16"
   result = run_ok(pretrain_args(
