@@ -375,6 +375,7 @@ def write_plot(path, rows, device):
     ax.set_xticks(counts)
     ax.grid(True, alpha=0.3)
   ax_eff.axhline(100, color="gray", linestyle=":")
+  ax_eps.set_ylim(bottom=0)
   ax_eff.set_ylim(bottom=0)
   if series:
     ax_eps.legend(fontsize="small")
