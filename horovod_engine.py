@@ -103,6 +103,11 @@ def rank():
   return _hvd().rank()
 
 
+def size():
+  """The number of ranks."""
+  return _hvd().size()
+
+
 def visible_gpu_list():
   """The `gpu_options.visible_device_list` pinning this rank to one GPU.
 

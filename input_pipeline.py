@@ -226,7 +226,8 @@ def classifier_feature_spec(seq_length):
 
 def classifier_input_fn_builder(input_file, seq_length, is_training,
                                 drop_remainder, global_batch_size,
-                                num_replicas=1, shuffle_seed=None):
+                                num_replicas=1, shuffle_seed=None,
+                                record_shard=None):
   """Returns an Estimator input_fn over one file of classifier records.
 
   Args:
@@ -240,6 +241,9 @@ def classifier_input_fn_builder(input_file, seq_length, is_training,
     num_replicas: replicas in sync; the dataset yields per-replica batches.
     shuffle_seed: op seed of the training shuffle; None leaves it to the
       graph-level seed (--tf_random_seed), deterministic when that is set.
+    record_shard: (num_shards, index): read only every num_shards-th record
+      from index on (horovod ranks); None reads all, or what input_context
+      gives this worker under a strategy.
 
   Returns:
     input_fn(params, input_context=None) -> tf.data.Dataset of feature dicts:
@@ -252,7 +256,9 @@ def classifier_input_fn_builder(input_file, seq_length, is_training,
   def input_fn(params=None, input_context=None):
     del params
     dataset = tf.data.TFRecordDataset(input_file)
-    if input_context is not None and input_context.num_input_pipelines > 1:
+    if record_shard is not None:
+      dataset = dataset.shard(*record_shard)
+    elif input_context is not None and input_context.num_input_pipelines > 1:
       # One file, several workers: each reads its own share of the records.
       dataset = dataset.shard(input_context.num_input_pipelines,
                               input_context.input_pipeline_id)

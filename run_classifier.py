@@ -935,7 +935,8 @@ def main(argv):
     train_input_fn = input_pipeline.classifier_input_fn_builder(
         train_file, FLAGS.max_seq_length, is_training=True,
         drop_remainder=True, global_batch_size=FLAGS.train_batch_size,
-        num_replicas=setup.plan.num_replicas)
+        num_replicas=setup.plan.num_replicas,
+        record_shard=training_setup.record_shard_for_this_worker(setup))
     # Under a TF_CONFIG cluster, train() runs train_and_evaluate, which needs
     # an eval input even without --do_eval: then the training file serves.
     training_setup.train(

@@ -222,6 +222,20 @@ def input_files_for_this_worker(setup, input_files):
   return input_files
 
 
+def record_shard_for_this_worker(setup):
+  """(num_shards, index) of the records this process reads from one file.
+
+  Horovod ranks have no tf.distribute input_context, so without this every
+  rank would read the whole file, and with the same --tf_random_seed in the
+  same order: N copies of one batch instead of a global batch. Strategies
+  shard through input_context and get None.
+  """
+  if setup.plan.name == "horovod":
+    import horovod_engine  # pylint: disable=g-import-not-at-top
+    return horovod_engine.size(), horovod_engine.rank()
+  return None
+
+
 def resolve_checkpoint(path):
   """A checkpoint prefix from a prefix or a directory.
 

@@ -137,12 +137,23 @@ def test_launcher_help_and_missing_arguments():
       "error: --input (or INPUT_FILE) is required"
 
 
+def classifier_record(label, seq_length):
+  """One serialized run_classifier record whose label_ids is `label`."""
+  def ints(values):
+    return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
+  features = {name: ints([label] * seq_length)
+              for name in ("input_ids", "input_mask", "segment_ids")}
+  features.update(label_ids=ints([label]), is_real_example=ints([1]))
+  return tf.train.Example(features=tf.train.Features(
+      feature=features)).SerializeToString()
+
+
 PROBE = textwrap.dedent("""\
-    import json, sys
+    import json, sys, types
     sys.path.insert(0, %(repo)r)
     import tensorflow.compat.v1 as tf
     tf.disable_v2_behavior()
-    import distribution, horovod_engine
+    import distribution, horovod_engine, input_pipeline, training_setup
 
     plan = distribution.StrategyPlan("horovod", ["/cpu:0"],
                                      distribution.horovod_world_size(),
@@ -165,6 +176,14 @@ PROBE = textwrap.dedent("""\
              "dtype16": sess.run(sum16).dtype.name,
              "broadcast": sess.run(var).tolist(),
              "files": horovod_engine.shard_files(["f0", "f1", "f2"])}
+      shard = training_setup.record_shard_for_this_worker(
+          types.SimpleNamespace(plan=plan))
+      batches = input_pipeline.classifier_input_fn_builder(
+          %(records)r, 4, is_training=False, drop_remainder=False,
+          global_batch_size=2, record_shard=shard)()
+      labels = tf.data.make_one_shot_iterator(batches).get_next()["label_ids"]
+      out["record_shard"] = list(shard)
+      out["labels"] = sess.run(labels).tolist() + sess.run(labels).tolist()
     print("PROBE " + json.dumps(out), flush=True)
     """)
 
@@ -172,8 +191,12 @@ PROBE = textwrap.dedent("""\
 @requires_horovod
 @pytest.mark.slow
 def test_two_ranks_sum_broadcast_and_shard(tmp_path):
+  records = str(tmp_path / "classifier.tf_record")
+  with tf.io.TFRecordWriter(records) as writer:
+    for label in range(8):
+      writer.write(classifier_record(label, seq_length=4))
   probe = tmp_path / "probe.py"
-  probe.write_text(PROBE % {"repo": REPO_ROOT})
+  probe.write_text(PROBE % {"repo": REPO_ROOT, "records": records})
   result = subprocess.run(
       [horovodrun(), "-np", "2", "-H", "localhost:2", "--gloo",
        sys.executable, str(probe)], capture_output=True, text=True,
@@ -192,6 +215,9 @@ def test_two_ranks_sum_broadcast_and_shard(tmp_path):
     assert out[rank]["broadcast"] == [1.0]
   assert out[0]["is_chief"] and not out[1]["is_chief"]
   assert out[0]["files"] == ["f0", "f2"] and out[1]["files"] == ["f1"]
+  # run_classifier's single train file: each rank reads its own records.
+  assert out[0]["record_shard"] == [2, 0] and out[1]["record_shard"] == [2, 1]
+  assert out[0]["labels"] == [0, 2, 4, 6] and out[1]["labels"] == [1, 3, 5, 7]
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import types
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ import input_pipeline
 import modeling
 import run_classifier as rc
 import tokenization
+import training_setup
 from conftest import REPO_ROOT, run_program
 
 FIXTURES = os.path.join(REPO_ROOT, "tests", "data", "classifier")
@@ -363,6 +365,28 @@ def test_training_input_is_batched_per_replica(tmp_path, graph):
     seen = [sess.run(batch)["input_ids"][:, 1] for _ in range(6)]
   # Repeats forever: 6 batches of 4 cover all 12 padded records twice.
   assert len(np.concatenate(seen)) == 24
+
+
+def test_record_shards_split_the_training_file_between_ranks(tmp_path, graph):
+  path = write_records(tmp_path, 10)  # 12 records: 10 real, 2 padding
+  seen = {}
+  for index in (0, 1):
+    input_fn = input_pipeline.classifier_input_fn_builder(
+        path, 6, is_training=True, drop_remainder=True, global_batch_size=2,
+        shuffle_seed=7, record_shard=(2, index))
+    batch = tf.data.make_one_shot_iterator(input_fn()).get_next()
+    with tf.Session() as sess:
+      rows = np.concatenate([sess.run(batch)["input_ids"] for _ in range(12)])
+    # Row i of the file is [CLS] w_i [SEP] with w_i = id 3 + i; padding is 0.
+    seen[index] = set(rows[:, 1].tolist())
+  # Rank 0 reads rows 0, 2, ..., 10 (the last is padding), rank 1 the others.
+  assert seen[0] <= {3, 5, 7, 9, 11, 0} and len(seen[0]) >= 4
+  assert seen[1] <= {4, 6, 8, 10, 12, 0} and len(seen[1]) >= 4
+
+
+def test_only_horovod_ranks_shard_the_classifier_records():
+  mirrored = types.SimpleNamespace(plan=types.SimpleNamespace(name="mirrored"))
+  assert training_setup.record_shard_for_this_worker(mirrored) is None
 
 
 # ---------------------------------------------------------------- model head
