@@ -61,7 +61,6 @@ final names once completely written.
 """
 
 import array
-import atexit
 import collections
 import contextlib
 import glob
@@ -1348,10 +1347,6 @@ def _init_worker(settings, progress_queue, parent_pid):
   # partial file) instead of killing them mid-write.
   signal.signal(signal.SIGINT, signal.SIG_IGN)
   signal.signal(signal.SIGTERM, _exit_on_signal)
-  # A SIGTERM that lands while the worker is already exiting would raise
-  # SystemExit inside logging's atexit shutdown and print a traceback; atexit
-  # runs last-registered first, so this is in place before that shutdown.
-  atexit.register(signal.signal, signal.SIGTERM, signal.SIG_IGN)
   if settings.tokenizer_backend == "fast":
     tokenizer = fast_tokenization.FastTokenizer(settings.vocab,
                                                 settings.do_lower_case)
@@ -1365,8 +1360,17 @@ def _init_worker(settings, progress_queue, parent_pid):
 
 
 def _exit_on_signal(signum, frame):
+  """SIGTERM in a worker: unwind a running task, else leave at once.
+
+  Inside make_shard the SystemExit unwinds the task, whose context managers
+  remove its partial file. Anywhere else (idle, or already exiting when the
+  pool is stopped) there is nothing to clean up, and a SystemExit raised in
+  threading's or logging's shutdown would print a traceback.
+  """
   del frame  # Unused.
-  raise SystemExit(128 + signum)
+  if _worker.get("in_task"):
+    raise SystemExit(128 + signum)
+  os._exit(128 + signum)  # pylint: disable=protected-access
 
 
 class _Reporter(object):
@@ -1408,6 +1412,15 @@ def make_shard(task):
   Returns:
     A `ShardResult`.
   """
+  _worker["in_task"] = True
+  try:
+    return _write_shard(task)
+  finally:
+    _worker["in_task"] = False
+
+
+def _write_shard(task):
+  """make_shard's work, while SIGTERM unwinds it (see _exit_on_signal)."""
   shard_index, pieces, output_path = task
   settings = _worker["settings"]
   encoder = _worker["encoder"]

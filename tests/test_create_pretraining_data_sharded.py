@@ -709,6 +709,41 @@ def test_interrupt_while_writing_a_shard_leaves_no_file(tmp_path,
   assert os.listdir(str(tmp_path / "out")) == []
 
 
+def test_sigterm_unwinds_a_running_task_and_ends_an_idle_worker(monkeypatch):
+  exits = []
+  monkeypatch.setattr(os, "_exit", exits.append)
+  monkeypatch.setitem(cpd._worker, "in_task", True)
+  with pytest.raises(SystemExit) as raised:
+    cpd._exit_on_signal(signal.SIGTERM, None)
+  assert raised.value.code == 128 + signal.SIGTERM and exits == []
+  monkeypatch.setitem(cpd._worker, "in_task", False)
+  cpd._exit_on_signal(signal.SIGTERM, None)
+  assert exits == [128 + signal.SIGTERM]
+
+
+SIGTERM_WHILE_EXITING = """
+import os, signal, sys, threading, time
+sys.path.insert(0, %r)
+import create_pretraining_data as cpd
+signal.signal(signal.SIGTERM, cpd._exit_on_signal)
+def stop_me():
+  time.sleep(0.5)
+  os.kill(os.getpid(), signal.SIGTERM)
+  time.sleep(5)
+threading.Thread(target=stop_me).start()
+# The main thread ends here and waits in threading's shutdown when the
+# SIGTERM lands, as a pool worker does when the pool is stopped.
+"""
+
+
+def test_sigterm_while_a_worker_exits_prints_no_traceback():
+  result = subprocess.run(
+      [sys.executable, "-c", SIGTERM_WHILE_EXITING % REPO_ROOT],
+      capture_output=True, text=True, timeout=120)
+  assert result.returncode == 128 + signal.SIGTERM, result.stderr[-2000:]
+  assert "Traceback" not in result.stderr, result.stderr[-2000:]
+
+
 # ----------------------------------------------------------- progress ----
 
 
