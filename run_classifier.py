@@ -594,6 +594,19 @@ def _int_feature(values):
   return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
 
 
+def serialize_features(feature):
+  """One `InputFeatures` as the serialized tf.train.Example of the records."""
+  features = collections.OrderedDict([
+      ("input_ids", _int_feature(feature.input_ids)),
+      ("input_mask", _int_feature(feature.input_mask)),
+      ("segment_ids", _int_feature(feature.segment_ids)),
+      ("label_ids", _int_feature([feature.label_id])),
+      ("is_real_example", _int_feature([int(feature.is_real_example)])),
+  ])
+  return tf.train.Example(features=tf.train.Features(
+      feature=features)).SerializeToString()
+
+
 def file_based_convert_examples_to_features(examples, label_list,
                                             max_seq_length, tokenizer,
                                             output_file):
@@ -601,18 +614,8 @@ def file_based_convert_examples_to_features(examples, label_list,
   with atomic_io.atomic_path(output_file) as tmp:
     with tf.io.TFRecordWriter(tmp) as writer:
       for ex_index, example in enumerate(examples):
-        feature = convert_single_example(ex_index, example, label_list,
-                                         max_seq_length, tokenizer)
-        features = collections.OrderedDict([
-            ("input_ids", _int_feature(feature.input_ids)),
-            ("input_mask", _int_feature(feature.input_mask)),
-            ("segment_ids", _int_feature(feature.segment_ids)),
-            ("label_ids", _int_feature([feature.label_id])),
-            ("is_real_example", _int_feature([int(feature.is_real_example)])),
-        ])
-        record = tf.train.Example(features=tf.train.Features(
-            feature=features))
-        writer.write(record.SerializeToString())
+        writer.write(serialize_features(convert_single_example(
+            ex_index, example, label_list, max_seq_length, tokenizer)))
 
 
 def pad_to_batches(examples, batch_size):

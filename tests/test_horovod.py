@@ -20,6 +20,7 @@ import tensorflow.compat.v1 as tf
 
 from conftest import REPO_ROOT, run_program
 import horovod_engine
+import run_classifier
 import synthetic_data
 from errors import UserError
 
@@ -137,17 +138,6 @@ def test_launcher_help_and_missing_arguments():
       "error: --input (or INPUT_FILE) is required"
 
 
-def classifier_record(label, seq_length):
-  """One serialized run_classifier record whose label_ids is `label`."""
-  def ints(values):
-    return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
-  features = {name: ints([label] * seq_length)
-              for name in ("input_ids", "input_mask", "segment_ids")}
-  features.update(label_ids=ints([label]), is_real_example=ints([1]))
-  return tf.train.Example(features=tf.train.Features(
-      feature=features)).SerializeToString()
-
-
 PROBE = textwrap.dedent("""\
     import json, sys, types
     sys.path.insert(0, %(repo)r)
@@ -194,7 +184,9 @@ def test_two_ranks_sum_broadcast_and_shard(tmp_path):
   records = str(tmp_path / "classifier.tf_record")
   with tf.io.TFRecordWriter(records) as writer:
     for label in range(8):
-      writer.write(classifier_record(label, seq_length=4))
+      features = run_classifier.InputFeatures([label] * 4, [1] * 4, [0] * 4,
+                                              label_id=label)
+      writer.write(run_classifier.serialize_features(features))
   probe = tmp_path / "probe.py"
   probe.write_text(PROBE % {"repo": REPO_ROOT, "records": records})
   result = subprocess.run(
