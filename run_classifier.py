@@ -466,7 +466,32 @@ class TsvProcessor(DataProcessor):
       return [None] + lines
     if len(lines) == 1:
       raise UserError("%s has only a header line and no examples" % path)
+    self._check_first_line_is_a_header(lines, path)
     return lines
+
+  def _check_first_line_is_a_header(self, lines, path):
+    """Refuses a header-less file read with --tsv_has_header (the default).
+
+    With columns given by number nothing else would notice, and the first
+    example would be dropped silently as a "header".
+
+    Raises:
+      UserError: the first line's label column holds a label of the data.
+    """
+    if not self.label_column.isdigit():
+      return
+    index = int(self.label_column)
+    if index >= len(lines[0]):
+      return
+    known = set(self.labels or ()) | set(
+        line[index] for line in lines[1:] if index < len(line))
+    first = lines[0][index]
+    if first in known:
+      raise UserError(
+          "%s line 1 looks like an example, not a header: its column %d "
+          "holds %r, a label of the data; --tsv_has_header (the default) "
+          "would drop it. Pass --notsv_has_header for a file without a "
+          "header" % (path, index, first))
 
   def _index(self, column, flag, lines, path):
     """The 0-based column number of flag value `column` in this file."""
@@ -720,7 +745,9 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
     if mode == tf.estimator.ModeKeys.EVAL:
       metrics = classifier_metrics(per_example_loss, features["label_ids"],
                                    logits, features["is_real_example"])
-      return tf.estimator.EstimatorSpec(mode, loss=loss_share,
+      # Eval runs unreplicated: the mean loss itself, not a replica's share
+      # (under horovod the share is the mean over the number of ranks).
+      return tf.estimator.EstimatorSpec(mode, loss=loss,
                                         eval_metric_ops=metrics)
     return tf.estimator.EstimatorSpec(
         mode, predictions={"probabilities": probabilities})

@@ -19,6 +19,7 @@ import time
 from absl import logging
 import tensorflow.compat.v1 as tf
 
+import atomic_io
 import distribution
 
 LOSS_SHARES = "replica_loss_shares"
@@ -211,8 +212,8 @@ class ThroughputHook(tf.train.SessionRunHook):
     if self._is_chief:
       self._jsonl.close()
       self._writer.flush()
-      with tf.io.gfile.GFile(os.path.join(self._output_dir,
-                                          "throughput_summary.json"), "w") as f:
+      with atomic_io.atomic_open(os.path.join(self._output_dir,
+                                              "throughput_summary.json")) as f:
         f.write(json.dumps(result, indent=2, sort_keys=True) + "\n")
 
 

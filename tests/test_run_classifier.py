@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
+import distribution
 import errors
 import input_pipeline
 import modeling
@@ -194,6 +195,24 @@ def test_tsv_without_header_uses_column_numbers(tmp_path):
   processor.text_a_column = "text"
   with pytest.raises(errors.UserError, match="names a column but"):
     processor.get_dev_examples(str(tmp_path))
+
+
+def test_header_less_tsv_read_with_the_default_header_flag_is_refused(
+    tmp_path):
+  # Numbered columns would otherwise drop the first example as a "header".
+  (tmp_path / "train.tsv").write_text("good film\tpos\ndull\tneg\n"
+                                      "fine\tpos\n")
+  processor = rc.TsvProcessor("0", "1")
+  with pytest.raises(errors.UserError,
+                     match=r"train.tsv line 1 looks like an example.*"
+                           r"'pos'.*--notsv_has_header"):
+    processor.infer_labels(str(tmp_path))
+  processor.labels = ["neg", "pos"]
+  with pytest.raises(errors.UserError, match="line 1 looks like an example"):
+    processor.get_train_examples(str(tmp_path))
+  (tmp_path / "train.tsv").write_text("text\tlabel\ngood film\tpos\n"
+                                      "dull\tneg\n")
+  assert len(processor.get_train_examples(str(tmp_path))) == 2
 
 
 def rc_flag_values(**overrides):
@@ -414,6 +433,29 @@ def test_metrics_count_real_examples_only(graph):
     values = sess.run({k: value for k, (value, _) in metrics.items()})
   assert values["eval_accuracy"] == pytest.approx(2 / 3)
   assert values["eval_loss"] == pytest.approx(2.0)
+
+
+def test_eval_loss_is_the_mean_loss_under_horovod(graph):
+  """Eval is unreplicated: its loss must not be divided by the rank count."""
+  config = modeling.BertConfig.from_dict(tiny_config(50))
+  model_fn = rc.model_fn_builder(config, 2, None, 1e-3, 10, 1, {})
+  features = {"input_ids": tf.constant([[1, 2, 3], [4, 5, 0]]),
+              "input_mask": tf.constant([[1, 1, 1], [1, 1, 0]]),
+              "segment_ids": tf.zeros([2, 3], tf.int32),
+              "label_ids": tf.constant([0, 1]),
+              "is_real_example": tf.constant([1, 1])}
+  distribution.use_horovod(2)
+  try:
+    spec = model_fn(features, None, tf.estimator.ModeKeys.EVAL, None)
+  finally:
+    distribution.use_horovod(0)
+  per_example_loss = tf.get_default_graph().get_tensor_by_name(
+      "loss/SparseSoftmaxCrossEntropyWithLogits/"
+      "SparseSoftmaxCrossEntropyWithLogits:0")
+  with tf.Session() as sess:
+    sess.run(tf.global_variables_initializer())
+    loss, per_example = sess.run([spec.loss, per_example_loss])
+  assert loss == pytest.approx(np.mean(per_example), rel=1e-6)
 
 
 # --------------------------------------------------------------- end to end

@@ -145,6 +145,14 @@ def test_throughput_is_logged_to_jsonl_summary_and_tensorboard(strategy_runs):
 
 
 @pytest.mark.slow
+def test_each_log_line_is_printed_once(strategy_runs):
+  log = strategy_runs["mirrored"][1].stderr
+  assert "INFO:tensorflow:" not in log
+  saves = [l for l in log.splitlines() if "Saving checkpoints for 6 " in l]
+  assert len(saves) == 1, saves
+
+
+@pytest.mark.slow
 def test_rerun_resumes_and_counts_throughput_from_the_resume_point(workdir):
   out = workdir / "resume"
   run_ok(pretrain_args(workdir, out, "--save_checkpoints_steps=4", steps=4))
