@@ -282,12 +282,16 @@ def build_strategy(plan):
                               multi_machine=bool(plan.cluster))
 
 
-def describe(plan, global_batch):
-  """One log line: strategy, replicas, global and per-replica batch."""
+def check_global_batch(plan, global_batch):
+  """Raises a UserError unless `global_batch` splits evenly over replicas."""
   if global_batch % plan.num_replicas:
     raise UserError(
         "--train_batch_size=%d (the global batch) must divide by the %d "
         "replicas (%s)" % (global_batch, plan.num_replicas, plan.name))
+
+
+def describe(plan, global_batch):
+  """One log line: strategy, replicas, global and per-replica batch."""
   return ("strategy=%s replicas=%d (%d worker(s) x %s) global_batch=%d "
           "per_replica_batch=%d" % (plan.name, plan.num_replicas,
                                     plan.num_workers, ",".join(plan.devices),
@@ -295,11 +299,38 @@ def describe(plan, global_batch):
                                     global_batch // plan.num_replicas))
 
 
+# Set by an engine that runs one process per replica (horovod_engine.init);
+# None under tf.distribute strategies, whose replicas live in one graph.
+ProcessGroup = collections.namedtuple(
+    "ProcessGroup", ["engine", "rank", "size", "sum_across_processes"])
+_PROCESS_GROUP = [None]
+
+
+def join_process_group(group):
+  """Records that this process is replica `group.rank` of `group.size`.
+
+  Args:
+    group: a ProcessGroup; its `sum_across_processes(tensors)` is the engine's
+      batched SUM all-reduce, used by `sum_across_replicas`.
+  """
+  _PROCESS_GROUP[0] = group
+
+
+def leave_process_group():
+  """Back to tf.distribute replicas (tests building several graphs)."""
+  _PROCESS_GROUP[0] = None
+
+
+def process_group():
+  """The ProcessGroup this process belongs to, or None (tf.distribute)."""
+  return _PROCESS_GROUP[0]
+
+
 def num_replicas_in_sync():
   """Replicas taking part in one step, seen from inside a model_fn."""
-  horovod = horovod_ranks()
-  if horovod:
-    return horovod
+  group = process_group()
+  if group:
+    return group.size
   return tf.distribute.get_replica_context().num_replicas_in_sync
 
 
@@ -318,10 +349,9 @@ def sum_across_replicas(tensors):
 
   Identity with a single replica. Called in a replica context.
   """
-  horovod = horovod_ranks()
-  if horovod:
-    import horovod_engine  # pylint: disable=g-import-not-at-top
-    return horovod_engine.sum_across_ranks(tensors)
+  group = process_group()
+  if group:
+    return group.sum_across_processes(tensors)
   ctx = tf.distribute.get_replica_context()
   if ctx.num_replicas_in_sync == 1:
     return list(tensors)
@@ -335,16 +365,3 @@ def sum_across_replicas(tensors):
 def _batch_sum(strategy, *per_replica_values):
   return strategy.extended.batch_reduce_to(
       tf.distribute.ReduceOp.SUM, [(v, v) for v in per_replica_values])
-
-
-_HOROVOD_SIZE = [0]
-
-
-def use_horovod(size):
-  """Marks this process as one horovod rank out of `size`."""
-  _HOROVOD_SIZE[0] = size
-
-
-def horovod_ranks():
-  """Number of horovod ranks when there are several, else 0."""
-  return _HOROVOD_SIZE[0] if _HOROVOD_SIZE[0] > 1 else 0

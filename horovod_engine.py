@@ -91,21 +91,13 @@ def init(plan, use_fp16):
   _STATE["hvd"] = hvd
   _STATE["compression"] = (hvd.Compression.fp16 if use_fp16
                            else hvd.Compression.none)
-  distribution.use_horovod(hvd.size())
+  distribution.join_process_group(distribution.ProcessGroup(
+      engine="horovod", rank=hvd.rank(), size=hvd.size(),
+      sum_across_processes=sum_across_ranks))
   logging.info("horovod: rank %d of %d (local rank %d), %s, gradient "
                "all-reduce in %s", hvd.rank(), hvd.size(), hvd.local_rank(),
                plan.devices[0], "float16" if use_fp16 else "float32")
   return hvd.rank() == 0
-
-
-def rank():
-  """This process's rank (0 is the one writing checkpoints)."""
-  return _hvd().rank()
-
-
-def size():
-  """The number of ranks."""
-  return _hvd().size()
 
 
 def visible_gpu_list():

@@ -411,7 +411,8 @@ def wrap_for_mixed_precision(optimizer, init_loss_scale, growth_steps):
   Grappler's auto_mixed_precision pass then runs eligible GPU kernels in
   float16; it has nothing to rewrite on a CPU-only machine.
   """
-  scale_class = (RankConsistentLossScale if distribution.horovod_ranks()
+  group = distribution.process_group()
+  scale_class = (RankConsistentLossScale if group and group.size > 1
                  else tf.mixed_precision.DynamicLossScale)
   loss_scale = scale_class(initial_loss_scale=init_loss_scale,
                            increment_period=growth_steps, multiplier=2.0)
@@ -432,7 +433,7 @@ class RankConsistentLossScale(tf.mixed_precision.DynamicLossScale):
                                     for g in grads if g is not None]),
                      tf.float32)
     finite_ranks = distribution.sum_across_replicas([finite])[0]
-    verdict = tf.where(finite_ranks >= distribution.horovod_ranks(), 0.0,
+    verdict = tf.where(finite_ranks >= distribution.process_group().size, 0.0,
                        float("inf"))
     return super().update([verdict])
 

@@ -881,50 +881,67 @@ def validate_flags():
   return bert_config, processor, processor.get_labels(), examples
 
 
-def write_features(examples, label_list, tokenizer, name, batch_size=None):
-  """Writes output_dir/<name>, padded to whole batches if batch_size given."""
+def write_features(path, examples, label_list, max_seq_length, tokenizer,
+                   batch_size=None):
+  """Writes the records of `examples` to `path`, padded to whole batches if
+  batch_size is given; returns `path`."""
   if batch_size:
     examples = pad_to_batches(examples, batch_size)
-  path = os.path.join(FLAGS.output_dir, name)
   file_based_convert_examples_to_features(examples, label_list,
-                                          FLAGS.max_seq_length, tokenizer,
-                                          path)
+                                          max_seq_length, tokenizer, path)
   return path
 
 
-def train_steps(num_examples):
-  """(num_train_steps, num_warmup_steps) from the flags, as upstream."""
-  num_train_steps = int(num_examples / FLAGS.train_batch_size *
-                        FLAGS.num_train_epochs)
+def train_steps(num_examples, train_batch_size, num_train_epochs,
+                warmup_proportion):
+  """(num_train_steps, num_warmup_steps), as upstream computes them.
+
+  Raises:
+    UserError: the examples make no whole step.
+  """
+  num_train_steps = int(num_examples / train_batch_size * num_train_epochs)
   if num_train_steps < 1:
     raise UserError("%d training examples at --train_batch_size=%d for "
                     "--num_train_epochs=%s make no whole step" %
-                    (num_examples, FLAGS.train_batch_size,
-                     FLAGS.num_train_epochs))
-  return num_train_steps, int(num_train_steps * FLAGS.warmup_proportion)
+                    (num_examples, train_batch_size, num_train_epochs))
+  return num_train_steps, int(num_train_steps * warmup_proportion)
 
 
-def predict(estimator, setup, examples, label_list, tokenizer, is_ranking):
-  """Predicts the test examples; writes test_results.tsv (and the ranking)."""
-  path = write_features(examples, label_list, tokenizer, "predict.tf_record",
-                        FLAGS.predict_batch_size)
+def predict(estimator, is_chief, output_dir, examples, label_list, tokenizer,
+            max_seq_length, batch_size, is_ranking):
+  """Predicts the test examples; writes test_results.tsv (and the ranking).
+
+  Args:
+    estimator: the trained Estimator.
+    is_chief: only the chief writes the result files.
+    output_dir: where predict.tf_record and the results go.
+    examples: the test InputExamples.
+    label_list: the task's labels.
+    tokenizer: FullTokenizer.
+    max_seq_length: S of the records.
+    batch_size: predict batch size.
+    is_ranking: also write ranked_results.tsv (the rerank task).
+  """
+  path = write_features(os.path.join(output_dir, "predict.tf_record"),
+                        examples, label_list, max_seq_length, tokenizer,
+                        batch_size)
   input_fn = input_pipeline.classifier_input_fn_builder(
-      path, FLAGS.max_seq_length, is_training=False, drop_remainder=True,
-      global_batch_size=FLAGS.predict_batch_size)
+      path, max_seq_length, is_training=False, drop_remainder=True,
+      global_batch_size=batch_size)
   logging.info("***** Predict: %d examples, batch %d *****", len(examples),
-               FLAGS.predict_batch_size)
+               batch_size)
   probabilities = []
   for prediction in estimator.predict(input_fn):
     if len(probabilities) == len(examples):
       break  # the rest is padding
     probabilities.append(prediction["probabilities"])
-  if not setup.is_chief:
+  if not is_chief:
     return
-  write_test_results(os.path.join(FLAGS.output_dir, "test_results.tsv"),
+  write_test_results(os.path.join(output_dir, "test_results.tsv"),
                      probabilities)
   if is_ranking:
     write_ranked_results(
-        os.path.join(FLAGS.output_dir, "ranked_results.tsv"), examples,
+        os.path.join(output_dir, "ranked_results.tsv"), examples,
         [float(p[label_list.index("1")]) for p in probabilities])
 
 
@@ -943,7 +960,9 @@ def main(argv):
 
   num_train_steps, num_warmup_steps = 0, 0
   if FLAGS.do_train:
-    num_train_steps, num_warmup_steps = train_steps(len(examples["train"]))
+    num_train_steps, num_warmup_steps = train_steps(
+        len(examples["train"]), FLAGS.train_batch_size, FLAGS.num_train_epochs,
+        FLAGS.warmup_proportion)
   estimator = training_setup.make_estimator(
       model_fn_builder(bert_config, len(label_list), FLAGS.init_checkpoint,
                        FLAGS.learning_rate, num_train_steps, num_warmup_steps,
@@ -951,14 +970,16 @@ def main(argv):
 
   eval_input_fn = None
   if FLAGS.do_eval:
-    eval_file = write_features(examples["dev"], label_list, tokenizer,
-                               "eval.tf_record", FLAGS.eval_batch_size)
+    eval_file = write_features(
+        os.path.join(FLAGS.output_dir, "eval.tf_record"), examples["dev"],
+        label_list, FLAGS.max_seq_length, tokenizer, FLAGS.eval_batch_size)
     eval_input_fn = input_pipeline.classifier_input_fn_builder(
         eval_file, FLAGS.max_seq_length, is_training=False,
         drop_remainder=True, global_batch_size=FLAGS.eval_batch_size)
   if FLAGS.do_train:
-    train_file = write_features(examples["train"], label_list, tokenizer,
-                                "train.tf_record")
+    train_file = write_features(
+        os.path.join(FLAGS.output_dir, "train.tf_record"), examples["train"],
+        label_list, FLAGS.max_seq_length, tokenizer)
     logging.info("***** Training: %d examples, global batch %d, %d steps "
                  "*****", len(examples["train"]), FLAGS.train_batch_size,
                  num_train_steps)
@@ -982,8 +1003,9 @@ def main(argv):
     if setup.is_chief:
       training_setup.write_eval_results(FLAGS.output_dir, result)
   if FLAGS.do_predict:
-    predict(estimator, setup, examples["test"], label_list, tokenizer,
-            isinstance(processor, RerankProcessor))
+    predict(estimator, setup.is_chief, FLAGS.output_dir, examples["test"],
+            label_list, tokenizer, FLAGS.max_seq_length,
+            FLAGS.predict_batch_size, isinstance(processor, RerankProcessor))
 
 
 if __name__ == "__main__":

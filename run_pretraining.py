@@ -27,42 +27,48 @@ from errors import UserError, main_with_user_errors
 
 FLAGS = flags.FLAGS
 
-flags.DEFINE_string("bert_config_file", None,
-                    "bert_config.json of the model to train.")
-flags.DEFINE_string("input_file", None,
-                    "Input TFRecord file(s): comma-separated globs.")
-flags.DEFINE_string("output_dir", None,
-                    "Checkpoints, events and throughput logs go here; a rerun "
-                    "with the same directory resumes.")
-flags.DEFINE_string("init_checkpoint", None,
-                    "Initial weights (e.g. a Google BERT checkpoint); "
-                    "ignored when output_dir already has a checkpoint.")
-flags.DEFINE_string("vocab_file", None,
-                    "Optional: the vocab the data was made with; checked "
-                    "against bert_config's vocab_size.")
-flags.DEFINE_integer("max_seq_length", 128,
-                     "Sequence length of the records (S).")
-flags.DEFINE_integer("max_predictions_per_seq", 20,
-                     "Masked positions per sequence in the records.")
-flags.DEFINE_bool("do_train", False, "Whether to run training.")
-flags.DEFINE_bool("do_eval", False, "Whether to run eval on the input files.")
-flags.DEFINE_integer("train_batch_size", 32,
-                     "Total batch size for training, over all replicas.")
-flags.DEFINE_integer("num_accumulation_steps", 1,
-                     "Gradient accumulation: micro-batches per update. Each "
-                     "replica's micro-batch is train_batch_size / (replicas "
-                     "* K); the update and global_step come once per K.")
-flags.DEFINE_integer("eval_batch_size", 8, "Total batch size for eval.")
-flags.DEFINE_float("learning_rate", 5e-5, "The initial learning rate.")
-flags.DEFINE_integer("num_train_steps", 100000, "Number of training steps.")
-flags.DEFINE_integer("num_warmup_steps", 10000, "Number of warm-up steps.")
-flags.DEFINE_integer("save_checkpoints_steps", 1000,
-                     "How often to save the model checkpoint.")
-flags.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints to keep.")
-flags.DEFINE_integer("iterations_per_loop", 1000,
-                     "Accepted for upstream compatibility; unused off TPU.")
-flags.DEFINE_integer("max_eval_steps", 100, "Maximum number of eval steps.")
-training_setup.define_flags()
+
+def define_flags():
+  """Upstream's pretraining flags, the gradient accumulation flag and
+  training_setup's. Called by the program only: importing this module (e.g.
+  to build the pretraining heads elsewhere) defines no flags."""
+  flags.DEFINE_string("bert_config_file", None,
+                      "bert_config.json of the model to train.")
+  flags.DEFINE_string("input_file", None,
+                      "Input TFRecord file(s): comma-separated globs.")
+  flags.DEFINE_string("output_dir", None,
+                      "Checkpoints, events and throughput logs go here; a "
+                      "rerun with the same directory resumes.")
+  flags.DEFINE_string("init_checkpoint", None,
+                      "Initial weights (e.g. a Google BERT checkpoint); "
+                      "ignored when output_dir already has a checkpoint.")
+  flags.DEFINE_string("vocab_file", None,
+                      "Optional: the vocab the data was made with; checked "
+                      "against bert_config's vocab_size.")
+  flags.DEFINE_integer("max_seq_length", 128,
+                       "Sequence length of the records (S).")
+  flags.DEFINE_integer("max_predictions_per_seq", 20,
+                       "Masked positions per sequence in the records.")
+  flags.DEFINE_bool("do_train", False, "Whether to run training.")
+  flags.DEFINE_bool("do_eval", False,
+                    "Whether to run eval on the input files.")
+  flags.DEFINE_integer("train_batch_size", 32,
+                       "Total batch size for training, over all replicas.")
+  flags.DEFINE_integer("num_accumulation_steps", 1,
+                       "Gradient accumulation: micro-batches per update. Each "
+                       "replica's micro-batch is train_batch_size / (replicas "
+                       "* K); the update and global_step come once per K.")
+  flags.DEFINE_integer("eval_batch_size", 8, "Total batch size for eval.")
+  flags.DEFINE_float("learning_rate", 5e-5, "The initial learning rate.")
+  flags.DEFINE_integer("num_train_steps", 100000, "Number of training steps.")
+  flags.DEFINE_integer("num_warmup_steps", 10000, "Number of warm-up steps.")
+  flags.DEFINE_integer("save_checkpoints_steps", 1000,
+                       "How often to save the model checkpoint.")
+  flags.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints to keep.")
+  flags.DEFINE_integer("iterations_per_loop", 1000,
+                       "Accepted for upstream compatibility; unused off TPU.")
+  flags.DEFINE_integer("max_eval_steps", 100, "Maximum number of eval steps.")
+  training_setup.define_flags()
 
 
 def get_masked_lm_output(bert_config, input_tensor, output_weights, positions,
@@ -396,7 +402,8 @@ def main(argv):
       FLAGS.num_accumulation_steps)
   estimator = training_setup.make_estimator(model_fn, setup)
   train_input_fn = input_pipeline.pretraining_input_fn_builder(
-      training_setup.input_files_for_this_worker(setup, input_files), FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
+      training_setup.input_files_for_this_worker(setup, input_files),
+      FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
       is_training=True, global_batch_size=FLAGS.train_batch_size,
       num_replicas=setup.plan.num_replicas,
       deterministic=FLAGS.tf_random_seed is not None)
@@ -421,4 +428,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main_with_user_errors(main))

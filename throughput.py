@@ -32,8 +32,9 @@ def register_step_metrics(loss_share, learning_rate):
   The shares of all tf.distribute replicas add up to the global mean loss;
   a horovod rank sees only its own share, so it logs its own mean loss.
   """
-  ranks = distribution.horovod_ranks()
-  tf.add_to_collection(LOSS_SHARES, loss_share * ranks if ranks else loss_share)
+  group = distribution.process_group()
+  tf.add_to_collection(LOSS_SHARES,
+                       loss_share * group.size if group else loss_share)
   if not tf.get_collection(LEARNING_RATE):
     tf.add_to_collection(LEARNING_RATE, learning_rate)
 

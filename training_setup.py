@@ -25,6 +25,7 @@ import tensorflow.compat.v1 as tf
 import atomic_io
 import distribution
 import errors
+import horovod_engine
 import modeling
 import optimization
 import throughput
@@ -129,7 +130,6 @@ def session_config(plan, use_xla):
     # Graph-mode sessions only see logical CPUs that the ConfigProto asks for.
     config.device_count["CPU"] = len(plan.devices)
   if plan.name == "horovod" and plan.devices[0].startswith("/gpu"):
-    import horovod_engine  # pylint: disable=g-import-not-at-top
     config.gpu_options.visible_device_list = horovod_engine.visible_gpu_list()
   if use_xla:
     config.graph_options.optimizer_options.global_jit_level = (
@@ -150,6 +150,7 @@ def prepare(values, output_dir, global_batch_size):
   """
   num_gpus = len(tf2.config.list_physical_devices("GPU"))
   plan = distribution.plan_from_flags(values, num_gpus)
+  distribution.check_global_batch(plan, global_batch_size)
   logging.info(distribution.describe(plan, global_batch_size))
   profile_steps = _parse_profile_steps(values.profile_steps)
   check_output_dir(output_dir)
@@ -160,7 +161,6 @@ def prepare(values, output_dir, global_batch_size):
         "loss scaling still runs).")
   model_dir = output_dir
   if plan.name == "horovod":
-    import horovod_engine  # pylint: disable=g-import-not-at-top
     strategy = None
     is_chief = horovod_engine.init(plan, values.use_fp16)
     if not is_chief:
@@ -217,7 +217,6 @@ def prepare(values, output_dir, global_batch_size):
 def input_files_for_this_worker(setup, input_files):
   """Horovod ranks each read their own files; strategies shard internally."""
   if setup.plan.name == "horovod":
-    import horovod_engine  # pylint: disable=g-import-not-at-top
     return horovod_engine.shard_files(input_files)
   return input_files
 
@@ -230,9 +229,9 @@ def record_shard_for_this_worker(setup):
   same order: N copies of one batch instead of a global batch. Strategies
   shard through input_context and get None.
   """
-  if setup.plan.name == "horovod":
-    import horovod_engine  # pylint: disable=g-import-not-at-top
-    return horovod_engine.size(), horovod_engine.rank()
+  group = distribution.process_group()
+  if group:
+    return group.size, group.rank
   return None
 
 
@@ -472,9 +471,9 @@ class WeightsFingerprintHook(tf.train.SessionRunHook):
 
 def task_name(plan):
   """`worker-0`, `chief-0`, `rank-1`, or `local` for naming per-task files."""
-  if plan.name == "horovod":
-    import horovod_engine  # pylint: disable=g-import-not-at-top
-    return "rank-%d" % horovod_engine.rank()
+  group = distribution.process_group()
+  if group:
+    return "rank-%d" % group.rank
   if plan.cluster:
     return distribution.cluster_task()[0]
   return "local"
@@ -502,7 +501,6 @@ def train(estimator, setup, train_input_fn, eval_input_fn, max_steps,
     hooks.append(ProfilerHook(setup.output_dir, *setup.profile_steps))
   listeners = [throughput.CheckpointMarker(hook)]
   if setup.plan.name == "horovod":
-    import horovod_engine  # pylint: disable=g-import-not-at-top
     hooks.append(horovod_engine.broadcast_hook())
     if not setup.is_chief:
       # Saving listeners need a CheckpointSaverHook; only rank 0 has one.

@@ -149,7 +149,7 @@ PROBE = textwrap.dedent("""\
                                      distribution.horovod_world_size(),
                                      "auto", 600, None)
     is_chief = horovod_engine.init(plan, use_fp16=False)
-    rank = horovod_engine.rank()
+    rank = distribution.process_group().rank
     value = tf.constant([1.0 / 3.0, rank + 1.0])
     sum32 = horovod_engine.sum_across_ranks([value])[0]
     horovod_engine.init(plan, use_fp16=True)

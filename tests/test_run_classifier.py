@@ -444,11 +444,12 @@ def test_eval_loss_is_the_mean_loss_under_horovod(graph):
               "segment_ids": tf.zeros([2, 3], tf.int32),
               "label_ids": tf.constant([0, 1]),
               "is_real_example": tf.constant([1, 1])}
-  distribution.use_horovod(2)
+  distribution.join_process_group(distribution.ProcessGroup(
+      engine="horovod", rank=0, size=2, sum_across_processes=None))
   try:
     spec = model_fn(features, None, tf.estimator.ModeKeys.EVAL, None)
   finally:
-    distribution.use_horovod(0)
+    distribution.leave_process_group()
   per_example_loss = tf.get_default_graph().get_tensor_by_name(
       "loss/SparseSoftmaxCrossEntropyWithLogits/"
       "SparseSoftmaxCrossEntropyWithLogits:0")
