@@ -1,4 +1,5 @@
-"""Pretraining throughput benchmark: the tables of seed 000, measured here.
+"""Pretraining throughput benchmark: the published multi-GPU BERT tables,
+measured here.
 
 Runs a sweep of short `run_pretraining.py` trainings, one subprocess and one
 output directory per cell, over the axes given on the command line (replicas,
@@ -6,8 +7,9 @@ precision, per-replica batch, distribution strategy, model config, sequence
 length, XLA), and writes to --output_dir:
 
   results.csv   one row per cell (every axis and every measured figure);
-  results.md    seed 000's layout: rows n_gpu, columns precision(batch),
-                examples/sec; then per-cell details (efficiency, MFU);
+  results.md    the published tables' layout: rows n_gpu, columns
+                precision(batch), examples/sec; then per-cell details
+                (efficiency, MFU);
   results.png   examples/sec and scaling efficiency against replicas.
 
 Each cell's figure is the steady-state examples/sec of the run's

@@ -11,8 +11,9 @@ Strategies (`--distribution_strategy`):
                one device.
   multi_worker MultiWorkerMirroredStrategy (collective all-reduce). With
                TF_CONFIG naming a cluster it spans machines; without, it runs
-               collectives between the local devices, which seed 000 found
-               faster than MirroredStrategy on one machine.
+               collectives between the local devices, which the published
+               multi-GPU BERT measurements found faster than
+               MirroredStrategy on one machine.
   horovod      one process per device, launched by horovodrun (see
                horovod_engine.py).
 """

@@ -21,7 +21,7 @@ number of replicas. Slot variables keep upstream's names (`<var>/adam_m`,
 too, since its two moments are Adam's.
 
 Two optimizers: upstream's AdamW (`--optimizer=adamw`) and LAMB
-(`--optimizer=lamb`, seed 004). Gradient accumulation
+(`--optimizer=lamb`, arXiv:1904.00962). Gradient accumulation
 (`create_accumulating_optimizer`) sums the gradients of K micro-batches
 before step 2, so one update still costs one all-reduce.
 """
@@ -233,8 +233,9 @@ class LambOptimizer(AdamWeightDecayOptimizer):
   The ratio is 1 when either norm is 0 (fresh zero biases, a zero update).
   Every variable gets the ratio, as in gluon-nlp's and NVIDIA's BERT LAMB;
   LayerNorm and bias variables are only exempt from weight decay. Without
-  bias correction (seed 004's setting) m_hat = m and v_hat = v; with it they
-  are divided by 1 - beta**t, t = global_step + 1 counting updates.
+  bias correction (gluon-nlp's LAMB BERT setting) m_hat = m and v_hat = v;
+  with it they are divided by 1 - beta**t, t = global_step + 1 counting
+  updates.
   """
 
   def __init__(self, learning_rate, weight_decay_rate=0.0, beta_1=0.9,
@@ -437,10 +438,3 @@ class RankConsistentLossScale(tf.mixed_precision.DynamicLossScale):
                        float("inf"))
     return super().update([verdict])
 
-
-def current_loss_scale():
-  """The dynamic loss-scale variable of the graph, or None without fp16."""
-  for var in tf.global_variables():
-    if var.op.name.endswith("current_loss_scale"):
-      return var
-  return None

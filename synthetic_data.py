@@ -1,7 +1,7 @@
 """Synthetic pretraining records of the right shape, for tests and benchmarks.
 
-The records follow create_pretraining_data's format exactly (REFERENCE
-section 2) with random token ids: useful to measure speed or check
+The records follow create_pretraining_data's format exactly (the features
+run_pretraining.py reads) with random token ids: useful to measure speed or check
 mechanics without a corpus, useless for learning anything.
 """
 

@@ -69,7 +69,7 @@ def define_flags():
                     "lamb: LAMB (layer-wise trust ratio, arXiv:1904.00962).")
   flags.DEFINE_bool("lamb_bias_correction", False,
                     "--optimizer=lamb: Adam's bias correction of the moments "
-                    "(seed 004 turns it off).")
+                    "(off in the LAMB paper's BERT recipe).")
   flags.DEFINE_bool("stop_on_nonfinite_loss", True,
                     "Without --use_fp16, stop at the first step whose loss "
                     "is NaN or inf (naming the step) instead of training on.")

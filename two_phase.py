@@ -1,10 +1,10 @@
 """Steps and LAMB hyperparameters of one phase of two-phase pretraining.
 
-Two-phase pretraining (You et al. 2019, arXiv:1904.00962; seed 004): phase 1
+Two-phase pretraining (You et al. 2019, arXiv:1904.00962): phase 1
 trains on short sequences (128) for most of the steps, phase 2 on long ones
 (512), starting from phase 1's weights with its own warm-up. A run whose
 batch differs from the baseline's keeps the baseline's number of examples in
-each phase (seed 004's rule):
+each phase (gluon-nlp's horovod BERT recipe):
 
   nsteps = baseline_batch * baseline_steps
            / (batch_per_gpu * gpus * accumulation)
@@ -14,7 +14,8 @@ run_pretraining.py). nsteps is rounded up: a phase never sees fewer examples
 than the baseline's.
 
 Unless given, the learning rate and the warm-up ratio follow the LAMB paper's
-untuned rule for its global batch B, which seed 004 used to pick its own:
+untuned rule for its global batch B, from which gluon-nlp's recipe picks its
+own:
 
   learning_rate = 5e-3 * sqrt(B / 32768)   (0.00354 at 16K, 0.00125 at 2K)
   warmup_ratio  = 0.2 * B / 32768          (0.1 at 16K, 0.0125 at 2K)

@@ -7,7 +7,7 @@ usage() {
 Usage: scripts/benchmark.sh OUTPUT_DIR [benchmark.py flags...]
 
 Sweeps short pretraining runs and writes OUTPUT_DIR/results.csv, results.md
-(seed 000's table layout) and results.png. Without flags it runs the sweep of
+(the layout of the published multi-GPU BERT tables) and results.png. Without flags it runs the sweep of
 docs/benchmarks.md: BERT-mini, sequence 128, 32 examples per replica, 1 and 2
 replicas, fp32 and fp16, MirroredStrategy, MultiWorkerMirroredStrategy and
 horovod (skipped with a note when horovod is not installed). Flags given

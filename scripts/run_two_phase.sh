@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Two-phase pretraining (LAMB paper, seed 004): phase 1 on short sequences,
+# The LAMB paper's two-phase pretraining: phase 1 on short sequences,
 # then phase 2 on long ones from phase 1's weights, each phase's steps scaled
 # from a baseline by two_phase.py so that it sees the baseline's examples.
 set -euo pipefail

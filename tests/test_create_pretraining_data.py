@@ -158,7 +158,7 @@ def test_different_seed_gives_different_records(tmp_path):
 
 
 def test_features_parse_with_the_pretraining_reader_spec(tmp_path, graph):
-  # The dtypes and shapes run_pretraining.py declares (REFERENCE section 2).
+  # The dtypes and shapes run_pretraining.py declares (upstream's feature spec).
   seq, preds = SMALL_PARAMS.max_seq_length, SMALL_PARAMS.max_predictions_per_seq
   spec = {
       "input_ids": tf.FixedLenFeature([seq], tf.int64),

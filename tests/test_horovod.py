@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from conftest import REPO_ROOT, run_program
+from conftest import REPO_ROOT, TINY_CONFIG, load_checkpoint, run_program
 import horovod_engine
 import run_classifier
 import synthetic_data
@@ -35,13 +35,6 @@ requires_horovod = pytest.mark.skipif(HOROVOD_MISSING is not None,
                                       reason=HOROVOD_MISSING or "")
 
 SEQ, PREDS, VOCAB = 32, 5, 128
-TINY_CONFIG = {
-    "attention_probs_dropout_prob": 0.0, "hidden_act": "gelu",
-    "hidden_dropout_prob": 0.0, "hidden_size": 32,
-    "initializer_range": 0.02, "intermediate_size": 64,
-    "max_position_embeddings": 64, "num_attention_heads": 2,
-    "num_hidden_layers": 2, "type_vocab_size": 2, "vocab_size": VOCAB,
-}
 PER_RANK_BATCH, STEPS, RECORDS_PER_FILE = 4, 6, 16
 # Large enough for the weights to move far beyond the comparison tolerance.
 LEARNING_RATE = "1e-3"
@@ -59,12 +52,6 @@ def rank_lines(output, tag):
                            re.MULTILINE):
     found[int(match.group(1))] = json.loads(match.group(2))
   return found
-
-
-def checkpoint_values(path):
-  reader = tf.train.load_checkpoint(path)
-  return {name: reader.get_tensor(name)
-          for name in reader.get_variable_to_shape_map()}
 
 
 def test_files_of_rank_deals_files_round_robin():
@@ -286,12 +273,12 @@ def test_two_ranks_finish_with_identical_weights(two_rank_run):
   output_dir = two_rank_run["output_dir"]
   rank0 = tf.train.latest_checkpoint(output_dir)
   assert rank0 == os.path.join(output_dir, "model.ckpt-%d" % STEPS)
-  final0 = checkpoint_values(rank0)
+  final0 = load_checkpoint(rank0)
   assert final0["global_step"] == STEPS
   # Rank 1 kept its final weights in its scratch model_dir, not output_dir.
   rank1 = rank1_final_checkpoint(two_rank_run["scratch_root"], STEPS)
   assert len(rank1) == 1
-  final1 = checkpoint_values(rank1[0])
+  final1 = load_checkpoint(rank1[0])
   assert sorted(final1) == sorted(final0)
   for name in final0:
     np.testing.assert_array_equal(final1[name], final0[name], err_msg=name)
@@ -333,9 +320,9 @@ def test_two_ranks_equal_one_device_with_double_batch(pretraining_data,
        "--learning_rate", LEARNING_RATE, "--tf_random_seed", "1",
        "--distribution_strategy", "one_device"])
   assert result.returncode == 0, result.stderr[-3000:]
-  single = checkpoint_values(os.path.join(one_dir, "model.ckpt-%d" % STEPS))
-  start = checkpoint_values(os.path.join(one_dir, "model.ckpt-0"))
-  ranks = checkpoint_values(os.path.join(two_rank_run["output_dir"],
+  single = load_checkpoint(os.path.join(one_dir, "model.ckpt-%d" % STEPS))
+  start = load_checkpoint(os.path.join(one_dir, "model.ckpt-0"))
+  ranks = load_checkpoint(os.path.join(two_rank_run["output_dir"],
                                          "model.ckpt-%d" % STEPS))
   assert sorted(single) == sorted(ranks)
   for name in single:
@@ -358,10 +345,10 @@ def test_two_ranks_resume_from_rank0_checkpoint(pretraining_data,
                             two_rank_run["scratch_root"], STEPS + 2)
   assert "starts from %s" % os.path.join(output_dir, "model.ckpt-%d" % STEPS) \
       in result.stderr
-  final0 = checkpoint_values(tf.train.latest_checkpoint(output_dir))
+  final0 = load_checkpoint(tf.train.latest_checkpoint(output_dir))
   assert final0["global_step"] == STEPS + 2
   rank1 = rank1_final_checkpoint(two_rank_run["scratch_root"], STEPS + 2)
   assert len(rank1) == 1
-  final1 = checkpoint_values(rank1[0])
+  final1 = load_checkpoint(rank1[0])
   for name in final0:
     np.testing.assert_array_equal(final1[name], final0[name], err_msg=name)

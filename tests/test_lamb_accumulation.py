@@ -20,17 +20,12 @@ import modeling
 import optimization
 import run_pretraining
 import synthetic_data
-from conftest import REPO_ROOT, run_program
+from conftest import (REPO_ROOT, TINY_CONFIG, fp16_training_state,
+                      load_checkpoint, run_ok, run_program)
 from errors import UserError
 
 TWO_CPUS = tf.ConfigProto(device_count={"CPU": 2})
 SEQ, PREDS, VOCAB = 32, 5, 128
-TINY_CONFIG = {
-    "attention_probs_dropout_prob": 0.0, "hidden_act": "gelu",
-    "hidden_dropout_prob": 0.0, "hidden_size": 32, "initializer_range": 0.02,
-    "intermediate_size": 64, "max_position_embeddings": 64,
-    "num_attention_heads": 2, "num_hidden_layers": 2, "type_vocab_size": 2,
-    "vocab_size": VOCAB}
 # Masked positions of consecutive records. Every block of 4 holds 12, so
 # replicas of 4 examples see equal totals (per-replica normalisation then
 # equals the global one), while micro-batches of 2 see 8 and 4: the
@@ -365,9 +360,7 @@ def test_fp16_nonfinite_micro_batch_skips_the_whole_update(mixed_precision):
         return train_op
 
       train_op = strategy.group(strategy.extended.call_for_each_replica(step))
-    scale_var = optimization.current_loss_scale()
-    slots = [v for v in tf.global_variables() if "adam" in v.op.name]
-    state = [w, global_step, scale_var] + slots
+    state = fp16_training_state(w, global_step)
     with tf.Session(config=TWO_CPUS) as sess:
       sess.run(tf.global_variables_initializer())
       sess.run(train_op)
@@ -439,18 +432,6 @@ def pretrain_args(workdir, output_dir, *extra, steps=6, batch=8):
           "--num_warmup_steps=2", "--learning_rate=1e-2", "--optimizer=lamb",
           "--log_every_n_steps=2", "--throughput_warmup_steps=2",
           "--tf_random_seed=1"] + list(extra)
-
-
-def run_ok(args, env=None):
-  result = run_program(args, env=env)
-  assert result.returncode == 0, result.stderr[-3000:]
-  return result
-
-
-def load_checkpoint(path):
-  reader = tf.train.load_checkpoint(path)
-  return {name: reader.get_tensor(name)
-          for name, _ in tf.train.list_variables(path)}
 
 
 RUNS = {

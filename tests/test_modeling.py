@@ -39,7 +39,7 @@ SORTED_KEY_FILES = {"bert_base", "bert_large", "L24_H1024"}
 
 def expected_bert_variables(num_layers, hidden, intermediate, vocab,
                             type_vocab, max_positions):
-  """{name: shape} of every variable BertModel creates, per REFERENCE 1."""
+  """{name: shape} of every variable BertModel creates, with upstream's names and shapes."""
   h, i = hidden, intermediate
   variables = {
       "bert/embeddings/word_embeddings": [vocab, h],

@@ -5,6 +5,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import optimization
+from conftest import fp16_training_state
 
 TWO_CPUS = tf.ConfigProto(device_count={"CPU": 2})
 
@@ -179,9 +180,7 @@ def test_fp16_overflow_step_is_skipped_and_loss_scale_halves(mixed_precision):
   strategy = two_replica_strategy()
   with tf.Graph().as_default():
     inject, w, global_step, train_op = build_fp16_step(strategy, [1])
-    scale_var = optimization.current_loss_scale()
-    slots = [v for v in tf.global_variables() if "adam" in v.op.name]
-    state = [w, global_step, scale_var] + slots
+    state = fp16_training_state(w, global_step)
     with tf.Session(config=TWO_CPUS) as sess:
       sess.run(tf.global_variables_initializer())
       sess.run(train_op)
@@ -201,7 +200,7 @@ def test_fp16_overflow_step_is_skipped_and_loss_scale_halves(mixed_precision):
       sess.run(train_op)
       sess.run(train_op)
       assert sess.run(global_step) == 3
-      assert sess.run(scale_var) == 1024
+      assert sess.run(state[2]) == 1024
 
 
 def test_fp16_checkpoint_holds_the_loss_scale(mixed_precision, tmp_path):

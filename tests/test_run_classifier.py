@@ -16,7 +16,7 @@ import modeling
 import run_classifier as rc
 import tokenization
 import training_setup
-from conftest import REPO_ROOT, run_program
+from conftest import REPO_ROOT, run_ok, run_program
 
 FIXTURES = os.path.join(REPO_ROOT, "tests", "data", "classifier")
 SAMPLE = os.path.join(REPO_ROOT, "sample_data", "classify")
@@ -72,12 +72,6 @@ def classifier_args(workdir, output_dir, *extra, data_dir=SAMPLE,
           "--bert_config_file=%s" % (workdir / "tiny.json"),
           "--output_dir=%s" % output_dir, "--max_seq_length=%d" % SEQ,
           "--learning_rate=1e-3", "--log_every_n_steps=10"] + list(extra)
-
-
-def run_ok(args):
-  result = run_program(args)
-  assert result.returncode == 0, result.stderr[-3000:]
-  return result
 
 
 def read_eval_results(output_dir):

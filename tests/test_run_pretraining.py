@@ -10,14 +10,9 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import synthetic_data
-from conftest import REPO_ROOT, run_program
+from conftest import (REPO_ROOT, TINY_CONFIG, load_checkpoint, read_json,
+                      run_ok, run_program)
 
-TINY_CONFIG = {
-    "attention_probs_dropout_prob": 0.0, "hidden_act": "gelu",
-    "hidden_dropout_prob": 0.0, "hidden_size": 32, "initializer_range": 0.02,
-    "intermediate_size": 64, "max_position_embeddings": 64,
-    "num_attention_heads": 2, "num_hidden_layers": 2, "type_vocab_size": 2,
-    "vocab_size": 128}
 SEQ, PREDS = 32, 5
 
 
@@ -41,23 +36,6 @@ def pretrain_args(workdir, output_dir, *extra, steps=6, batch=8):
           "--num_warmup_steps=2", "--learning_rate=1e-3",
           "--log_every_n_steps=2", "--throughput_warmup_steps=2",
           "--tf_random_seed=1"] + list(extra)
-
-
-def run_ok(args, env=None):
-  result = run_program(args, env=env)
-  assert result.returncode == 0, result.stderr[-3000:]
-  return result
-
-
-def load_checkpoint(path):
-  reader = tf.train.load_checkpoint(path)
-  return {name: reader.get_tensor(name)
-          for name, _ in tf.train.list_variables(path)}
-
-
-def read_json(path):
-  with open(path) as f:
-    return json.load(f)
 
 
 @pytest.fixture(scope="module")

@@ -8,20 +8,13 @@ import sys
 
 import numpy as np
 import pytest
-import tensorflow.compat.v1 as tf
 
 import synthetic_data
 import two_phase
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, TINY_CONFIG, load_checkpoint
 from errors import UserError
 
 SCRIPT = os.path.join(REPO_ROOT, "scripts", "run_two_phase.sh")
-TINY_CONFIG = {
-    "attention_probs_dropout_prob": 0.0, "hidden_act": "gelu",
-    "hidden_dropout_prob": 0.0, "hidden_size": 32, "initializer_range": 0.02,
-    "intermediate_size": 64, "max_position_embeddings": 64,
-    "num_attention_heads": 2, "num_hidden_layers": 2, "type_vocab_size": 2,
-    "vocab_size": 128}
 
 
 @pytest.mark.parametrize("args,expected", [
@@ -162,12 +155,6 @@ def test_bad_settings_are_one_line_and_exit_2(tmp_path, args, message):
   lines = result.stderr.splitlines()
   assert len(lines) == 1, result.stderr
   assert lines[0].startswith(message.format(**fill)), lines[0]
-
-
-def load_checkpoint(path):
-  reader = tf.train.load_checkpoint(path)
-  return {name: reader.get_tensor(name)
-          for name, _ in tf.train.list_variables(path)}
 
 
 PHASE2_LR, PHASE2_STEPS = 0.01, 4
