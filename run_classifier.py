@@ -279,6 +279,32 @@ class DataProcessor(object):
     return label
 
 
+class SplitFilesProcessor(DataProcessor):
+  """A data set whose splits are files of data_dir read by `_create_examples`.
+
+  SPLITS maps train/dev/test to (file name, set type of the example guids).
+  """
+
+  SPLITS = {"train": ("train.tsv", "train"), "dev": ("dev.tsv", "dev"),
+            "test": ("test.tsv", "test")}
+
+  def get_train_examples(self, data_dir):
+    return self._split_examples(data_dir, "train")
+
+  def get_dev_examples(self, data_dir):
+    return self._split_examples(data_dir, "dev")
+
+  def get_test_examples(self, data_dir):
+    return self._split_examples(data_dir, "test")
+
+  def _split_examples(self, data_dir, split):
+    file_name, set_type = self.SPLITS[split]
+    return self._create_examples(os.path.join(data_dir, file_name), set_type)
+
+  def _create_examples(self, path, set_type):
+    raise NotImplementedError()
+
+
 def _guid(set_type, line):
   # Upstream numbers examples by their 0-based line in the file.
   return "%s-%d" % (set_type, line.line_number - 1)
@@ -322,20 +348,12 @@ class XnliProcessor(DataProcessor):
     return ["contradiction", "entailment", "neutral"]
 
 
-class MnliProcessor(DataProcessor):
+class MnliProcessor(SplitFilesProcessor):
   """Processor for the MultiNLI data set (GLUE version)."""
 
-  def get_train_examples(self, data_dir):
-    return self._create_examples(os.path.join(data_dir, "train.tsv"),
-                                 "train")
-
-  def get_dev_examples(self, data_dir):
-    return self._create_examples(os.path.join(data_dir, "dev_matched.tsv"),
-                                 "dev_matched")
-
-  def get_test_examples(self, data_dir):
-    return self._create_examples(os.path.join(data_dir, "test_matched.tsv"),
-                                 "test")
+  SPLITS = {"train": ("train.tsv", "train"),
+            "dev": ("dev_matched.tsv", "dev_matched"),
+            "test": ("test_matched.tsv", "test")}
 
   def get_labels(self):
     return ["contradiction", "entailment", "neutral"]
@@ -353,17 +371,8 @@ class MnliProcessor(DataProcessor):
     return self._examples_from_tsv(path, True, to_example)
 
 
-class MrpcProcessor(DataProcessor):
+class MrpcProcessor(SplitFilesProcessor):
   """Processor for the MRPC data set (GLUE version)."""
-
-  def get_train_examples(self, data_dir):
-    return self._create_examples(os.path.join(data_dir, "train.tsv"), "train")
-
-  def get_dev_examples(self, data_dir):
-    return self._create_examples(os.path.join(data_dir, "dev.tsv"), "dev")
-
-  def get_test_examples(self, data_dir):
-    return self._create_examples(os.path.join(data_dir, "test.tsv"), "test")
 
   def get_labels(self):
     return ["0", "1"]
@@ -381,17 +390,8 @@ class MrpcProcessor(DataProcessor):
     return self._examples_from_tsv(path, True, to_example)
 
 
-class ColaProcessor(DataProcessor):
+class ColaProcessor(SplitFilesProcessor):
   """Processor for the CoLA data set (GLUE version)."""
-
-  def get_train_examples(self, data_dir):
-    return self._create_examples(os.path.join(data_dir, "train.tsv"), "train")
-
-  def get_dev_examples(self, data_dir):
-    return self._create_examples(os.path.join(data_dir, "dev.tsv"), "dev")
-
-  def get_test_examples(self, data_dir):
-    return self._create_examples(os.path.join(data_dir, "test.tsv"), "test")
 
   def get_labels(self):
     return ["0", "1"]
@@ -408,7 +408,7 @@ class ColaProcessor(DataProcessor):
     return self._examples_from_tsv(path, set_type == "test", to_example)
 
 
-class TsvProcessor(DataProcessor):
+class TsvProcessor(SplitFilesProcessor):
   """Any train/dev/test.tsv whose columns are named by flags."""
 
   def __init__(self, text_a_column, label_column, text_b_column=None,
@@ -426,15 +426,6 @@ class TsvProcessor(DataProcessor):
     self.label_column = label_column
     self.has_header = has_header
     self.labels = labels
-
-  def get_train_examples(self, data_dir):
-    return self._create_examples(os.path.join(data_dir, "train.tsv"), "train")
-
-  def get_dev_examples(self, data_dir):
-    return self._create_examples(os.path.join(data_dir, "dev.tsv"), "dev")
-
-  def get_test_examples(self, data_dir):
-    return self._create_examples(os.path.join(data_dir, "test.tsv"), "test")
 
   def get_labels(self):
     if not self.labels:
@@ -528,19 +519,10 @@ class TsvProcessor(DataProcessor):
     return examples
 
 
-class RerankProcessor(DataProcessor):
+class RerankProcessor(SplitFilesProcessor):
   """Query/passage pairs labelled 1 (relevant) or 0, for re-ranking."""
 
   COLUMNS = ("query_id", "passage_id", "query", "passage", "label")
-
-  def get_train_examples(self, data_dir):
-    return self._create_examples(os.path.join(data_dir, "train.tsv"), "train")
-
-  def get_dev_examples(self, data_dir):
-    return self._create_examples(os.path.join(data_dir, "dev.tsv"), "dev")
-
-  def get_test_examples(self, data_dir):
-    return self._create_examples(os.path.join(data_dir, "test.tsv"), "test")
 
   def get_labels(self):
     return ["0", "1"]
