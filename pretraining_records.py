@@ -17,12 +17,22 @@ masked CRC32C of those 8 bytes, data, masked CRC32C of data.
 """
 
 import array
+import importlib
 import os
 import struct
 
-import numpy as np
-
 import atomic_io
+
+# numpy (~20 MB) is imported by the first checksum: a process that only
+# plans work (create_pretraining_data's parent in sharded mode) skips it.
+np = None
+
+
+def _numpy():
+  global np
+  if np is None:
+    np = importlib.import_module("numpy")
+  return np
 
 # The order in which protobuf's serializer emits these seven map keys (its
 # hash-table order, fixed for a fixed key set): kept so records are byte-
@@ -236,6 +246,7 @@ class _Crc32c(object):
   """
 
   def __init__(self):
+    _numpy()
     self._table = _crc32c_byte_table()
     # A step with data byte b is a zero-byte step of register ^ b, and
     # zero-byte steps are linear: four of them on a register x are

@@ -104,6 +104,8 @@ def test_logs_first_20_examples_and_total(tmp_path, caplog):
   messages = [r.getMessage() for r in caplog.records]
   assert messages.count("*** Example ***") == 20
   assert messages[-1] == "Wrote 65 total instances to " + ", ".join(outputs)
+  assert messages[-2].startswith("done: 100% | 65 instances | ")
+  assert "instances/s" in messages[-2] and "ETA 0:00" in messages[-2]
   # The first logged example is the first record of the first file.
   first = messages.index("*** Example ***")
   record = decode_records(outputs[0])[0]

@@ -350,6 +350,23 @@ def test_plan_shards_packs_small_files_and_splits_large_ones():
   ]
 
 
+def test_shard_size_is_planned_from_the_corpus_size():
+  mb = 1000000
+  # Small corpora: shards of MIN_SHARD_BYTES, so 2 workers both have work
+  # from 0.5 MB on.
+  assert pretraining_shards.plan_shard_bytes(4 * mb, 16 * mb) == 250000
+  assert pretraining_shards.plan_shard_bytes(500000, 16 * mb) == 250000
+  # Larger ones: about 32 shards, up to --shard_size_mb.
+  assert pretraining_shards.plan_shard_bytes(40 * mb, 16 * mb) == 1250000
+  assert pretraining_shards.plan_shard_bytes(10000 * mb, 16 * mb) == 16 * mb
+  # --shard_size_mb is an upper bound, even below the minimum.
+  assert pretraining_shards.plan_shard_bytes(4 * mb, 4000) == 4000
+  files = [("big.txt", 4 * mb)]
+  shards = pretraining_shards.plan_shards(
+      files, pretraining_shards.plan_shard_bytes(4 * mb, 16 * mb))
+  assert len(shards) == 16
+
+
 def test_shard_names_and_prefixes():
   assert pretraining_shards.shard_paths("/o/part", 12)[3] == "/o/part-00003-of-00012.tfrecord"
   assert pretraining_shards.output_prefix(None, "/o") == "/o/part"
@@ -744,6 +761,12 @@ def test_progress_bar_on_a_terminal_and_log_lines_otherwise(corpus_dir,
   assert result.returncode == 0, result.stderr
   assert "\r" not in result.stderr
   assert "done: shards %d/%d" % (num_shards, num_shards) in result.stderr
+  pattern = str(tmp_path / "log" / ("part-*-of-%05d.tfrecord" % num_shards))
+  num_records = sum(
+      len(list(tf.io.tf_record_iterator(path)))
+      for path in tf.io.gfile.glob(pattern))
+  assert "Wrote %d total instances to %s" % (num_records, pattern) in (
+      result.stderr)
 
 
 # ---------------------------------------------------------- bad input ----
@@ -811,14 +834,19 @@ def test_peak_memory_stays_flat_as_the_corpus_grows(tmp_path):
   small = write_corpus(tmp_path / "small.txt", 2000000, seed=1)
   large = write_corpus(tmp_path / "large.txt", 8000000, seed=2)
   flags = dict(dupe_factor=1, max_seq_length=128, max_predictions_per_seq=20)
+  # As a user types it (default --shard_size_mb): shards planned from the
+  # corpus size.
   sharded = [peak_rss_kb(sharded_command(path, tmp_path / name,
-                                         shard_size_mb=0.5, **flags))
+                                         shard_size_mb=16, **flags))
              for path, name in ((small, "s"), (large, "l"))]
   assert sharded[1] < 1.2 * sharded[0], sharded
   # No process imported TensorFlow (~430 MB) or held the whole corpus.
-  assert sharded[1] < 150 * 1024, sharded
-  # The measurement can tell: one shard holding the whole corpus grows.
-  whole = [peak_rss_kb(sharded_command(path, tmp_path / name,
-                                       shard_size_mb=100, **flags))
-           for path, name in ((small, "ws"), (large, "wl"))]
-  assert whole[1] > 1.2 * whole[0], whole
+  assert sharded[1] < 100 * 1024, sharded
+  # The measurement can tell: faithful mode, which holds the whole corpus's
+  # documents, grows.
+  faithful = [peak_rss_kb([sys.executable, "create_pretraining_data.py",
+                           "--input_file=" + path, "--vocab_file=" + CPD_VOCAB,
+                           "--output_file=%s" % (tmp_path / name)] +
+                          ["--%s=%s" % item for item in sorted(flags.items())])
+              for path, name in ((small, "s.tfrecord"), (large, "l.tfrecord"))]
+  assert faithful[1] > 1.2 * faithful[0], faithful
