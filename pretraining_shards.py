@@ -508,7 +508,13 @@ def _run_pool(settings, tasks, num_workers, progress, prefix):
   Returns:
     The `ShardResult`s, in completion order.
   """
-  context = multiprocessing.get_context("spawn")
+  # Forked workers start at once (no interpreter to start, nothing to
+  # re-import) and need no resource-tracker process: the program's process
+  # holds only the plan and the vocab (~20 MB; neither TensorFlow nor
+  # numpy). A process that loaded TensorFlow (a test, a notebook) has
+  # native threads that a fork could catch holding a lock: spawn there.
+  context = multiprocessing.get_context(
+      "spawn" if "tensorflow" in sys.modules else "fork")
   # A SimpleQueue writes synchronously: a worker's progress is in the pipe
   # before its result is sent.
   progress_queue = context.SimpleQueue()

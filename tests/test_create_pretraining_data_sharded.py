@@ -84,7 +84,8 @@ def write_corpus(path, num_bytes, seed):
 
 
 def run_sharded(input_file, output_dir, **overrides):
-  """Runs sharded mode in this process (workers are spawned)."""
+  """Runs sharded mode in this process (which loaded TensorFlow, so its
+  workers are spawned, not forked)."""
   args = dict(output_file=None, output_dir=str(output_dir),
               vocab_file=CPD_VOCAB, do_lower_case=True, params=PARAMS,
               random_seed=12345, dupe_factor=2, num_workers=2,
