@@ -112,7 +112,7 @@ def load_checked_vocab(vocab_file):
 
 
 class _PythonIdTokenizer(object):
-  """tokenization.FullTokenizer with the `tokenize_to_ids` interface."""
+  """tokenization.FullTokenizer's steps (upstream's code), returning ids."""
 
   def __init__(self, vocab, do_lower_case):
     self._vocab = vocab
