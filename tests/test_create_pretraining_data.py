@@ -141,6 +141,29 @@ def test_program_records_equal_upstream_golden(tmp_path, golden_name):
   assert sorted(os.listdir(str(tmp_path))) == ["a.tfrecord", "b.tfrecord"]
 
 
+# Runs the program as __main__ and reports, at exit, whether TensorFlow
+# (~430 MB, ~5 s) was ever imported.
+MAIN_WITHOUT_TENSORFLOW = """
+import atexit, runpy, sys
+atexit.register(lambda: print("tensorflow imported:",
+                              "tensorflow" in sys.modules))
+sys.argv = ["create_pretraining_data.py"] + sys.argv[1:]
+runpy.run_path("create_pretraining_data.py", run_name="__main__")
+"""
+
+
+@pytest.mark.slow
+def test_faithful_mode_never_imports_tensorflow_for_local_files(tmp_path):
+  output = str(tmp_path / "out.tfrecord")
+  result = run_program(["-c", MAIN_WITHOUT_TENSORFLOW,
+                        "--input_file=" + CORPUS, "--vocab_file=" + VOCAB,
+                        "--output_file=" + output, "--max_seq_length=32",
+                        "--dupe_factor=1"])
+  assert result.returncode == 0, result.stderr
+  assert result.stdout.strip() == "tensorflow imported: False"
+  assert "Wrote " in result.stderr and os.path.exists(output)
+
+
 # ----------------------------------------------------------- determinism ----
 
 
