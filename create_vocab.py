@@ -43,6 +43,7 @@ import tokenizers
 
 import atomic_io
 import errors
+import file_patterns
 
 FLAGS = flags.FLAGS
 
@@ -87,27 +88,6 @@ def special_tokens(vocab_size):
     return list(SPECIAL_TOKENS)
   unused = ["[unused%d]" % i for i in range(NUM_UNUSED_TOKENS)]
   return ["[PAD]"] + unused + list(SPECIAL_TOKENS[1:])
-
-
-def expand_input_files(input_file):
-  """Expands a comma-separated list of globs into a list of file paths.
-
-  Raises:
-    errors.UserError: a pattern matches nothing.
-  """
-  paths = []
-  for pattern in input_file.split(","):
-    pattern = pattern.strip()
-    if not pattern:
-      continue
-    matches = sorted(tf.io.gfile.glob(pattern))
-    if not matches:
-      raise errors.UserError(
-          "--input_file pattern %r matches no files" % pattern)
-    paths.extend(matches)
-  if not paths:
-    raise errors.UserError("--input_file names no files: %r" % input_file)
-  return paths
 
 
 def iter_text(path):
@@ -250,7 +230,7 @@ def check_flags(vocab_size, min_frequency, limit_alphabet):
 def main(argv):
   del argv  # Unused.
   check_flags(FLAGS.vocab_size, FLAGS.min_frequency, FLAGS.limit_alphabet)
-  paths = expand_input_files(FLAGS.input_file)
+  paths = file_patterns.expand_file_patterns(FLAGS.input_file)
   logging.info("Training a %d-token vocab on %d file(s)", FLAGS.vocab_size,
                len(paths))
   reader = CorpusReader(paths)

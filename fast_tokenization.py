@@ -18,64 +18,35 @@ BertPreTokenizer)? It differs from upstream on real text:
 So the basic step (clean, isolate CJK ideographs, lower-case, strip accents,
 split off punctuation) is done here with Python's own C-speed string methods
 (`str.translate`, `str.lower`, `unicodedata.normalize`, `str.split`) over
-per-character tables built from the same character classes as
-tokenization.py, in upstream's order: the same primitives in the same order
+per-character tables built from tokenization.py's own character classes,
+in upstream's order: the same primitives in the same order
 make it identical by construction, and the tests compare it with
-tokenization.py on varied text and on every code point's class. Only the
+tokenization.py on varied text. Only the
 WordPiece step (greedy longest match, `##` continuations, a whole word ->
 [UNK] when any position cannot be matched or when it is longer than 200
 characters) runs in the `tokenizers` library, whose algorithm is upstream's;
 its result is cached per distinct word, since natural text repeats words.
 """
 
-import collections
 import unicodedata
 
-import errors
+import tokenization
 
-UNK_TOKEN = "[UNK]"
+UNK_TOKEN = tokenization.UNK_TOKEN
 MAX_INPUT_CHARS_PER_WORD = 200
 
 # Distinct words whose wordpiece ids are remembered; the cache is emptied when
 # it is full so that memory stays bounded on corpora with huge vocabularies.
 MAX_CACHED_WORDS = 200000
 
-# CJK Unified Ideographs blocks (inclusive), as tokenization._CJK_RANGES.
-_CJK_RANGES = (
-    (0x4E00, 0x9FFF),
-    (0x3400, 0x4DBF),
-    (0x20000, 0x2A6DF),
-    (0x2A700, 0x2B73F),
-    (0x2B740, 0x2B81F),
-    (0x2B820, 0x2CEAF),
-    (0xF900, 0xFAFF),
-    (0x2F800, 0x2FA1F),
-)
-
-
-def is_whitespace(char):
-  """Space, tab, newline, carriage return, or category Zs (as upstream)."""
-  return char in (" ", "\t", "\n", "\r") or unicodedata.category(char) == "Zs"
-
-
-def is_control(char):
-  """Categories Cc and Cf except tab, newline and CR (as upstream)."""
-  if char in ("\t", "\n", "\r"):
-    return False
-  return unicodedata.category(char) in ("Cc", "Cf")
-
-
-def is_punctuation(char):
-  """Category P*, or any non-alphanumeric printable ASCII character."""
-  cp = ord(char)
-  if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
-    return True
-  return unicodedata.category(char).startswith("P")
-
-
-def is_chinese_char(cp):
-  """True for a code point in a CJK Unified Ideographs block."""
-  return any(lo <= cp <= hi for lo, hi in _CJK_RANGES)
+# The character classes are tokenization.py's own functions (one source of
+# truth): the tables below only cache their answers per code point.
+# pylint: disable=protected-access
+_is_whitespace = tokenization._is_whitespace
+_is_control = tokenization._is_control
+_is_punctuation = tokenization._is_punctuation
+_is_chinese_char = tokenization._is_chinese_char
+# pylint: enable=protected-access
 
 
 class _CharTable(dict):
@@ -97,11 +68,11 @@ class _CharTable(dict):
 def _clean_rule(cp):
   """Upstream's _clean_text then _tokenize_chinese_chars, for one char."""
   char = chr(cp)
-  if cp in (0, 0xFFFD) or is_control(char):
+  if cp in (0, 0xFFFD) or _is_control(char):
     return None
-  if is_whitespace(char):
+  if _is_whitespace(char):
     return " "
-  if is_chinese_char(cp):
+  if _is_chinese_char(cp):
     return " %s " % char
   return char
 
@@ -115,54 +86,7 @@ def _accent_rule(cp):
 def _punctuation_rule(cp):
   """Upstream's _run_split_on_punc: each punctuation char its own token."""
   char = chr(cp)
-  return " %s " % char if is_punctuation(char) else char
-
-
-def load_vocab(vocab_file):
-  """Reads a vocab file exactly as tokenization.load_vocab does.
-
-  Local files are read directly; other paths (gs://...) go through
-  tokenization.load_vocab, which needs TensorFlow's file system.
-
-  Args:
-    vocab_file: path of the vocab file.
-
-  Returns:
-    An OrderedDict token -> id (id = 0-based line; a repeated token keeps its
-    last line).
-
-  Raises:
-    errors.UserError: the file is missing, unreadable, not UTF-8, or holds no
-      tokens.
-  """
-  if "://" in vocab_file:
-    import tokenization  # pylint: disable=g-import-not-at-top
-    return tokenization.load_vocab(vocab_file)
-  try:
-    with open(vocab_file, "rb") as f:
-      data = f.read()
-  except FileNotFoundError:
-    raise errors.UserError("vocab file %s not found" % vocab_file) from None
-  except OSError as e:
-    raise errors.UserError(
-        "cannot read vocab file %s: %s" % (vocab_file, e.strerror)) from None
-  try:
-    text = data.decode("utf-8")
-  except UnicodeDecodeError as e:
-    raise errors.UserError(
-        "vocab file %s is not valid UTF-8: bad byte 0x%02x at byte offset %d"
-        % (vocab_file, data[e.start], e.start)) from None
-  lines = text.split("\n")
-  if lines[-1] == "":
-    lines.pop()
-  vocab = collections.OrderedDict()
-  for index, line in enumerate(lines):
-    vocab[line.strip()] = index
-  if not any(vocab):
-    raise errors.UserError(
-        "vocab file %s holds no tokens; expected one token per line"
-        % vocab_file)
-  return vocab
+  return " %s " % char if _is_punctuation(char) else char
 
 
 class FastTokenizer(object):
@@ -176,11 +100,11 @@ class FastTokenizer(object):
     """Builds the tokenizer.
 
     Args:
-      vocab: token -> id mapping (as `load_vocab` returns); must hold
-        UNK_TOKEN.
+      vocab: token -> id mapping (as `tokenization.load_vocab` returns);
+        must hold UNK_TOKEN.
       do_lower_case: lower-case and strip accents (uncased models).
     """
-    # Imported here: processes that only use load_vocab (the parent of
+    # Imported here: processes that never tokenize (the parent of
     # create_pretraining_data's workers) need not load the library.
     import tokenizers  # pylint: disable=g-import-not-at-top
     self.vocab = vocab

@@ -18,23 +18,6 @@ PRETRAINING_INT_FEATURES = ("input_ids", "input_mask", "segment_ids",
                             "next_sentence_labels")
 
 
-def expand_input_files(patterns):
-  """Expands a comma-separated list of globs into a sorted file list.
-
-  Raises:
-    UserError: a pattern matches no file.
-  """
-  files = []
-  for pattern in [p.strip() for p in patterns.split(",") if p.strip()]:
-    matched = tf.io.gfile.glob(pattern)
-    if not matched:
-      raise UserError("--input_file pattern %r matches no file" % pattern)
-    files.extend(sorted(matched))
-  if not files:
-    raise UserError("--input_file is empty")
-  return files
-
-
 def pretraining_feature_spec(max_seq_length, max_predictions_per_seq):
   """The tf.io parsing spec of create_pretraining_data's records."""
   spec = {

@@ -16,9 +16,23 @@ Int64List}; lists hold one packed field 1. TFRecord: uint64 length,
 masked CRC32C of those 8 bytes, data, masked CRC32C of data.
 """
 
+import array
+import importlib
+import os
 import struct
 
-import numpy as np
+import atomic_io
+
+# numpy (~20 MB) is imported by the first checksum: a process that only
+# plans work (create_pretraining_data's parent in sharded mode) skips it.
+np = None
+
+
+def _numpy():
+  global np
+  if np is None:
+    np = importlib.import_module("numpy")
+  return np
 
 # The order in which protobuf's serializer emits these seven map keys (its
 # hash-table order, fixed for a fixed key set): kept so records are byte-
@@ -156,6 +170,57 @@ class ExampleEncoder(object):
     return b"\x0a" + varint(len(features)) + features
 
 
+def _read_varint(data, pos):
+  """Decodes the varint at data[pos:]; returns (value, position after)."""
+  value = shift = 0
+  while True:
+    byte = data[pos]
+    pos += 1
+    value |= (byte & 0x7F) << shift
+    if byte < 0x80:
+      return value, pos
+    shift += 7
+
+
+def _length_delimited(data):
+  """Yields (field number, payload) of the length-delimited fields."""
+  pos = 0
+  while pos < len(data):
+    key, pos = _read_varint(data, pos)
+    length, pos = _read_varint(data, pos)
+    yield key >> 3, data[pos:pos + length]
+    pos += length
+
+
+def parse_example(record):
+  """The features of a serialized pretraining Example (for logging them).
+
+  Args:
+    record: bytes written by `ExampleEncoder.encode` (or TensorFlow).
+
+  Returns:
+    A dict feature name -> list of values (int, or float for
+    masked_lm_weights).
+  """
+  (features,) = [v for k, v in _length_delimited(record) if k == 1]
+  parsed = {}
+  for _, entry in _length_delimited(features):
+    fields = dict(_length_delimited(entry))
+    name = fields[1].decode("utf-8")
+    ((kind, values),) = _length_delimited(fields[2])
+    (packed,) = [v for _, v in _length_delimited(values)] or [b""]
+    if kind == 2:  # FloatList.
+      parsed[name] = list(struct.unpack("<%df" % (len(packed) // 4), packed))
+    else:
+      numbers = []
+      pos = 0
+      while pos < len(packed):
+        value, pos = _read_varint(packed, pos)
+        numbers.append(value)
+      parsed[name] = numbers
+  return parsed
+
+
 # ------------------------------------------------------------- TFRecord ----
 
 _CRC32C_POLY = 0x82F63B78  # Castagnoli, bit-reflected.
@@ -181,6 +246,7 @@ class _Crc32c(object):
   """
 
   def __init__(self):
+    _numpy()
     self._table = _crc32c_byte_table()
     # A step with data byte b is a zero-byte step of register ^ b, and
     # zero-byte steps are linear: four of them on a register x are
@@ -270,3 +336,67 @@ def tfrecord_chunks(records):
       batch_bytes = 0
   if batch:
     yield _frame(batch)
+
+
+def write_tfrecord_file(path, records):
+  """Writes `records` (an iterable of bytes) as a TFRecord file.
+
+  Args:
+    path: local path or URL (through tf.io.gfile).
+    records: an iterable of bytes.
+
+  Returns:
+    The number of records written.
+  """
+  count = 0
+
+  def counted():
+    nonlocal count
+    for record in records:
+      count += 1
+      yield record
+
+  with atomic_io.open_file(path, "wb") as f:
+    for chunk in tfrecord_chunks(counted()):
+      f.write(chunk)
+    if not atomic_io.is_url(path):
+      f.flush()
+      os.fsync(f.fileno())
+  return count
+
+
+class ScratchRecords(object):
+  """Records kept in a scratch file, read back in any order.
+
+  Upstream shuffles all instances of all dupe_factor passes: holding them on
+  disk (in the page cache, which the OS may evict) instead of as Python
+  objects in memory keeps memory independent of corpus size x dupe_factor.
+
+  Args:
+    path: the scratch file (local), removed on `close`.
+  """
+
+  def __init__(self, path):
+    self._path = path
+    self._file = open(path, "w+b")
+    self._offsets = array.array("q", [0])
+
+  def append(self, record):
+    self._file.write(record)
+    self._offsets.append(self._offsets[-1] + len(record))
+
+  def __len__(self):
+    return len(self._offsets) - 1
+
+  def read_in_order(self, order):
+    """Yields the records at the positions listed in `order`."""
+    self._file.flush()
+    fd = self._file.fileno()
+    offsets = self._offsets
+    for i in order:
+      yield os.pread(fd, offsets[i + 1] - offsets[i], offsets[i])
+
+  def close(self):
+    self._file.close()
+    if os.path.exists(self._path):
+      os.remove(self._path)

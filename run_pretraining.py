@@ -17,6 +17,7 @@ from absl import logging
 import tensorflow.compat.v1 as tf
 
 import distribution
+import file_patterns
 import input_pipeline
 import modeling
 import optimization
@@ -371,7 +372,7 @@ def validate_flags():
   if FLAGS.vocab_file:
     tokenization.check_vocab_fits_config(FLAGS.vocab_file,
                                          bert_config.vocab_size)
-  input_files = input_pipeline.expand_input_files(FLAGS.input_file)
+  input_files = file_patterns.expand_file_patterns(FLAGS.input_file)
   input_pipeline.check_pretraining_records(
       input_files, FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
       vocab_size=bert_config.vocab_size)

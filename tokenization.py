@@ -8,15 +8,16 @@ upstream for every input; the only differences are on bad input, where this
 module raises `errors.UserError` naming the file instead of a traceback:
 a missing or empty vocab file, and a vocab file that is not UTF-8.
 
-Vocab files are read with `tf.io.gfile`, so `gs://` paths work.
+Local vocab files are read with the os module; other paths (gs://...) with
+tf.io.gfile, so TensorFlow is imported only for those: tokenizing (and
+create_pretraining_data's worker processes) does not load it.
 """
 
 import collections
 import re
 import unicodedata
 
-import tensorflow.compat.v1 as tf
-
+import atomic_io
 import errors
 
 UNK_TOKEN = "[UNK]"
@@ -103,6 +104,28 @@ def _decode_vocab(data, vocab_file):
         % (vocab_file, data[e.start], e.start)) from None
 
 
+def _read_vocab_bytes(vocab_file):
+  """The bytes of a vocab file, local or URL, with one-line errors."""
+  if not atomic_io.is_url(vocab_file):
+    try:
+      with open(vocab_file, "rb") as f:
+        return f.read()
+    except FileNotFoundError:
+      raise errors.UserError("vocab file %s not found" % vocab_file) from None
+    except OSError as e:
+      raise errors.UserError("cannot read vocab file %s: %s"
+                             % (vocab_file, e.strerror)) from None
+  import tensorflow.compat.v1 as tf  # pylint: disable=g-import-not-at-top
+  try:
+    with tf.io.gfile.GFile(vocab_file, "rb") as reader:
+      return reader.read()
+  except tf.errors.NotFoundError:
+    raise errors.UserError("vocab file %s not found" % vocab_file) from None
+  except tf.errors.OpError as e:
+    raise errors.UserError(
+        "cannot read vocab file %s: %s" % (vocab_file, e.message)) from None
+
+
 def load_vocab(vocab_file):
   """Loads a vocab file: one token a line, id = 0-based line number.
 
@@ -119,14 +142,7 @@ def load_vocab(vocab_file):
     errors.UserError: the file is missing or unreadable, is not UTF-8, or
       holds no tokens.
   """
-  try:
-    with tf.io.gfile.GFile(vocab_file, "rb") as reader:
-      data = reader.read()
-  except tf.errors.NotFoundError:
-    raise errors.UserError("vocab file %s not found" % vocab_file) from None
-  except tf.errors.OpError as e:
-    raise errors.UserError(
-        "cannot read vocab file %s: %s" % (vocab_file, e.message)) from None
+  data = _read_vocab_bytes(vocab_file)
   lines = _decode_vocab(data, vocab_file).split("\n")
   if lines[-1] == "":
     lines.pop()  # The text after the final newline is not a line.

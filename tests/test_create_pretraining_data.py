@@ -21,6 +21,9 @@ import tensorflow.compat.v1 as tf
 
 import create_pretraining_data as cpd
 import errors
+import pretraining_instances
+import pretraining_records
+import upstream_reference as reference
 from conftest import run_program
 
 DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
@@ -32,7 +35,7 @@ GOLDEN_FILES = ("golden_default.json", "golden_whole_word_mask.json")
 INT_FEATURES = ("input_ids", "input_mask", "segment_ids",
                 "masked_lm_positions", "masked_lm_ids", "next_sentence_labels")
 
-SMALL_PARAMS = cpd.InstanceParams(
+SMALL_PARAMS = pretraining_instances.InstanceParams(
     max_seq_length=32, short_seq_prob=0.3, masked_lm_prob=0.15,
     max_predictions_per_seq=5, do_whole_word_mask=False)
 
@@ -48,7 +51,7 @@ def decode_records(path):
   for raw in tf.io.tf_record_iterator(path):
     example = tf.train.Example.FromString(raw)
     feature = example.features.feature
-    assert sorted(feature.keys()) == sorted(cpd.FEATURE_NAMES)
+    assert sorted(feature.keys()) == sorted(pretraining_instances.FEATURE_NAMES)
     record = {name: list(feature[name].int64_list.value)
               for name in INT_FEATURES}
     record["masked_lm_weights"] = list(
@@ -58,7 +61,7 @@ def decode_records(path):
 
 
 def params_from_golden(golden_flags):
-  return cpd.InstanceParams(
+  return pretraining_instances.InstanceParams(
       max_seq_length=golden_flags["max_seq_length"],
       short_seq_prob=golden_flags["short_seq_prob"],
       masked_lm_prob=golden_flags["masked_lm_prob"],
@@ -68,24 +71,17 @@ def params_from_golden(golden_flags):
 
 def run_in_process(out_dir, params=SMALL_PARAMS, random_seed=12345,
                    dupe_factor=2, num_outputs=2, input_file=CORPUS):
-  """Runs the program's `run` into `out_dir`; returns the output paths."""
+  """Runs faithful mode into `out_dir`; returns the output paths."""
   out_dir.mkdir(parents=True, exist_ok=True)
   outputs = [str(out_dir / ("out%d.tfrecord" % i)) for i in range(num_outputs)]
-  cpd.run(input_file, ",".join(outputs), VOCAB, True, params, random_seed,
-          dupe_factor)
+  cpd.run_faithful_mode(input_file, ",".join(outputs), VOCAB, True, params,
+                        random_seed, dupe_factor)
   return outputs
 
 
 def read_bytes(path):
   with open(path, "rb") as f:
     return f.read()
-
-
-class WordTokenizer(object):
-  """Splits on whitespace: lets reading tests name exact segments."""
-
-  def tokenize(self, text):
-    return text.split()
 
 
 # ---------------------------------------------------------------- golden ----
@@ -103,11 +99,18 @@ def test_records_equal_upstream_golden(tmp_path, golden_name):
 
 
 def test_logs_first_20_examples_and_total(tmp_path, caplog):
-  caplog.set_level(logging.INFO, logger="tensorflow")
-  run_in_process(tmp_path)
+  caplog.set_level(logging.INFO, logger="absl")
+  outputs = run_in_process(tmp_path)
   messages = [r.getMessage() for r in caplog.records]
   assert messages.count("*** Example ***") == 20
-  assert messages[-1] == "Wrote 65 total instances"
+  assert messages[-1] == "Wrote 65 total instances to " + ", ".join(outputs)
+  assert messages[-2].startswith("done: 100% | 65 instances | ")
+  assert "instances/s" in messages[-2] and "ETA 0:00" in messages[-2]
+  # The first logged example is the first record of the first file.
+  first = messages.index("*** Example ***")
+  record = decode_records(outputs[0])[0]
+  assert messages[first + 2] == "input_ids: " + " ".join(
+      str(i) for i in record["input_ids"])
   assert "Read 16 documents (52 sentences) from 1 file(s)" in messages
 
 
@@ -136,6 +139,29 @@ def test_program_records_equal_upstream_golden(tmp_path, golden_name):
   for path, expected in zip(outputs, golden["outputs"]):
     assert decode_records(path) == expected
   assert sorted(os.listdir(str(tmp_path))) == ["a.tfrecord", "b.tfrecord"]
+
+
+# Runs the program as __main__ and reports, at exit, whether TensorFlow
+# (~430 MB, ~5 s) was ever imported.
+MAIN_WITHOUT_TENSORFLOW = """
+import atexit, runpy, sys
+atexit.register(lambda: print("tensorflow imported:",
+                              "tensorflow" in sys.modules))
+sys.argv = ["create_pretraining_data.py"] + sys.argv[1:]
+runpy.run_path("create_pretraining_data.py", run_name="__main__")
+"""
+
+
+@pytest.mark.slow
+def test_faithful_mode_never_imports_tensorflow_for_local_files(tmp_path):
+  output = str(tmp_path / "out.tfrecord")
+  result = run_program(["-c", MAIN_WITHOUT_TENSORFLOW,
+                        "--input_file=" + CORPUS, "--vocab_file=" + VOCAB,
+                        "--output_file=" + output, "--max_seq_length=32",
+                        "--dupe_factor=1"])
+  assert result.returncode == 0, result.stderr
+  assert result.stdout.strip() == "tensorflow imported: False"
+  assert "Wrote " in result.stderr and os.path.exists(output)
 
 
 # ----------------------------------------------------------- determinism ----
@@ -188,7 +214,7 @@ def test_every_record_is_well_formed(tmp_path):
   assert len(records) > 30
   labels = set()
   for r in records:
-    assert [len(r[name]) for name in cpd.FEATURE_NAMES] == [
+    assert [len(r[name]) for name in pretraining_instances.FEATURE_NAMES] == [
         seq, seq, seq, preds, preds, preds, 1]
     length = sum(r["input_mask"])
     assert r["input_mask"] == [1] * length + [0] * (seq - length)
@@ -242,7 +268,7 @@ def test_records_round_robin_over_output_files(tmp_path):
 ])
 def test_number_of_masked_tokens(length, prob, max_pred, expected):
   tokens = ["[CLS]"] + ["w%d" % i for i in range(length - 2)] + ["[SEP]"]
-  _, positions, labels = cpd.create_masked_lm_predictions(
+  _, positions, labels = reference.create_masked_lm_predictions(
       tokens, prob, max_pred, ["[MASK]", "x"], random.Random(3))
   assert len(positions) == expected
   assert len(labels) == expected
@@ -254,7 +280,7 @@ def test_masking_changes_only_masked_positions():
   vocab_words = ["[MASK]", "zz"]
   rng = random.Random(5)
   for _ in range(50):
-    output, positions, labels = cpd.create_masked_lm_predictions(
+    output, positions, labels = reference.create_masked_lm_predictions(
         tokens, 0.3, 6, vocab_words, rng)
     assert positions == sorted(positions)
     assert labels == [tokens[p] for p in positions]
@@ -268,7 +294,7 @@ def test_masking_changes_only_masked_positions():
 
 def test_masked_token_is_mask_80_keep_10_random_10_percent():
   rng = random.Random(11)
-  draws = [cpd._masked_token("tok", ["rand"], rng) for _ in range(20000)]
+  draws = [reference._masked_token("tok", ["rand"], rng) for _ in range(20000)]
   # Fixed seed: the counts are exact and reproducible; the bounds document
   # that they match the 80/10/10 split.
   assert 0.79 < draws.count("[MASK]") / 20000 < 0.81
@@ -288,7 +314,7 @@ def test_whole_word_mask_masks_all_pieces_of_a_word():
       position += 1
   rng = random.Random(1)
   for _ in range(100):
-    _, positions, _ = cpd.create_masked_lm_predictions(
+    _, positions, _ = reference.create_masked_lm_predictions(
         tokens, 0.3, 5, ["[MASK]"], rng, do_whole_word_mask=True)
     assert 1 <= len(positions) <= 5
     masked_words = {word_of[p] for p in positions}
@@ -303,7 +329,7 @@ def test_whole_word_mask_joins_a_piece_after_sep_to_the_word_before():
   rng = random.Random(0)
   masked_together = 0
   for _ in range(50):
-    _, positions, _ = cpd.create_masked_lm_predictions(
+    _, positions, _ = reference.create_masked_lm_predictions(
         tokens, 0.25, 5, ["[MASK]"], rng, do_whole_word_mask=True)
     assert len(positions) == 2
     assert (1 in positions) == (3 in positions)
@@ -316,7 +342,7 @@ def test_without_whole_word_mask_pieces_are_masked_alone():
   seen_partial = False
   rng = random.Random(2)
   for _ in range(50):
-    _, positions, _ = cpd.create_masked_lm_predictions(
+    _, positions, _ = reference.create_masked_lm_predictions(
         tokens, 0.15, 5, ["[MASK]"], rng)
     assert len(positions) == 1
     seen_partial |= positions[0] in (2, 3, 5)
@@ -339,7 +365,7 @@ class ScriptedRandom(object):
 def test_truncate_seq_pair_trims_longer_side_from_front_or_back():
   a = list("abcdef")
   b = list("xyz")
-  cpd.truncate_seq_pair(a, b, 6, ScriptedRandom([0.1, 0.9, 0.2]))
+  reference.truncate_seq_pair(a, b, 6, ScriptedRandom([0.1, 0.9, 0.2]))
   # A (longer) loses its first token, its last, then its first again.
   assert a == list("cde")
   assert b == list("xyz")
@@ -348,14 +374,14 @@ def test_truncate_seq_pair_trims_longer_side_from_front_or_back():
 def test_truncate_seq_pair_trims_b_on_a_tie():
   a = list("abc")
   b = list("xyz")
-  cpd.truncate_seq_pair(a, b, 5, ScriptedRandom([0.7]))
+  reference.truncate_seq_pair(a, b, 5, ScriptedRandom([0.7]))
   assert a == list("abc")
   assert b == list("xy")
 
 
 def test_truncate_seq_pair_draws_nothing_when_short_enough():
   a, b = list("ab"), list("c")
-  cpd.truncate_seq_pair(a, b, 3, ScriptedRandom([]))
+  reference.truncate_seq_pair(a, b, 3, ScriptedRandom([]))
   assert (a, b) == (list("ab"), list("c"))
 
 
@@ -368,7 +394,7 @@ def test_instances_respect_length_and_segments():
   params = SMALL_PARAMS._replace(max_seq_length=16)
   rng = random.Random(4)
   for index in range(len(documents)):
-    for instance in cpd.create_instances_from_document(
+    for instance in reference.create_instances_from_document(
         documents, index, rng, ["[MASK]"], params):
       assert len(instance.tokens) <= 16
       assert len(instance.segment_ids) == len(instance.tokens)
@@ -388,7 +414,7 @@ def test_one_segment_document_is_always_random_next():
   documents = [[["only", "one", "sentence"]],
                [["other", "words", "here"], ["and", "more"]]]
   rng = random.Random(0)
-  instances = cpd.create_instances_from_document(
+  instances = reference.create_instances_from_document(
       documents, 0, rng, ["[MASK]"], SMALL_PARAMS._replace(short_seq_prob=0.0))
   assert len(instances) == 1
   assert instances[0].is_random_next
@@ -424,7 +450,7 @@ def test_rng_call_order_for_a_lone_one_sentence_document():
   # The only document: the random-next draw hits it 10 times, then upstream
   # gives up and uses it anyway.
   rng = RecordingRandom(0)
-  (instance,) = cpd.create_instances_from_document(
+  (instance,) = reference.create_instances_from_document(
       [[["a", "b", "c"]]], 0, rng, ["[MASK]"], SMALL_PARAMS)
   assert instance.is_random_next
   assert rng.calls[:13] == ([("random",)] + [("randint", 0, 0)] * 11 +
@@ -438,7 +464,7 @@ def test_rng_call_order_for_an_actual_next_pair():
   params = SMALL_PARAMS._replace(max_seq_length=7, short_seq_prob=0.0)
   seed = next(s for s in range(100) if _random_next_coin(s) >= 0.5)
   rng = RecordingRandom(seed)
-  (instance,) = cpd.create_instances_from_document(
+  (instance,) = reference.create_instances_from_document(
       [[["a", "b"], ["c", "d"]], [["e"]]], 0, rng, ["[MASK]"], params)
   assert not instance.is_random_next
   assert rng.calls[:4] == [("random",), ("randint", 1, 1), ("random",),
@@ -457,7 +483,7 @@ def _random_next_coin(seed):
 def test_create_training_instances_leaves_documents_untouched():
   documents = [[["a", "b"], ["c"]], [["d"]], [["e", "f"]]]
   copy = json.loads(json.dumps(documents))
-  instances = cpd.create_training_instances(
+  instances = reference.create_training_instances(
       documents, random.Random(1), ["[MASK]"], SMALL_PARAMS, dupe_factor=3)
   assert documents == copy
   assert len(instances) >= 3 * len(documents)
@@ -469,7 +495,7 @@ def test_create_training_instances_leaves_documents_untouched():
 def test_read_documents_splits_on_blank_lines(tmp_path):
   path = tmp_path / "in.txt"
   path.write_text("a b\nc\n\n  \n\nd e f\n\n\n", encoding="utf-8")
-  assert cpd.read_documents([str(path)], WordTokenizer()) == [
+  assert cpd.read_documents([str(path)], str.split) == [
       [["a", "b"], ["c"]], [["d", "e", "f"]]]
 
 
@@ -478,7 +504,7 @@ def test_read_documents_continues_a_document_across_files(tmp_path):
   first, second = tmp_path / "1.txt", tmp_path / "2.txt"
   first.write_text("a\n\nb\n", encoding="utf-8")
   second.write_text("c\n\nd\n", encoding="utf-8")
-  assert cpd.read_documents([str(first), str(second)], WordTokenizer()) == [
+  assert cpd.read_documents([str(first), str(second)], str.split) == [
       [["a"]], [["b"], ["c"]], [["d"]]]
 
 
@@ -503,17 +529,30 @@ def test_comma_list_and_glob_read_files_in_order(tmp_path):
 # ----------------------------------------------------------- atomic output --
 
 
-def test_interrupt_while_writing_leaves_no_output(tmp_path, monkeypatch):
-  real = cpd.instance_to_tf_example
-  calls = []
+@pytest.mark.parametrize("stage", ["making", "writing"])
+def test_interrupt_leaves_no_output(tmp_path, monkeypatch, stage):
+  if stage == "making":
+    def interrupt_at_the_first_instance(self, work, num_instances):
+      del self, work  # Unused.
+      if num_instances:
+        raise KeyboardInterrupt()
 
-  def interrupt_on_third(*args):
-    calls.append(1)
-    if len(calls) == 3:
-      raise KeyboardInterrupt()
-    return real(*args)
+    monkeypatch.setattr(pretraining_instances.Progress, "add",
+                        interrupt_at_the_first_instance)
+  else:
+    real_write = pretraining_records.write_tfrecord_file
+    calls = []
 
-  monkeypatch.setattr(cpd, "instance_to_tf_example", interrupt_on_third)
+    def interrupted_write(path, records):
+      calls.append(path)
+      if len(calls) == 2:  # The first file is complete, the second half.
+        with open(path, "wb") as f:
+          f.write(b"partial")
+        raise KeyboardInterrupt()
+      return real_write(path, records)
+
+    monkeypatch.setattr(pretraining_records, "write_tfrecord_file",
+                        interrupted_write)
   with pytest.raises(KeyboardInterrupt):
     run_in_process(tmp_path)
   assert os.listdir(str(tmp_path)) == []

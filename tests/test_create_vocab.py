@@ -169,7 +169,7 @@ def test_glob_matching_nothing(tmp_path):
   pattern = str(tmp_path / "missing" / "*.txt")
   _assert_user_error(
       _create_vocab(tmp_path, input_file="%s,%s" % (CORPUS, pattern))[0],
-      tmp_path, "error: --input_file pattern", pattern, "matches no files")
+      tmp_path, "error: --input_file pattern", pattern, "matches no file")
 
 
 @pytest.mark.parametrize("data", [b"", b"\n\n   \n\t\n"])
