@@ -86,8 +86,9 @@ def define_flags():
                       "with the same directory resumes.")
   flags.DEFINE_string("init_checkpoint", None,
                       "Initial weights: a checkpoint prefix or a directory "
-                      "(e.g. run_pretraining.py's output_dir, or Google's "
-                      ".../bert_model.ckpt).")
+                      "(e.g. run_pretraining.py's output_dir, Google's "
+                      ".../bert_model.ckpt, or a Hugging Face BERT "
+                      "directory with config.json + model.safetensors).")
   flags.DEFINE_bool("do_lower_case", True,
                     "Lower-case the input text: True for uncased models.")
   flags.DEFINE_integer("max_seq_length", 128,
