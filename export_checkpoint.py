@@ -63,9 +63,9 @@ def define_flags():
                     "Comma-separated formats to write: %s." %
                     ", ".join(FORMATS))
   flags.DEFINE_list("labels", None,
-                    "Classifier checkpoints: the class names in output order "
-                    "(run_classifier's label list); default LABEL_0, "
-                    "LABEL_1, ...")
+                    "Classifier checkpoints: the class names in output order; "
+                    "default: the labels.txt run_classifier.py wrote next "
+                    "to the checkpoint, else LABEL_0, LABEL_1, ...")
   flags.DEFINE_bool("overwrite", False,
                     "Replace a non-empty --output_dir.")
 
@@ -217,7 +217,8 @@ def export(checkpoint, bert_config_file, vocab_file, do_lower_case,
     do_lower_case: whether the model is uncased.
     output_dir: the directory to create (or replace, with `overwrite`).
     formats: a list from FORMATS.
-    labels: class names of a classifier, or None.
+    labels: class names of a classifier, or None (labels.txt next to the
+      checkpoint, else LABEL_i).
     overwrite: replace a non-empty output_dir.
 
   Returns:
@@ -237,6 +238,8 @@ def export(checkpoint, bert_config_file, vocab_file, do_lower_case,
   check_output_dir(output_dir, overwrite)
   shapes = dict(tf.train.list_variables(prefix))
   head, num_labels = checkpoint_formats.detect_head(shapes)
+  if not labels and head == checkpoint_formats.CLASSIFIER:
+    labels = run_classifier.read_labels(os.path.dirname(prefix))
   labels = class_labels(labels, head, num_labels)
   table = checkpoint_formats.weight_table(bert_config, head, num_labels)
   weights = checkpoint_formats.model_weights(prefix, table)
@@ -245,7 +248,13 @@ def export(checkpoint, bert_config_file, vocab_file, do_lower_case,
 
   parent = os.path.dirname(output_dir)
   os.makedirs(parent, exist_ok=True)
-  building = "%s.partial-%s" % (output_dir, uuid.uuid4().hex[:8])
+  # Not "*.partial-*": the training programs delete those as stale files
+  # from their output_dir, and run_pre.sh exports into it.
+  stale_prefix = os.path.basename(output_dir) + ".building-"
+  for name in os.listdir(parent):
+    if name.startswith(stale_prefix):  # left by a killed export
+      shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+  building = os.path.join(parent, stale_prefix + uuid.uuid4().hex[:8])
   try:
     os.makedirs(building)
     if "google" in formats:

@@ -729,6 +729,27 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
   return model_fn
 
 
+LABELS_FILE = "labels.txt"
+
+
+def write_labels(output_dir, label_list):
+  """labels.txt: the class names in output order, one a line.
+
+  export_checkpoint.py reads it to name the exported classifier's classes.
+  """
+  with atomic_io.atomic_open(os.path.join(output_dir, LABELS_FILE)) as f:
+    f.write("".join(label + "\n" for label in label_list))
+
+
+def read_labels(checkpoint_dir):
+  """The labels.txt a run_classifier output_dir holds, or None."""
+  path = os.path.join(checkpoint_dir, LABELS_FILE)
+  if not tf.io.gfile.exists(path):
+    return None
+  with tf.io.gfile.GFile(path) as f:
+    return f.read().splitlines()
+
+
 def write_test_results(path, probabilities):
   """test_results.tsv: one line of tab-separated class probabilities each."""
   with atomic_io.atomic_open(path, "w") as writer:
@@ -913,6 +934,8 @@ def main(argv):
     training_setup.check_init_checkpoint(
         FLAGS.init_checkpoint,
         lambda: build_classifier_variables(bert_config, len(label_list)))
+  if setup.is_chief:
+    write_labels(FLAGS.output_dir, label_list)
   tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
 
   num_train_steps, num_warmup_steps = 0, 0

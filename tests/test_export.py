@@ -349,9 +349,9 @@ def classifier(work):
       "--do_train", "--do_predict", "--train_batch_size=8",
       "--num_train_epochs=1", "--learning_rate=1e-3",
       "--labels=%s" % ",".join(labels)])
+  # The class names come from the labels.txt run_classifier wrote.
   run_ok(export_args(work, out, work / "classify_export",
-                     "--format=huggingface,saved_model",
-                     "--labels=%s" % ",".join(labels)))
+                     "--format=huggingface,saved_model"))
   return out, labels, result
 
 
