@@ -41,8 +41,8 @@ TINY_CONFIG = {
 TOLERANCE = 1e-4
 
 
-def run_ok(args):
-  result = run_program(args)
+def run_ok(args, env=None):
+  result = run_program(args, env=env)
   assert result.returncode == 0, result.stderr[-3000:]
   return result
 
@@ -91,7 +91,15 @@ def work(tmp_path_factory):
   run_ok(pretrain_args(d, d / "pretrain", "--use_fp16",
                        "--num_accumulation_steps=2", "--optimizer=lamb",
                        "--cpu_replicas=2"))
-  run_ok(export_args(d, d / "pretrain", d / "export"))
+  # Exporting must work where PyTorch is not installed.
+  no_torch = d / "no_torch"
+  no_torch.mkdir()
+  (no_torch / "torch.py").write_text(
+      "raise ImportError('exporting must not need torch')\n")
+  path = os.pathsep.join(p for p in (str(no_torch),
+                                     os.environ.get("PYTHONPATH")) if p)
+  run_ok(export_args(d, d / "pretrain", d / "export"),
+         env={"PYTHONPATH": path})
   return d
 
 
