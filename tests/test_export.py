@@ -217,6 +217,39 @@ def test_weight_table_lists_exactly_the_variables_the_programs_build(head):
   assert len(set(hf_names)) == len(hf_names)
 
 
+def random_weights(table, seed=0):
+  rng = np.random.RandomState(seed)
+  return {name: rng.standard_normal(shape).astype(np.float32)
+          for name, _, shape, _ in table}
+
+
+@pytest.mark.parametrize("layout", ["BertForPreTraining", "BertModel-legacy"])
+def test_hf_weights_read_back_under_our_names(tmp_path, layout):
+  from safetensors.numpy import save_file
+  config = modeling.BertConfig.from_dict(TINY_CONFIG)
+  head = (checkpoint_formats.PRETRAINING if layout == "BertForPreTraining"
+          else None)
+  table = checkpoint_formats.weight_table(config, head)
+  weights = random_weights(table)
+  state = checkpoint_formats.to_hf_state(weights, table)
+  if layout == "BertModel-legacy":
+    # BertModel.save_pretrained drops the "bert." prefix; models converted
+    # long ago still name LayerNorm parameters gamma and beta.
+    state = {k[len("bert."):].replace("LayerNorm.weight", "LayerNorm.gamma")
+             .replace("LayerNorm.bias", "LayerNorm.beta"): v
+             for k, v in state.items()}
+  state["bert.embeddings.position_ids"] = np.arange(64)[None]
+  save_file(state, str(tmp_path / "model.safetensors"))
+  (tmp_path / "config.json").write_text(json.dumps(
+      checkpoint_formats.hf_config(config, checkpoint_formats.PRETRAINING)))
+  prefix = str(tmp_path / "converted" / "bert_model.ckpt")
+  checkpoint_formats.hf_dir_to_checkpoint(str(tmp_path), prefix)
+  converted = read_checkpoint(prefix)
+  assert sorted(converted) == sorted(weights)
+  for name, value in weights.items():
+    np.testing.assert_array_equal(converted[name], value, err_msg=name)
+
+
 # ------------------------------------------------------------ the exports
 
 
