@@ -54,6 +54,7 @@ from absl import logging
 import tensorflow.compat.v1 as tf
 
 import atomic_io
+import checkpoint_formats
 import distribution
 import input_pipeline
 import modeling
@@ -818,9 +819,19 @@ def make_processor(task_name, data_dir, values):
 
 
 def check_case(do_lower_case, init_checkpoint):
-  """tokenization.validate_case_matches_checkpoint, as a UserError."""
+  """tokenization.validate_case_matches_checkpoint, as a UserError.
+
+  A Hugging Face directory states its casing in tokenizer_config.json.
+  """
   if not init_checkpoint:
     return
+  hf_case = checkpoint_formats.hf_do_lower_case(init_checkpoint)
+  if hf_case is not None and hf_case != do_lower_case:
+    raise UserError(
+        "--do_lower_case=%s but the Hugging Face model %s was trained with "
+        "do_lower_case=%s (its tokenizer_config.json); pass "
+        "--do_lower_case=%s" % (do_lower_case, init_checkpoint, hf_case,
+                                hf_case))
   try:
     tokenization.validate_case_matches_checkpoint(
         do_lower_case, training_setup.resolve_checkpoint(init_checkpoint))

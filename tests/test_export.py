@@ -551,6 +551,15 @@ def test_hf_directory_of_another_model_type_is_refused(work):
     training_setup.resolve_checkpoint(str(hf_dir))
 
 
+@pytest.mark.slow
+def test_fine_tuning_an_uncased_hf_model_as_cased_is_refused(work):
+  hf_dir = str(work / "export" / "huggingface")
+  run_classifier.check_case(True, hf_dir)
+  with pytest.raises(errors.UserError, match="--do_lower_case=False but the "
+                     "Hugging Face model .* do_lower_case=True"):
+    run_classifier.check_case(False, hf_dir)
+
+
 @pytest.mark.parametrize("ours,theirs", sorted(
     checkpoint_formats.HF_ACTIVATIONS.items()))
 def test_hf_activation_computes_ours(ours, theirs):
