@@ -547,17 +547,27 @@ def test_hf_directory_of_another_model_type_is_refused(work):
   config = json.loads((hf_dir / "config.json").read_text())
   config["model_type"] = "roberta"
   (hf_dir / "config.json").write_text(json.dumps(config))
-  with pytest.raises(errors.UserError, match="model_type is 'roberta'"):
-    training_setup.resolve_checkpoint(str(hf_dir))
+  out = work / "bad_init_roberta"
+  result = run_program(pretrain_args(work, out,
+                                     "--init_checkpoint=%s" % hf_dir))
+  expect_user_error(result, str(hf_dir), "model_type is 'roberta'")
+  assert not (out / "checkpoint").exists()
 
 
 @pytest.mark.slow
 def test_fine_tuning_an_uncased_hf_model_as_cased_is_refused(work):
   hf_dir = str(work / "export" / "huggingface")
   run_classifier.check_case(True, hf_dir)
-  with pytest.raises(errors.UserError, match="--do_lower_case=False but the "
-                     "Hugging Face model .* do_lower_case=True"):
-    run_classifier.check_case(False, hf_dir)
+  result = run_program([
+      "run_classifier.py", "--task_name=tsv", "--data_dir=" + CLASSIFY,
+      "--vocab_file=%s" % (work / "vocab.txt"),
+      "--bert_config_file=%s" % (work / "tiny.json"),
+      "--init_checkpoint=" + hf_dir, "--nodo_lower_case",
+      "--max_seq_length=%d" % SEQ,
+      "--output_dir=%s" % (work / "bad_case"), "--do_train"])
+  expect_user_error(result, "--do_lower_case=False but the Hugging Face "
+                    "model %s" % hf_dir, "do_lower_case=True")
+  assert not (work / "bad_case").exists()
 
 
 @pytest.mark.parametrize("ours,theirs", sorted(
