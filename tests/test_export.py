@@ -26,7 +26,6 @@ import modeling
 import run_classifier
 import run_pretraining
 import tokenization
-import training_setup
 from conftest import REPO_ROOT, run_program
 
 CORPUS = os.path.join(REPO_ROOT, "sample_data", "corpus.txt")
