@@ -1,5 +1,5 @@
 # Two commands on a fresh machine with Python 3.11:
-#   make run    set up .venv, then vocab -> data -> pretrain + eval on the sample
+#   make run    set up .venv, then vocab -> data -> pretrain + eval -> export on the sample
 #   make test   set up .venv with test tools, then run the whole test suite
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
@@ -27,6 +27,9 @@ run: $(VENV)/.installed
 	PYTHON=$(VPY) WORK_DIR=$(WORK_DIR) NUM_TRAIN_STEPS=100 \
 	  NUM_WARMUP_STEPS=10 SAVE_CHECKPOINTS_STEPS=50 MAX_EVAL_STEPS=10 \
 	  bash scripts/run_pre.sh --log_every_n_steps=20
+	@echo "Hugging Face model: $(WORK_DIR)/pretrain/export/huggingface" \
+	  "(transformers.BertForPreTraining.from_pretrained); Google layout and" \
+	  "SavedModel next to it"
 
 test: $(VENV)/.installed-dev
 	TF_CPP_MIN_LOG_LEVEL=2 $(VPY) -m pytest -q $(PYTEST_ARGS)

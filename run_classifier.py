@@ -54,6 +54,7 @@ from absl import logging
 import tensorflow.compat.v1 as tf
 
 import atomic_io
+import checkpoint_formats
 import distribution
 import input_pipeline
 import modeling
@@ -86,8 +87,9 @@ def define_flags():
                       "with the same directory resumes.")
   flags.DEFINE_string("init_checkpoint", None,
                       "Initial weights: a checkpoint prefix or a directory "
-                      "(e.g. run_pretraining.py's output_dir, or Google's "
-                      ".../bert_model.ckpt).")
+                      "(e.g. run_pretraining.py's output_dir, Google's "
+                      ".../bert_model.ckpt, or a Hugging Face BERT "
+                      "directory with config.json + model.safetensors).")
   flags.DEFINE_bool("do_lower_case", True,
                     "Lower-case the input text: True for uncased models.")
   flags.DEFINE_integer("max_seq_length", 128,
@@ -737,6 +739,27 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
   return model_fn
 
 
+LABELS_FILE = "labels.txt"
+
+
+def write_labels(output_dir, label_list):
+  """labels.txt: the class names in output order, one a line.
+
+  export_checkpoint.py reads it to name the exported classifier's classes.
+  """
+  with atomic_io.atomic_open(os.path.join(output_dir, LABELS_FILE)) as f:
+    f.write("".join(label + "\n" for label in label_list))
+
+
+def read_labels(checkpoint_dir):
+  """The labels.txt a run_classifier output_dir holds, or None."""
+  path = os.path.join(checkpoint_dir, LABELS_FILE)
+  if not tf.io.gfile.exists(path):
+    return None
+  with tf.io.gfile.GFile(path) as f:
+    return f.read().splitlines()
+
+
 def write_test_results(path, probabilities):
   """test_results.tsv: one line of tab-separated class probabilities each."""
   with atomic_io.atomic_open(path, "w") as writer:
@@ -805,9 +828,19 @@ def make_processor(task_name, data_dir, values):
 
 
 def check_case(do_lower_case, init_checkpoint):
-  """tokenization.validate_case_matches_checkpoint, as a UserError."""
+  """tokenization.validate_case_matches_checkpoint, as a UserError.
+
+  A Hugging Face directory states its casing in tokenizer_config.json.
+  """
   if not init_checkpoint:
     return
+  hf_case = checkpoint_formats.hf_do_lower_case(init_checkpoint)
+  if hf_case is not None and hf_case != do_lower_case:
+    raise UserError(
+        "--do_lower_case=%s but the Hugging Face model %s was trained with "
+        "do_lower_case=%s (its tokenizer_config.json); pass "
+        "--do_lower_case=%s" % (do_lower_case, init_checkpoint, hf_case,
+                                hf_case))
   try:
     tokenization.validate_case_matches_checkpoint(
         do_lower_case, training_setup.resolve_checkpoint(init_checkpoint))
@@ -938,6 +971,8 @@ def main(argv):
     training_setup.check_init_checkpoint(
         FLAGS.init_checkpoint,
         lambda: build_classifier_variables(bert_config, len(label_list)))
+  if setup.is_chief:
+    write_labels(FLAGS.output_dir, label_list)
   tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
 
   num_train_steps, num_warmup_steps = 0, 0

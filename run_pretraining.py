@@ -41,8 +41,10 @@ def define_flags():
                       "Checkpoints, events and throughput logs go here; a "
                       "rerun with the same directory resumes.")
   flags.DEFINE_string("init_checkpoint", None,
-                      "Initial weights (e.g. a Google BERT checkpoint); "
-                      "ignored when output_dir already has a checkpoint.")
+                      "Initial weights (e.g. a Google BERT checkpoint, or a "
+                      "Hugging Face BERT directory with config.json + "
+                      "model.safetensors); ignored when output_dir already "
+                      "has a checkpoint.")
   flags.DEFINE_string("vocab_file", None,
                       "Optional: the vocab the data was made with; checked "
                       "against bert_config's vocab_size.")

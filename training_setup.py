@@ -23,6 +23,7 @@ import tensorflow as tf2
 import tensorflow.compat.v1 as tf
 
 import atomic_io
+import checkpoint_formats
 import distribution
 import errors
 import horovod_engine
@@ -238,9 +239,15 @@ def record_shard_for_this_worker(setup):
 def resolve_checkpoint(path):
   """A checkpoint prefix from a prefix or a directory.
 
+  A directory may be a training output_dir, a Google model directory
+  (bert_model.ckpt) or a Hugging Face BERT directory (config.json +
+  model.safetensors), which is converted to a checkpoint first.
+
   Raises:
     UserError: nothing checkpoint-like is there.
   """
+  if checkpoint_formats.is_hf_dir(path):
+    return checkpoint_formats.converted_hf_checkpoint(path)
   if tf.io.gfile.isdir(path):
     latest = tf.train.latest_checkpoint(path)
     google_style = os.path.join(path, "bert_model.ckpt")

@@ -9,14 +9,16 @@ NAME="$(basename "$0")"
 VARIABLES=(PYTHON WORK_DIR TASK_NAME DATA_DIR VOCAB_FILE BERT_CONFIG_FILE
            INIT_CHECKPOINT OUTPUT_DIR DO_LOWER_CASE MAX_SEQ_LENGTH
            TRAIN_BATCH_SIZE EVAL_BATCH_SIZE PREDICT_BATCH_SIZE LEARNING_RATE
-           NUM_TRAIN_EPOCHS WARMUP_PROPORTION SAVE_CHECKPOINTS_STEPS)
+           NUM_TRAIN_EPOCHS WARMUP_PROPORTION SAVE_CHECKPOINTS_STEPS
+           EXPORT_FORMAT)
 
 usage() {
   cat <<EOF
 Usage: scripts/$NAME [NAME=VALUE ...] [--flag=value ...]
 
 Fine-tunes a classifier, evaluates it on dev.tsv (eval_results.txt) and
-predicts test.tsv (test_results.tsv). Settings come from environment
+predicts test.tsv (test_results.tsv), then exports the classifier to
+\$OUTPUT_DIR/export. Settings come from environment
 variables, or from NAME=VALUE arguments, which take precedence. Arguments
 starting with -- are passed on to run_classifier.py, e.g. --cpu_replicas=2,
 --labels=a,b or --nodo_predict.
@@ -43,6 +45,8 @@ starting with -- are passed on to run_classifier.py, e.g. --cpu_replicas=2,
   NUM_TRAIN_EPOCHS        passes over train.tsv (default: 5)
   WARMUP_PROPORTION       fraction of steps with warm-up (default: 0.1)
   SAVE_CHECKPOINTS_STEPS  steps between checkpoints (default: 100)
+  EXPORT_FORMAT           export_checkpoint.py --format; empty skips the
+                          export (default: google,huggingface,saved_model)
 
 Example:
   scripts/$NAME WORK_DIR=/tmp/run1 INIT_CHECKPOINT= NUM_TRAIN_EPOCHS=10
@@ -71,6 +75,7 @@ LEARNING_RATE="${LEARNING_RATE:-2e-4}"
 NUM_TRAIN_EPOCHS="${NUM_TRAIN_EPOCHS:-5}"
 WARMUP_PROPORTION="${WARMUP_PROPORTION:-0.1}"
 SAVE_CHECKPOINTS_STEPS="${SAVE_CHECKPOINTS_STEPS:-100}"
+EXPORT_FORMAT="${EXPORT_FORMAT-google,huggingface,saved_model}"
 
 [[ -d "$DATA_DIR" ]] || die "DATA_DIR=$DATA_DIR is not a directory"
 [[ -f "$VOCAB_FILE" ]] ||
@@ -101,3 +106,12 @@ echo "[$NAME] fine-tuning task $TASK_NAME from ${INIT_CHECKPOINT:-scratch}" \
   --save_checkpoints_steps="$SAVE_CHECKPOINTS_STEPS" \
   ${INIT_FLAGS[@]+"${INIT_FLAGS[@]}"} ${EXTRA_FLAGS[@]+"${EXTRA_FLAGS[@]}"}
 echo "[$NAME] done: eval_results.txt and test_results.tsv in $OUTPUT_DIR"
+if [[ -n "$EXPORT_FORMAT" ]]; then
+  # The class names come from the labels.txt run_classifier.py wrote.
+  "$PYTHON" "$REPO_ROOT/export_checkpoint.py" --checkpoint="$OUTPUT_DIR" \
+    --bert_config_file="$BERT_CONFIG_FILE" --vocab_file="$VOCAB_FILE" \
+    --do_lower_case="$DO_LOWER_CASE" --output_dir="$OUTPUT_DIR/export" \
+    --format="$EXPORT_FORMAT" --overwrite
+  echo "[$NAME] exported to $OUTPUT_DIR/export" \
+    "(Hugging Face model: $OUTPUT_DIR/export/huggingface)"
+fi

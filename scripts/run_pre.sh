@@ -8,13 +8,15 @@ NAME="$(basename "$0")"
 VARIABLES=(PYTHON WORK_DIR DATA_DIR INPUT_FILE VOCAB_FILE BERT_CONFIG_FILE
            OUTPUT_DIR INIT_CHECKPOINT MAX_SEQ_LENGTH MAX_PREDICTIONS_PER_SEQ
            TRAIN_BATCH_SIZE EVAL_BATCH_SIZE NUM_TRAIN_STEPS NUM_WARMUP_STEPS
-           LEARNING_RATE SAVE_CHECKPOINTS_STEPS MAX_EVAL_STEPS)
+           LEARNING_RATE SAVE_CHECKPOINTS_STEPS MAX_EVAL_STEPS DO_LOWER_CASE
+           EXPORT_FORMAT)
 
 usage() {
   cat <<EOF
 Usage: scripts/$NAME [NAME=VALUE ...] [--flag=value ...]
 
-Pretrains BERT (masked LM + next sentence) and evaluates it. Settings come
+Pretrains BERT (masked LM + next sentence), evaluates it and exports it to
+\$OUTPUT_DIR/export (Google layout, Hugging Face, SavedModel). Settings come
 from environment variables, or from NAME=VALUE arguments, which take
 precedence. Arguments starting with -- are passed on to run_pretraining.py,
 e.g. --cpu_replicas=2, --multi_gpu, --use_fp16.
@@ -39,6 +41,10 @@ e.g. --cpu_replicas=2, --multi_gpu, --use_fp16.
   LEARNING_RATE            peak learning rate (default: 1e-4)
   SAVE_CHECKPOINTS_STEPS   steps between checkpoints (default: 100)
   MAX_EVAL_STEPS           eval batches (default: 20)
+  DO_LOWER_CASE            true for an uncased vocab, as given to run_create.sh;
+                           written to the exported tokenizer (default: true)
+  EXPORT_FORMAT            export_checkpoint.py --format; empty skips the
+                           export (default: google,huggingface,saved_model)
 
 Example:
   scripts/$NAME WORK_DIR=/tmp/run1 NUM_TRAIN_STEPS=1000 --cpu_replicas=2
@@ -66,6 +72,8 @@ NUM_WARMUP_STEPS="${NUM_WARMUP_STEPS:-20}"
 LEARNING_RATE="${LEARNING_RATE:-1e-4}"
 SAVE_CHECKPOINTS_STEPS="${SAVE_CHECKPOINTS_STEPS:-100}"
 MAX_EVAL_STEPS="${MAX_EVAL_STEPS:-20}"
+DO_LOWER_CASE="${DO_LOWER_CASE:-true}"
+EXPORT_FORMAT="${EXPORT_FORMAT-google,huggingface,saved_model}"
 
 IFS=',' read -r -a patterns <<< "$INPUT_FILE"
 for pattern in "${patterns[@]}"; do
@@ -99,3 +107,11 @@ echo "[$NAME] pretraining $BERT_CONFIG_FILE for $NUM_TRAIN_STEPS steps" \
   --max_eval_steps="$MAX_EVAL_STEPS" \
   ${INIT_FLAGS[@]+"${INIT_FLAGS[@]}"} ${EXTRA_FLAGS[@]+"${EXTRA_FLAGS[@]}"}
 echo "[$NAME] done: checkpoints and eval_results.txt in $OUTPUT_DIR"
+if [[ -n "$EXPORT_FORMAT" ]]; then
+  "$PYTHON" "$REPO_ROOT/export_checkpoint.py" --checkpoint="$OUTPUT_DIR" \
+    --bert_config_file="$BERT_CONFIG_FILE" --vocab_file="$VOCAB_FILE" \
+    --do_lower_case="$DO_LOWER_CASE" --output_dir="$OUTPUT_DIR/export" \
+    --format="$EXPORT_FORMAT" --overwrite
+  echo "[$NAME] exported to $OUTPUT_DIR/export" \
+    "(Hugging Face model: $OUTPUT_DIR/export/huggingface)"
+fi

@@ -1,5 +1,6 @@
 """scripts/run_create.sh, run_pre.sh, run_classify.sh, run as a user would."""
 
+import json
 import os
 import re
 import subprocess
@@ -96,17 +97,23 @@ def test_the_three_scripts_chain_on_the_sample(tmp_path):
   first = tf.train.Example.FromString(records[0]).features.feature
   assert len(first["input_ids"].int64_list.value) == 32
 
-  run_ok("run_pre.sh", "MAX_SEQ_LENGTH=32", "MAX_PREDICTIONS_PER_SEQ=5",
-         "NUM_TRAIN_STEPS=4", "NUM_WARMUP_STEPS=1", "TRAIN_BATCH_SIZE=8",
-         "SAVE_CHECKPOINTS_STEPS=4", "MAX_EVAL_STEPS=2", env=env)
+  result = run_ok("run_pre.sh", "MAX_SEQ_LENGTH=32",
+                  "MAX_PREDICTIONS_PER_SEQ=5", "NUM_TRAIN_STEPS=4",
+                  "NUM_WARMUP_STEPS=1", "TRAIN_BATCH_SIZE=8",
+                  "SAVE_CHECKPOINTS_STEPS=4", "MAX_EVAL_STEPS=2",
+                  "EXPORT_FORMAT=google,huggingface", env=env)
   pretrain_dir = os.path.join(work_dir, "pretrain")
   assert global_step(pretrain_dir) == 4
   assert os.path.exists(os.path.join(pretrain_dir, "eval_results.txt"))
+  export_dir = os.path.join(pretrain_dir, "export")
+  assert sorted(os.listdir(export_dir)) == ["google", "huggingface"]
+  assert ("Hugging Face model: %s/huggingface" % export_dir) in result.stdout
 
   # INIT_CHECKPOINT defaults to run_pre.sh's output directory.
   result = run_ok("run_classify.sh", "MAX_SEQ_LENGTH=32",
                   "TRAIN_BATCH_SIZE=8", "NUM_TRAIN_EPOCHS=0.1",
-                  "PREDICT_BATCH_SIZE=8", "--log_every_n_steps=1", env=env)
+                  "PREDICT_BATCH_SIZE=8", "EXPORT_FORMAT=huggingface",
+                  "--log_every_n_steps=1", env=env)
   assert ("--init_checkpoint %s/model.ckpt-4:" % pretrain_dir
           in result.stderr)
   assert "initialised fresh: output_weights, output_bias" in result.stderr
@@ -118,3 +125,12 @@ def test_the_three_scripts_chain_on_the_sample(tmp_path):
     rows = [line.split("\t") for line in f.read().splitlines()]
   assert len(rows) == NUM_TEST_EXAMPLES
   assert all(len(row) == 2 for row in rows)
+  # The export names the classes after the labels run_classifier.py used.
+  with open(os.path.join(classify_dir, "export", "huggingface",
+                         "config.json")) as f:
+    config = json.load(f)
+  assert config["architectures"] == ["BertForSequenceClassification"]
+  with open(os.path.join(classify_dir, "labels.txt")) as f:
+    labels = f.read().splitlines()
+  assert len(labels) == 2
+  assert config["id2label"] == {str(i): l for i, l in enumerate(labels)}

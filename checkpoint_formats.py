@@ -1,0 +1,393 @@
+"""BERT weights in other layouts: Hugging Face names, weights-only checkpoints.
+
+One table relates each variable of our models (Google's names,
+`bert/encoder/layer_0/attention/self/query/kernel`) to the parameter Hugging
+Face transformers' BERT classes hold (`bert.encoder.layer.0.attention.self.
+query.weight`). export_checkpoint.py reads it one way, and an `--init_checkpoint`
+that is a Hugging Face directory the other way (`hf_dir_to_checkpoint`, used by
+training_setup.resolve_checkpoint). Reading and writing needs NumPy and the
+`safetensors` package, never PyTorch.
+
+Shape notation: V = vocabulary size, H = hidden size, I = intermediate size,
+P = max_position_embeddings, T = type_vocab_size, C = number of classes.
+"""
+
+import atexit
+import collections
+import json
+import os
+import shutil
+import tempfile
+
+from absl import logging
+import numpy as np
+import tensorflow.compat.v1 as tf
+
+from errors import UserError
+
+PRETRAINING = "pretraining"
+CLASSIFIER = "classifier"
+
+HF_CONFIG = "config.json"
+HF_WEIGHTS = "model.safetensors"
+
+# Our bert_config.json "hidden_act" -> the Hugging Face activation computing
+# the same function. BERT's gelu is the tanh approximation: HF's "gelu" is the
+# exact erf form, "gelu_new" the tanh one.
+HF_ACTIVATIONS = {"gelu": "gelu_new", "relu": "relu", "tanh": "tanh",
+                  "linear": "linear"}
+
+# Fields copied unchanged between bert_config.json and HF's config.json.
+_SHARED_CONFIG_FIELDS = (
+    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+    "intermediate_size", "hidden_dropout_prob", "attention_probs_dropout_prob",
+    "max_position_embeddings", "type_vocab_size", "initializer_range")
+
+
+def _dense(tf_scope, hf_scope, in_size, out_size):
+  # TF kernels are [in, out]; torch.nn.Linear weights are [out, in].
+  return [(tf_scope + "/kernel", hf_scope + ".weight", [in_size, out_size],
+           True),
+          (tf_scope + "/bias", hf_scope + ".bias", [out_size], False)]
+
+
+def _layer_norm(tf_scope, hf_scope, size):
+  return [(tf_scope + "/gamma", hf_scope + ".weight", [size], False),
+          (tf_scope + "/beta", hf_scope + ".bias", [size], False)]
+
+
+def weight_table(config, head, num_labels=None):
+  """Every weight of a model: our name, Hugging Face's name, shape, transpose.
+
+  Args:
+    config: modeling.BertConfig.
+    head: PRETRAINING (masked LM + next sentence, `cls/...`), CLASSIFIER
+      (run_classifier's top-level `output_weights` / `output_bias`), or None
+      for the encoder alone.
+    num_labels: C, for CLASSIFIER.
+
+  Returns:
+    A list of (tf_name, hf_name, tf_shape, transpose) in model order;
+    `transpose` says the HF array is the transposed TF array.
+  """
+  h, i = config.hidden_size, config.intermediate_size
+  table = [
+      ("bert/embeddings/word_embeddings",
+       "bert.embeddings.word_embeddings.weight", [config.vocab_size, h], False),
+      ("bert/embeddings/token_type_embeddings",
+       "bert.embeddings.token_type_embeddings.weight",
+       [config.type_vocab_size, h], False),
+      ("bert/embeddings/position_embeddings",
+       "bert.embeddings.position_embeddings.weight",
+       [config.max_position_embeddings, h], False),
+  ]
+  table += _layer_norm("bert/embeddings/LayerNorm", "bert.embeddings.LayerNorm",
+                       h)
+  for k in range(config.num_hidden_layers):
+    tf_layer = "bert/encoder/layer_%d" % k
+    hf_layer = "bert.encoder.layer.%d" % k
+    for part in ("query", "key", "value"):
+      table += _dense("%s/attention/self/%s" % (tf_layer, part),
+                      "%s.attention.self.%s" % (hf_layer, part), h, h)
+    table += _dense(tf_layer + "/attention/output/dense",
+                    hf_layer + ".attention.output.dense", h, h)
+    table += _layer_norm(tf_layer + "/attention/output/LayerNorm",
+                         hf_layer + ".attention.output.LayerNorm", h)
+    table += _dense(tf_layer + "/intermediate/dense",
+                    hf_layer + ".intermediate.dense", h, i)
+    table += _dense(tf_layer + "/output/dense", hf_layer + ".output.dense", i,
+                    h)
+    table += _layer_norm(tf_layer + "/output/LayerNorm",
+                         hf_layer + ".output.LayerNorm", h)
+  table += _dense("bert/pooler/dense", "bert.pooler.dense", h, h)
+  if head == PRETRAINING:
+    table += _dense("cls/predictions/transform/dense",
+                    "cls.predictions.transform.dense", h, h)
+    table += _layer_norm("cls/predictions/transform/LayerNorm",
+                         "cls.predictions.transform.LayerNorm", h)
+    # The decoder's weight is the word embedding table (tied in both
+    # models); HF keeps the bias as cls.predictions.bias and ties
+    # cls.predictions.decoder.bias to it.
+    table.append(("cls/predictions/output_bias", "cls.predictions.bias",
+                  [config.vocab_size], False))
+    # Our [2, H] and [C, H] output weights are used as matmul(x, w^T):
+    # already torch's [out, in] layout.
+    table += [("cls/seq_relationship/output_weights",
+               "cls.seq_relationship.weight", [2, h], False),
+              ("cls/seq_relationship/output_bias",
+               "cls.seq_relationship.bias", [2], False)]
+  elif head == CLASSIFIER:
+    table += [("output_weights", "classifier.weight", [num_labels, h], False),
+              ("output_bias", "classifier.bias", [num_labels], False)]
+  return table
+
+
+def detect_head(checkpoint_shapes):
+  """(head, num_labels) of a checkpoint from its variable names and shapes.
+
+  Args:
+    checkpoint_shapes: {name: shape} of a checkpoint's variables.
+
+  Returns:
+    (PRETRAINING, None) or (CLASSIFIER, C).
+
+  Raises:
+    UserError: neither head is there.
+  """
+  if "cls/seq_relationship/output_weights" in checkpoint_shapes:
+    return PRETRAINING, None
+  if "output_weights" in checkpoint_shapes:
+    return CLASSIFIER, int(checkpoint_shapes["output_weights"][0])
+  raise UserError("the checkpoint has neither a pretraining head "
+                  "(cls/seq_relationship/output_weights) nor a run_classifier "
+                  "head (output_weights); it is not a model of this toolkit")
+
+
+def model_weights(checkpoint, table):
+  """Reads the model's weights from a training checkpoint, checking shapes.
+
+  Optimizer slots, the loss scale, accumulators and step counters are not in
+  `table` and are left behind.
+
+  Args:
+    checkpoint: checkpoint prefix.
+    table: weight_table() of the model the config describes.
+
+  Returns:
+    OrderedDict {tf_name: float32 ndarray} in table order.
+
+  Raises:
+    UserError: a weight is missing or its shape differs (the first one is
+      named, with both shapes).
+  """
+  reader = tf.train.load_checkpoint(checkpoint)
+  shapes = reader.get_variable_to_shape_map()
+  weights = collections.OrderedDict()
+  for tf_name, _, shape, _ in table:
+    if tf_name not in shapes:
+      raise UserError("checkpoint %s has no variable %s, which the BERT "
+                      "config's model has" % (checkpoint, tf_name))
+    if list(shapes[tf_name]) != shape:
+      raise UserError(
+          "checkpoint %s does not fit the BERT config: %s is %s in the "
+          "checkpoint but %s by the config" % (checkpoint, tf_name,
+                                               list(shapes[tf_name]), shape))
+    weights[tf_name] = reader.get_tensor(tf_name).astype(np.float32)
+  return weights
+
+
+def to_hf_state(weights, table):
+  """{hf_name: contiguous float32 ndarray} of Hugging Face's layout."""
+  state = collections.OrderedDict()
+  for tf_name, hf_name, _, transpose in table:
+    value = weights[tf_name]
+    state[hf_name] = np.ascontiguousarray(value.T if transpose else value)
+  return state
+
+
+def write_checkpoint(prefix, weights):
+  """Writes {name: ndarray} as a TF checkpoint `prefix.{index,data-*}`.
+
+  Only the named tensors are written, under exactly these names (no
+  `global_step`, no `checkpoint` state file): the layout of Google's
+  released `bert_model.ckpt`.
+  """
+  with tf.Graph().as_default(), tf.Session() as sess:
+    names = list(weights)
+    feeds = [tf.placeholder(tf.float32, shape=weights[n].shape)
+             for n in names]
+    save = tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names,
+                             shape_and_slices=[""] * len(names),
+                             tensors=feeds)
+    sess.run(save, feed_dict=dict(zip(feeds, [weights[n] for n in names])))
+
+
+def hf_config(bert_config, head, labels=None):
+  """Hugging Face's config.json for a model of ours.
+
+  Args:
+    bert_config: modeling.BertConfig.
+    head: PRETRAINING or CLASSIFIER.
+    labels: the class names (CLASSIFIER), in output order.
+
+  Returns:
+    A JSON-serialisable dict.
+
+  Raises:
+    UserError: the activation has no Hugging Face equivalent.
+  """
+  act = bert_config.hidden_act
+  if not isinstance(act, str) or act.lower() not in HF_ACTIVATIONS:
+    raise UserError("hidden_act %r has no Hugging Face equivalent (known: %s)"
+                    % (act, ", ".join(sorted(HF_ACTIVATIONS))))
+  config = {"model_type": "bert",
+            "architectures": ["BertForPreTraining" if head == PRETRAINING
+                              else "BertForSequenceClassification"],
+            "hidden_act": HF_ACTIVATIONS[act.lower()],
+            "layer_norm_eps": 1e-12,
+            "pad_token_id": 0,
+            "position_embedding_type": "absolute",
+            "tie_word_embeddings": True,
+            "torch_dtype": "float32"}
+  for field in _SHARED_CONFIG_FIELDS:
+    config[field] = getattr(bert_config, field)
+  if head == CLASSIFIER:
+    config["id2label"] = {str(i): label for i, label in enumerate(labels)}
+    config["label2id"] = {label: i for i, label in enumerate(labels)}
+    config["problem_type"] = "single_label_classification"
+  return config
+
+
+def is_hf_dir(path):
+  """True when `path` is a directory holding a Hugging Face config.json."""
+  return tf.io.gfile.isdir(path) and tf.io.gfile.exists(
+      os.path.join(path, HF_CONFIG))
+
+
+def hf_do_lower_case(path):
+  """do_lower_case of a Hugging Face directory's tokenizer, or None.
+
+  None when `path` is not a Hugging Face directory or its
+  tokenizer_config.json does not say.
+  """
+  config_path = os.path.join(path, "tokenizer_config.json")
+  if not is_hf_dir(path) or not tf.io.gfile.exists(config_path):
+    return None
+  try:
+    with tf.io.gfile.GFile(config_path) as f:
+      value = json.load(f).get("do_lower_case")
+  except (ValueError, AttributeError):
+    return None
+  return value if isinstance(value, bool) else None
+
+
+def _read_hf_config(hf_dir):
+  path = os.path.join(hf_dir, HF_CONFIG)
+  try:
+    with tf.io.gfile.GFile(path) as f:
+      config = json.load(f)
+  except ValueError as e:
+    raise UserError("%s is not valid JSON (%s)" % (path, e))
+  if not isinstance(config, dict) or config.get("model_type") != "bert":
+    raise UserError(
+        "%s: model_type is %r, but only Hugging Face BERT models (model_type "
+        "\"bert\") can initialise this model" %
+        (path, config.get("model_type") if isinstance(config, dict)
+         else None))
+  return config
+
+
+def _hf_key_to_table_name(key):
+  """A key of any BERT class's state dict in BertForPreTraining's naming."""
+  # BertModel saves without the "bert." prefix; old checkpoints still use
+  # TensorFlow's LayerNorm gamma/beta names.
+  if key.startswith(("embeddings.", "encoder.", "pooler.")):
+    key = "bert." + key
+  if key.endswith(".gamma"):
+    key = key[:-len(".gamma")] + ".weight"
+  elif key.endswith(".beta"):
+    key = key[:-len(".beta")] + ".bias"
+  return key
+
+
+def read_hf_weights(hf_dir):
+  """Our model's weights from a Hugging Face BERT directory.
+
+  Args:
+    hf_dir: a directory with config.json (model_type bert) and
+      model.safetensors, as `save_pretrained` writes it.
+
+  Returns:
+    (weights, hf_config): OrderedDict {tf_name: float32 ndarray} of every
+    weight we have a name for, and the parsed config.json.
+
+  Raises:
+    UserError: another model type, no safetensors file, or no BERT weights.
+  """
+  from safetensors import safe_open  # pylint: disable=g-import-not-at-top
+  config = _read_hf_config(hf_dir)
+  path = os.path.join(hf_dir, HF_WEIGHTS)
+  if not tf.io.gfile.exists(path):
+    present = sorted(n for n in tf.io.gfile.listdir(hf_dir)
+                     if n.endswith((".bin", ".h5", ".safetensors", ".json")))
+    raise UserError(
+        "%s has no %s (found: %s); save the model with "
+        "save_pretrained(..., safe_serialization=True) to get one" %
+        (hf_dir, HF_WEIGHTS, ", ".join(present) or "nothing"))
+  num_labels = len(config.get("id2label") or {}) or 2
+  shape_config = _Shapes(config)
+  by_hf_name = {}
+  for head in (PRETRAINING, CLASSIFIER):
+    for tf_name, hf_name, _, transpose in weight_table(shape_config, head,
+                                                       num_labels):
+      by_hf_name[hf_name] = (tf_name, transpose)
+  weights = collections.OrderedDict()
+  try:
+    with safe_open(path, framework="np") as f:
+      for key in f.keys():
+        entry = by_hf_name.get(_hf_key_to_table_name(key))
+        if entry is None:
+          continue  # tied copies (decoder), buffers (position_ids)
+        tf_name, transpose = entry
+        value = f.get_tensor(key).astype(np.float32)
+        weights[tf_name] = value.T if transpose else value
+  except (OSError, ValueError, TypeError) as e:
+    raise UserError("%s cannot be read as safetensors (%s)" % (path, e))
+  if "bert/embeddings/word_embeddings" not in weights:
+    raise UserError("%s holds no BERT weights (no word embeddings)" % path)
+  return weights, config
+
+
+class _Shapes(object):
+  """The size fields of an HF config.json, as weight_table reads them."""
+
+  def __init__(self, config):
+    for field in ("vocab_size", "hidden_size", "num_hidden_layers",
+                  "intermediate_size", "max_position_embeddings",
+                  "type_vocab_size"):
+      setattr(self, field, int(config.get(field, 0)))
+
+
+def hf_dir_to_checkpoint(hf_dir, prefix):
+  """Converts a Hugging Face BERT directory into a weights-only checkpoint.
+
+  Args:
+    hf_dir: see read_hf_weights.
+    prefix: checkpoint prefix to write.
+
+  Returns:
+    The parsed config.json.
+  """
+  weights, config = read_hf_weights(hf_dir)
+  write_checkpoint(prefix, weights)
+  return config
+
+
+# Hugging Face directory -> the checkpoint converted from it: a process
+# resolves --init_checkpoint several times (checks, then each model_fn call)
+# but converts once.
+_CONVERTED = {}
+
+
+def converted_hf_checkpoint(hf_dir):
+  """The prefix of a checkpoint holding a Hugging Face directory's weights.
+
+  Written to a private temporary directory, removed when the process ends.
+
+  Args:
+    hf_dir: see read_hf_weights.
+
+  Returns:
+    The checkpoint prefix.
+  """
+  key = os.path.abspath(hf_dir)
+  if key not in _CONVERTED:
+    scratch = tempfile.mkdtemp(prefix="hf-init-checkpoint-")
+    atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+    prefix = os.path.join(scratch, "bert_model.ckpt")
+    config = hf_dir_to_checkpoint(hf_dir, prefix)
+    logging.info("Hugging Face model %s (%s, hidden_act %s) converted to %s",
+                 hf_dir, ",".join(config.get("architectures") or ["bert"]),
+                 config.get("hidden_act"), prefix)
+    _CONVERTED[key] = prefix
+  return _CONVERTED[key]

@@ -1,0 +1,311 @@
+"""Exports a trained model for use outside this toolkit.
+
+From a checkpoint of run_pretraining.py or run_classifier.py (the head is
+read from its variables), writes each requested format to its own
+sub-directory of --output_dir:
+
+  google/        bert_model.ckpt.{index,data-*} with the model's weights only
+                 (no optimizer slots, loss scale or step counter),
+                 bert_config.json, vocab.txt: the layout of Google's released
+                 models, for upstream's run_classifier, --init_checkpoint and
+                 Hugging Face's load_tf_weights_in_bert.
+  huggingface/   config.json, model.safetensors, vocab.txt and the tokenizer
+                 files: `from_pretrained` loads it as BertForPreTraining or
+                 BertForSequenceClassification, no conversion step.
+  saved_model/   a TF SavedModel whose `serving_default` signature takes int32
+                 input_ids, input_mask, segment_ids [B, S] and returns
+                 pooled_output [B, H] + sequence_output [B, S, H]
+                 (pretraining) or probabilities [B, C] (classifier).
+
+Everything is built in a temporary directory next to --output_dir and renamed
+to it when complete. Needs NumPy and safetensors, not PyTorch.
+"""
+
+import json
+import os
+import shutil
+import uuid
+
+from absl import app
+from absl import flags
+from absl import logging
+import tensorflow.compat.v1 as tf
+
+import checkpoint_formats
+import modeling
+import run_classifier
+import tokenization
+from errors import UserError, main_with_user_errors
+
+FORMATS = ("google", "huggingface", "saved_model")
+SPECIAL_TOKENS = {"unk_token": "[UNK]", "sep_token": "[SEP]",
+                  "pad_token": "[PAD]", "cls_token": "[CLS]",
+                  "mask_token": "[MASK]"}
+
+FLAGS = flags.FLAGS
+
+
+def define_flags():
+  flags.DEFINE_string("checkpoint", None,
+                      "A training --output_dir (its latest checkpoint) or a "
+                      "checkpoint prefix.")
+  flags.DEFINE_string("bert_config_file", None,
+                      "The bert_config.json the model was trained with.")
+  flags.DEFINE_string("vocab_file", None,
+                      "The vocab.txt the model was trained with (needed by "
+                      "the google and huggingface formats).")
+  flags.DEFINE_bool("do_lower_case", True,
+                    "Whether the model is uncased; written to the Hugging "
+                    "Face tokenizer config.")
+  flags.DEFINE_string("output_dir", None,
+                      "Where the formats' sub-directories go.")
+  flags.DEFINE_list("format", list(FORMATS),
+                    "Comma-separated formats to write: %s." %
+                    ", ".join(FORMATS))
+  flags.DEFINE_list("labels", None,
+                    "Classifier checkpoints: the class names in output order; "
+                    "default: the labels.txt run_classifier.py wrote next "
+                    "to the checkpoint, else LABEL_0, LABEL_1, ...")
+  flags.DEFINE_bool("overwrite", False,
+                    "Replace a non-empty --output_dir.")
+
+
+def resolve_checkpoint(path):
+  """The checkpoint prefix that --checkpoint names.
+
+  Raises:
+    UserError: there is no checkpoint there.
+  """
+  if tf.io.gfile.isdir(path):
+    latest = tf.train.latest_checkpoint(path)
+    google_style = os.path.join(path, "bert_model.ckpt")
+    if not latest and tf.io.gfile.exists(google_style + ".index"):
+      latest = google_style
+    if not latest:
+      raise UserError("--checkpoint %s is a directory with no checkpoint in "
+                      "it" % path)
+    return latest
+  if not tf.io.gfile.exists(path + ".index"):
+    raise UserError("--checkpoint %s: no such checkpoint (expected a "
+                    "training output directory or %s)" % (path,
+                                                          path + ".index"))
+  return path
+
+
+def parse_formats(values):
+  """The requested formats, in FORMATS order, each once."""
+  formats = [v.strip() for v in values or [] if v.strip()]
+  unknown = [f for f in formats if f not in FORMATS]
+  if unknown or not formats:
+    raise UserError("--format=%s: unknown format %s; choose from %s" %
+                    (",".join(values or []),
+                     ", ".join(unknown) or "(none given)", ",".join(FORMATS)))
+  return [f for f in FORMATS if f in formats]
+
+
+def class_labels(labels, head, num_labels):
+  """The class names of a classifier (None for a pretraining model).
+
+  Raises:
+    UserError: --labels given for a pretraining model, or of the wrong count.
+  """
+  if head == checkpoint_formats.PRETRAINING:
+    if labels:
+      raise UserError("--labels is for classifier checkpoints; this one has "
+                      "the pretraining head")
+    return None
+  if not labels:
+    return ["LABEL_%d" % i for i in range(num_labels)]
+  labels = [label.strip() for label in labels]
+  if len(labels) != num_labels or len(set(labels)) != len(labels):
+    raise UserError("--labels=%s names %d distinct label(s), but the "
+                    "classifier has %d outputs" %
+                    (",".join(labels), len(set(labels)), num_labels))
+  return labels
+
+
+def check_output_dir(output_dir, overwrite):
+  """Refuses a non-empty --output_dir unless --overwrite."""
+  if os.path.isdir(output_dir) and os.listdir(output_dir) and not overwrite:
+    raise UserError("--output_dir %s is not empty; pass --overwrite to "
+                    "replace it" % output_dir)
+  if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+    raise UserError("--output_dir %s exists and is not a directory" %
+                    output_dir)
+
+
+def write_google(directory, weights, bert_config_file, vocab_file):
+  """google/: bert_model.ckpt, bert_config.json, vocab.txt."""
+  os.makedirs(directory)
+  checkpoint_formats.write_checkpoint(
+      os.path.join(directory, "bert_model.ckpt"), weights)
+  shutil.copyfile(bert_config_file, os.path.join(directory,
+                                                 "bert_config.json"))
+  shutil.copyfile(vocab_file, os.path.join(directory, "vocab.txt"))
+
+
+def write_json(path, value):
+  with open(path, "w", encoding="utf-8") as f:
+    json.dump(value, f, indent=2, sort_keys=True)
+    f.write("\n")
+
+
+def write_huggingface(directory, weights, table, bert_config, head, labels,
+                      vocab_file, do_lower_case):
+  """huggingface/: what `from_pretrained` and `AutoTokenizer` read."""
+  from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
+  os.makedirs(directory)
+  save_file(checkpoint_formats.to_hf_state(weights, table),
+            os.path.join(directory, checkpoint_formats.HF_WEIGHTS),
+            metadata={"format": "pt"})
+  write_json(os.path.join(directory, checkpoint_formats.HF_CONFIG),
+             checkpoint_formats.hf_config(bert_config, head, labels))
+  shutil.copyfile(vocab_file, os.path.join(directory, "vocab.txt"))
+  tokenizer_config = dict(SPECIAL_TOKENS)
+  tokenizer_config.update({
+      "tokenizer_class": "BertTokenizer",
+      "do_lower_case": do_lower_case,
+      # BERT's basic tokenizer strips accents exactly when it lower-cases.
+      "strip_accents": None,
+      "tokenize_chinese_chars": True,
+      "model_max_length": bert_config.max_position_embeddings,
+      "clean_up_tokenization_spaces": True})
+  write_json(os.path.join(directory, "tokenizer_config.json"),
+             tokenizer_config)
+  write_json(os.path.join(directory, "special_tokens_map.json"),
+             SPECIAL_TOKENS)
+
+
+def write_saved_model(directory, weights, bert_config, head, num_labels):
+  """saved_model/: the serving_default signature over modeling.BertModel."""
+  with tf.Graph().as_default(), tf.Session() as sess:
+    inputs = {name: tf.placeholder(tf.int32, [None, None], name=name)
+              for name in ("input_ids", "input_mask", "segment_ids")}
+    if head == checkpoint_formats.CLASSIFIER:
+      _, _, _, probabilities = run_classifier.create_model(
+          bert_config, False, inputs["input_ids"], inputs["input_mask"],
+          inputs["segment_ids"], tf.zeros_like(inputs["input_ids"][:, 0]),
+          num_labels)
+      outputs = {"probabilities": probabilities}
+    else:
+      model = modeling.BertModel(
+          config=bert_config, is_training=False,
+          input_ids=inputs["input_ids"], input_mask=inputs["input_mask"],
+          token_type_ids=inputs["segment_ids"])
+      outputs = {"pooled_output": model.get_pooled_output(),
+                 "sequence_output": model.get_sequence_output()}
+    for var in tf.global_variables():
+      var.load(weights[var.op.name], sess)
+    builder = tf.saved_model.builder.SavedModelBuilder(directory)
+    signature = tf.saved_model.signature_def_utils.predict_signature_def(
+        inputs=inputs, outputs=outputs)
+    builder.add_meta_graph_and_variables(
+        sess, [tf.saved_model.tag_constants.SERVING],
+        signature_def_map={"serving_default": signature},
+        strip_default_attrs=True)
+    builder.save()
+
+
+def export(checkpoint, bert_config_file, vocab_file, do_lower_case,
+           output_dir, formats, labels=None, overwrite=False):
+  """Exports `checkpoint` in `formats` to sub-directories of `output_dir`.
+
+  Args:
+    checkpoint: a training output directory or a checkpoint prefix.
+    bert_config_file: path of bert_config.json.
+    vocab_file: path of vocab.txt (None only for saved_model alone).
+    do_lower_case: whether the model is uncased.
+    output_dir: the directory to create (or replace, with `overwrite`).
+    formats: a list from FORMATS.
+    labels: class names of a classifier, or None (labels.txt next to the
+      checkpoint, else LABEL_i).
+    overwrite: replace a non-empty output_dir.
+
+  Returns:
+    (checkpoint prefix, head): what was exported.
+
+  Raises:
+    UserError: any input does not fit; nothing is written then.
+  """
+  prefix = resolve_checkpoint(checkpoint)
+  bert_config = modeling.BertConfig.from_json_file(bert_config_file)
+  if {"google", "huggingface"} & set(formats):
+    if not vocab_file:
+      raise UserError("--vocab_file is required for the google and "
+                      "huggingface formats")
+    tokenization.check_vocab_fits_config(vocab_file, bert_config.vocab_size)
+  output_dir = os.path.abspath(output_dir)
+  check_output_dir(output_dir, overwrite)
+  shapes = dict(tf.train.list_variables(prefix))
+  head, num_labels = checkpoint_formats.detect_head(shapes)
+  if not labels and head == checkpoint_formats.CLASSIFIER:
+    labels = run_classifier.read_labels(os.path.dirname(prefix))
+  labels = class_labels(labels, head, num_labels)
+  table = checkpoint_formats.weight_table(bert_config, head, num_labels)
+  weights = checkpoint_formats.model_weights(prefix, table)
+  logging.info("Exporting %s (%s head, %d weights) to %s: %s", prefix,
+               head, len(weights), output_dir, ", ".join(formats))
+
+  parent = os.path.dirname(output_dir)
+  os.makedirs(parent, exist_ok=True)
+  # Not "*.partial-*": the training programs delete those as stale files
+  # from their output_dir, and run_pre.sh exports into it.
+  stale_prefix = os.path.basename(output_dir) + ".building-"
+  for name in os.listdir(parent):
+    if name.startswith(stale_prefix):  # left by a killed export
+      shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+  building = os.path.join(parent, stale_prefix + uuid.uuid4().hex[:8])
+  try:
+    os.makedirs(building)
+    if "google" in formats:
+      write_google(os.path.join(building, "google"), weights,
+                   bert_config_file, vocab_file)
+      logging.info("Wrote google/ (bert_model.ckpt, bert_config.json, "
+                   "vocab.txt)")
+    if "huggingface" in formats:
+      write_huggingface(os.path.join(building, "huggingface"), weights, table,
+                        bert_config, head, labels, vocab_file, do_lower_case)
+      logging.info("Wrote huggingface/ (%s)", "BertForPreTraining"
+                   if head == checkpoint_formats.PRETRAINING
+                   else "BertForSequenceClassification")
+    if "saved_model" in formats:
+      write_saved_model(os.path.join(building, "saved_model"), weights,
+                        bert_config, head, num_labels)
+      logging.info("Wrote saved_model/ (serving_default)")
+    _replace_dir(building, output_dir)
+  except BaseException:
+    shutil.rmtree(building, ignore_errors=True)
+    raise
+  return prefix, head
+
+
+def _replace_dir(new, target):
+  """Renames `new` to `target`, removing an old `target` only afterwards."""
+  old = None
+  if os.path.exists(target):
+    old = "%s.old-%s" % (target, uuid.uuid4().hex[:8])
+    os.rename(target, old)
+  os.rename(new, target)
+  if old:
+    shutil.rmtree(old)
+
+
+def main(argv):
+  del argv
+  logging.set_verbosity(logging.INFO)
+  for name in ("checkpoint", "bert_config_file", "output_dir"):
+    if not getattr(FLAGS, name):
+      raise UserError("--%s is required" % name)
+  formats = parse_formats(FLAGS.format)
+  prefix, head = export(FLAGS.checkpoint, FLAGS.bert_config_file,
+                        FLAGS.vocab_file, FLAGS.do_lower_case,
+                        FLAGS.output_dir, formats, FLAGS.labels,
+                        FLAGS.overwrite)
+  print("Exported %s (%s) to %s:" % (prefix, head, FLAGS.output_dir))
+  for name in formats:
+    print("  %s" % os.path.join(FLAGS.output_dir, name))
+
+
+if __name__ == "__main__":
+  define_flags()
+  app.run(main_with_user_errors(main))
