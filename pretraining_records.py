@@ -28,7 +28,8 @@ import atomic_io
 np = None
 
 
-def _numpy():
+def load_numpy():
+  """Imports numpy now (it is otherwise imported by the first checksum)."""
   global np
   if np is None:
     np = importlib.import_module("numpy")
@@ -246,7 +247,7 @@ class _Crc32c(object):
   """
 
   def __init__(self):
-    _numpy()
+    load_numpy()
     self._table = _crc32c_byte_table()
     # A step with data byte b is a zero-byte step of register ^ b, and
     # zero-byte steps are linear: four of them on a register x are

@@ -53,6 +53,7 @@ import atomic_io
 import errors
 import file_patterns
 import pretraining_instances
+import pretraining_records
 
 ShardPiece = collections.namedtuple("ShardPiece", ["path", "start", "end"])
 ShardPiece.__doc__ = """The documents of `path` beginning in bytes [start, end).
@@ -341,10 +342,20 @@ def _init_worker(settings, progress_queue, parent_pid):
   # stops the workers with SIGTERM, which unwinds them (removing any
   # partial file) instead of killing them mid-write.
   signal.signal(signal.SIGINT, signal.SIG_IGN)
-  signal.signal(signal.SIGTERM, _exit_on_signal)
+  # The pool's SIGTERM must reach this process's main thread. Delivered to a
+  # native thread (OpenBLAS starts one when numpy is imported), only the C
+  # part of the handler runs, and a main thread blocked on the task queue's
+  # lock never wakes: the parent then waits for the worker forever. Threads
+  # started while SIGTERM is blocked keep it blocked; a worker needs no BLAS
+  # threads anyway.
+  os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+  signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+  pretraining_records.load_numpy()
   tokenizer = pretraining_instances.make_tokenizer(
       settings.vocab, settings.do_lower_case, settings.tokenizer_backend)
   encoder = pretraining_instances.make_encoder(settings.vocab, settings.params)
+  signal.signal(signal.SIGTERM, _exit_on_signal)
+  signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
   _worker.update(settings=settings, tokenizer=tokenizer,
                  token_codes=encoder.token_codes,
                  progress_queue=progress_queue, parent_pid=parent_pid)
