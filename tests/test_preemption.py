@@ -1,0 +1,175 @@
+"""SIGTERM / SIGINT during training, as a scheduler or a user sends them.
+
+Each test signals a running program after step k > 0 with checkpoints far
+apart, expects a checkpoint of the step it stopped at, exit code 4 and the
+one documented line, then reruns the same command, which must end at exactly
+--num_train_steps having trained only the steps that were missing.
+"""
+
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+import tensorflow.compat.v1 as tf
+
+import errors
+from conftest import REPO_ROOT, run_program
+from test_horovod import HOROVOD_MISSING, horovodrun
+from test_reliability import start, workdir  # noqa: F401  pylint: disable=unused-import
+from test_run_pretraining import load_checkpoint, pretrain_args
+
+pytestmark = pytest.mark.slow
+
+STOP_LINE = re.compile(
+    r"^stopped (by (SIGTERM|SIGINT)|because another worker received a stop "
+    r"signal) at step (\d+): checkpoint model\.ckpt-(\d+) written( by the "
+    r"chief)?; rerun the same command to continue$", re.MULTILINE)
+FAR_AWAY = "--save_checkpoints_steps=1000000"
+
+
+def logged_step(output_dir):
+  """The last step the chief's throughput.jsonl has a line for, or -1."""
+  path = os.path.join(str(output_dir), "throughput.jsonl")
+  if not os.path.exists(path):
+    return -1
+  with open(path) as f:
+    lines = [l for l in f.read().splitlines() if l.endswith("}")]
+  return json.loads(lines[-1])["step"] if lines else -1
+
+
+def signal_after_step(procs, target, output_dir, signum, min_step=3,
+                      timeout=300):
+  """Sends `signum` to `target` once the chief logged step >= min_step."""
+  deadline = time.time() + timeout
+  while logged_step(output_dir) < min_step:
+    for p in procs:
+      assert p.poll() is None, "a process ended before the signal"
+    assert time.time() < deadline, "step %d never logged" % min_step
+    time.sleep(0.05)
+  target.send_signal(signum)
+  return logged_step(output_dir)
+
+
+def wait_all(procs, timeout=180):
+  try:
+    return [p.wait(timeout=timeout) for p in procs]
+  finally:
+    for p in procs:
+      if p.poll() is None:
+        p.kill()
+
+
+def stop_lines(log_path):
+  with open(log_path) as f:
+    text = f.read()
+  assert "Traceback" not in text, text[-3000:]
+  return [m for m in STOP_LINE.finditer(text)]
+
+
+def check_stopped_run(output_dir, log_path, signalled_at, cause):
+  """The one stop line, and a checkpoint of exactly the step it names."""
+  found = stop_lines(log_path)
+  assert len(found) == 1, open(log_path).read()[-3000:]
+  line = found[0]
+  step = int(line.group(3))
+  assert line.group(4) == str(step)
+  assert cause in line.group(0)
+  assert step >= signalled_at > 0
+  latest = tf.train.latest_checkpoint(str(output_dir))
+  assert latest == os.path.join(str(output_dir), "model.ckpt-%d" % step)
+  assert load_checkpoint(latest)["global_step"] == step
+  return step
+
+
+def check_resumed(output_dir, stopped_at, steps):
+  assert load_checkpoint(str(output_dir))["global_step"] == steps
+  with open(os.path.join(str(output_dir), "throughput_summary.json")) as f:
+    summary = json.load(f)
+  # None lost, none repeated: the rerun trained exactly the missing steps.
+  assert summary["first_step"] == stopped_at
+  assert summary["final_step"] == steps
+  assert summary["steps_run"] == steps - stopped_at
+
+
+@pytest.mark.parametrize("signum,extra", [
+    (signal.SIGTERM, []),
+    (signal.SIGINT, ["--distribution_strategy=mirrored", "--cpu_replicas=2"]),
+])
+def test_signal_checkpoints_the_step_and_rerun_continues(workdir, signum,
+                                                         extra):
+  out = workdir / ("signal_%s" % signal.Signals(signum).name)
+  out.mkdir()
+  steps = 300
+  args = pretrain_args(workdir, out, FAR_AWAY, "--log_every_n_steps=1",
+                       *extra, steps=steps)
+  log = out / "run.log"
+  proc = start(args, log=open(log, "w"))
+  signalled_at = signal_after_step([proc], proc, out, signum)
+  assert wait_all([proc]) == [errors.EXIT_STOPPED]
+  stopped_at = check_stopped_run(out, log, signalled_at,
+                                 "by %s" % signal.Signals(signum).name)
+  assert stopped_at < steps
+  result = run_program(args)
+  assert result.returncode == 0, result.stderr[-3000:]
+  check_resumed(out, stopped_at, steps)
+
+
+def test_a_second_signal_exits_at_once(workdir):
+  out = workdir / "second_signal"
+  out.mkdir()
+  args = pretrain_args(workdir, out, FAR_AWAY, "--log_every_n_steps=1",
+                       steps=100000)
+  log = out / "run.log"
+  proc = start(args, log=open(log, "w"))
+  signal_after_step([proc], proc, out, signal.SIGTERM)
+  # Two signals sent back to back would merge into one pending signal.
+  deadline = time.time() + 60
+  while "SIGTERM received" not in log.read_text():
+    assert time.time() < deadline
+    time.sleep(0.01)
+  proc.send_signal(signal.SIGTERM)
+  assert wait_all([proc], timeout=30) == [128 + signal.SIGTERM]
+  text = log.read_text()
+  assert "stopped by a second SIGTERM: exiting at once" in text
+  assert not STOP_LINE.search(text)
+
+
+def multi_worker_cluster(workdir, out, args, log_suffix):
+  ports = [20000 + random.randrange(0, 10000) * 2 + i for i in range(2)]
+  cluster = {"worker": ["127.0.0.1:%d" % p for p in ports]}
+  procs, logs = [], []
+  for index in range(2):
+    tf_config = json.dumps({"cluster": cluster,
+                            "task": {"type": "worker", "index": index}})
+    logs.append(out / ("worker-%d.%s.log" % (index, log_suffix)))
+    procs.append(start(args, env={"TF_CONFIG": tf_config},
+                       log=open(logs[-1], "w")))
+  return procs, logs
+
+
+def test_one_signalled_worker_stops_every_worker_at_the_same_step(workdir):
+  out = workdir / "multi_worker"
+  out.mkdir()
+  steps = 300
+  args = pretrain_args(workdir, out, FAR_AWAY, "--log_every_n_steps=1",
+                       "--collective_timeout_seconds=60", steps=steps)
+  procs, logs = multi_worker_cluster(workdir, out, args, "first")
+  signalled_at = signal_after_step(procs, procs[1], out, signal.SIGTERM)
+  assert wait_all(procs) == [errors.EXIT_STOPPED] * 2
+  chief = check_stopped_run(out, logs[0], signalled_at,
+                            "because another worker")
+  (line,) = stop_lines(logs[1])
+  assert line.group(0).startswith("stopped by SIGTERM")
+  assert line.group(0).endswith("written by the chief; rerun the same "
+                                "command to continue")
+  assert int(line.group(3)) == chief
+  procs, logs = multi_worker_cluster(workdir, out, args, "rerun")
+  assert wait_all(procs, timeout=300) == [0, 0], logs[0].read_text()[-3000:]
+  check_resumed(out, chief, steps)
