@@ -30,7 +30,9 @@ def unreadable_reason(prefix):
     reader = tf.train.load_checkpoint(prefix)
     for name in reader.get_variable_to_shape_map():
       reader.get_tensor(name)
-  except (tf.errors.OpError, ValueError) as e:
+  # The reader's bindings turn C++ statuses into assorted exception types
+  # (OpError, ValueError, IndexError for a short read, ...).
+  except Exception as e:  # pylint: disable=broad-except
     return (errors.op_error_reason(getattr(e, "message", None) or str(e))
             or type(e).__name__)
   return None
