@@ -423,6 +423,8 @@ def train(estimator, setup, train_input_fn, eval_input_fn, max_steps,
   except tf.errors.OpError as e:
     raise _training_failure(e, setup, input_files) from None
   if stop_hook.stopped_at_step is not None or preemption.requested_signal():
+    if setup.plan.name == "horovod":
+      horovod_engine.barrier()  # pylint: disable=used-before-assignment
     raise errors.TrainingStopped(_stop_message(setup, stop_hook.final_step))
   return getattr(hook, "summary", None)
 
@@ -439,6 +441,10 @@ def _training_failure(error, setup, input_files):
         "lost contact with another worker (%s: %s); rerun every worker with "
         "the same command to resume from the last checkpoint" %
         (type(error).__name__, reason))
+  if setup.plan.name == "horovod" and "Horovod has been shut down" in reason:
+    return errors.TrainingFailed(
+        "another horovod rank failed or died, and horovod shut down; rerun "
+        "the same command to resume every rank from the last checkpoint")
   if isinstance(error, tf.errors.DataLossError):
     return errors.TrainingFailed(input_pipeline.corrupt_input_message(
         input_files or [], reason))

@@ -44,16 +44,16 @@ def logged_step(output_dir):
   return json.loads(lines[-1])["step"] if lines else -1
 
 
-def signal_after_step(procs, target, output_dir, signum, min_step=3,
+def signal_after_step(procs, pid, output_dir, signum, min_step=3,
                       timeout=300):
-  """Sends `signum` to `target` once the chief logged step >= min_step."""
+  """Sends `signum` to process `pid` once the chief logged step >= min_step."""
   deadline = time.time() + timeout
   while logged_step(output_dir) < min_step:
     for p in procs:
       assert p.poll() is None, "a process ended before the signal"
     assert time.time() < deadline, "step %d never logged" % min_step
     time.sleep(0.05)
-  target.send_signal(signum)
+  os.kill(pid, signum)
   return logged_step(output_dir)
 
 
@@ -111,7 +111,7 @@ def test_signal_checkpoints_the_step_and_rerun_continues(workdir, signum,
                        *extra, steps=steps)
   log = out / "run.log"
   proc = start(args, log=open(log, "w"))
-  signalled_at = signal_after_step([proc], proc, out, signum)
+  signalled_at = signal_after_step([proc], proc.pid, out, signum)
   assert wait_all([proc]) == [errors.EXIT_STOPPED]
   stopped_at = check_stopped_run(out, log, signalled_at,
                                  "by %s" % signal.Signals(signum).name)
@@ -128,7 +128,7 @@ def test_a_second_signal_exits_at_once(workdir):
                        steps=100000)
   log = out / "run.log"
   proc = start(args, log=open(log, "w"))
-  signal_after_step([proc], proc, out, signal.SIGTERM)
+  signal_after_step([proc], proc.pid, out, signal.SIGTERM)
   # Two signals sent back to back would merge into one pending signal.
   deadline = time.time() + 60
   while "SIGTERM received" not in log.read_text():
@@ -161,7 +161,7 @@ def test_one_signalled_worker_stops_every_worker_at_the_same_step(workdir):
   args = pretrain_args(workdir, out, FAR_AWAY, "--log_every_n_steps=1",
                        "--collective_timeout_seconds=60", steps=steps)
   procs, logs = multi_worker_cluster(workdir, out, args, "first")
-  signalled_at = signal_after_step(procs, procs[1], out, signal.SIGTERM)
+  signalled_at = signal_after_step(procs, procs[1].pid, out, signal.SIGTERM)
   assert wait_all(procs) == [errors.EXIT_STOPPED] * 2
   chief = check_stopped_run(out, logs[0], signalled_at,
                             "because another worker")
@@ -173,3 +173,103 @@ def test_one_signalled_worker_stops_every_worker_at_the_same_step(workdir):
   procs, logs = multi_worker_cluster(workdir, out, args, "rerun")
   assert wait_all(procs, timeout=300) == [0, 0], logs[0].read_text()[-3000:]
   check_resumed(out, chief, steps)
+
+
+requires_horovod = pytest.mark.skipif(HOROVOD_MISSING is not None,
+                                      reason=HOROVOD_MISSING or "")
+
+
+def horovod_ranks(marker, size=2, timeout=300):
+  """{rank: pid} of the processes whose environment carries `marker`."""
+  deadline = time.time() + timeout
+  while time.time() < deadline:
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+      try:
+        with open("/proc/%s/environ" % pid, "rb") as f:
+          env = dict(v.split(b"=", 1) for v in f.read().split(b"\0")
+                     if b"=" in v)
+        with open("/proc/%s/cmdline" % pid, "rb") as f:
+          # The interpreter itself, not a shell or launcher around it.
+          is_training = f.read().split(b"\0")[1:2] == [b"run_pretraining.py"]
+      except OSError:
+        continue
+      if (is_training and env.get(b"BERT_TEST_MARKER") == marker.encode()
+          and b"HOROVOD_RANK" in env):
+        found[int(env[b"HOROVOD_RANK"])] = int(pid)
+    if len(found) == size:
+      return found
+    time.sleep(0.2)
+  raise AssertionError("horovod ranks not found")
+
+
+def launch_horovod(workdir, out, *extra, steps):
+  """2 ranks of run_pretraining.py, each reading its own copy of the data."""
+  data = [str(workdir / "data.tfrecord")]
+  copy = workdir / "data_copy.tfrecord"
+  if not copy.exists():
+    copy.write_bytes((workdir / "data.tfrecord").read_bytes())
+  args = pretrain_args(workdir, out, *extra, steps=steps)
+  args[2] = "--input_file=%s,%s" % (data[0], copy)
+  marker = uuid.uuid4().hex
+  log = open(out / ("horovod.%s.log" % marker[:6]), "w")
+  proc = subprocess.Popen(
+      [horovodrun(), "-np", "2", "-H", "localhost:2", "--gloo",
+       sys.executable] + args, cwd=REPO_ROOT, stdout=log,
+      stderr=subprocess.STDOUT,
+      env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", BERT_TEST_MARKER=marker,
+               BERT_HOROVOD_SCRATCH_ROOT=str(out / "scratch")))
+  return proc, marker, log.name
+
+
+@requires_horovod
+def test_one_signalled_horovod_rank_stops_every_rank_at_the_same_step(
+    workdir):
+  out = workdir / "horovod_stop"
+  out.mkdir()
+  steps = 300
+  extra = (FAR_AWAY, "--log_every_n_steps=1", "--distribution_strategy=horovod")
+  proc, marker, log = launch_horovod(workdir, out, *extra, steps=steps)
+  ranks = horovod_ranks(marker)
+  signalled_at = signal_after_step([proc], ranks[1], out, signal.SIGTERM)
+  proc.wait(timeout=180)
+  text = open(log).read()
+  # horovodrun itself reports a rank's non-zero exit with a traceback of
+  # its own; the ranks print none.
+  assert not re.search(r"^\[\d\]<std...>:Traceback", text, re.MULTILINE), \
+      text[-3000:]
+  lines = {int(m.group(1)): m.group(2) for m in re.finditer(
+      r"^\[(\d)\]<stderr>:(stopped .*)$", text, re.MULTILINE)}
+  assert sorted(lines) == [0, 1], text[-3000:]
+  step = int(STOP_LINE.match(lines[0]).group(3))
+  assert STOP_LINE.match(lines[0]).group(1).startswith("because another")
+  assert STOP_LINE.match(lines[1]).group(1) == "by SIGTERM"
+  assert int(STOP_LINE.match(lines[1]).group(3)) == step >= signalled_at
+  assert load_checkpoint(str(out))["global_step"] == step
+  proc, _, log = launch_horovod(workdir, out, *extra, steps=steps)
+  assert proc.wait(timeout=300) == 0, open(log).read()[-3000:]
+  check_resumed(out, step, steps)
+
+
+@requires_horovod
+def test_a_dead_horovod_rank_makes_the_others_exit_with_an_error(workdir):
+  out = workdir / "horovod_dead"
+  out.mkdir()
+  proc, marker, log = launch_horovod(
+      workdir, out, FAR_AWAY, "--log_every_n_steps=1",
+      "--distribution_strategy=horovod", "--collective_timeout_seconds=20",
+      steps=100000)
+  ranks = horovod_ranks(marker)
+  signal_after_step([proc], ranks[1], out, signal.SIGKILL)
+  killed_at = time.time()
+  try:
+    returncode = proc.wait(timeout=120)
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+  assert returncode != 0
+  assert time.time() - killed_at < 60
+  text = open(log).read()
+  assert not re.search(r"^\[\d\]<std...>:Traceback", text, re.MULTILINE), \
+      text[-3000:]
+  assert re.search(r"^\[0\]<stderr>:error: ", text, re.MULTILINE), text[-3000:]
