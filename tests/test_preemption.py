@@ -20,6 +20,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import errors
+import test_run_classifier
 from conftest import REPO_ROOT, run_program
 from test_horovod import HOROVOD_MISSING, horovodrun
 from test_reliability import start, workdir  # noqa: F401  pylint: disable=unused-import
@@ -273,3 +274,37 @@ def test_a_dead_horovod_rank_makes_the_others_exit_with_an_error(workdir):
   assert not re.search(r"^\[\d\]<std...>:Traceback", text, re.MULTILINE), \
       text[-3000:]
   assert re.search(r"^\[0\]<stderr>:error: ", text, re.MULTILINE), text[-3000:]
+
+
+@pytest.fixture(scope="module")
+def classifier_dir(tmp_path_factory):
+  d = tmp_path_factory.mktemp("classifier_stop")
+  vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + \
+      test_run_classifier.words_of([os.path.join(test_run_classifier.SAMPLE,
+                                                 name)
+                                    for name in ("train.tsv", "dev.tsv", "test.tsv")])
+  (d / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+  (d / "tiny.json").write_text(json.dumps(
+      test_run_classifier.tiny_config(len(vocab))))
+  return d
+
+
+def test_run_classifier_stops_on_sigterm_and_resumes(classifier_dir):
+  out = classifier_dir / "out"
+  out.mkdir()
+  args = test_run_classifier.classifier_args(
+      classifier_dir, out, "--do_train", "--do_eval", "--train_batch_size=2",
+      "--num_train_epochs=2", "--log_every_n_steps=1", "--tf_random_seed=1",
+      FAR_AWAY)
+  log = out / "run.log"
+  proc = start(args, log=open(log, "w"))
+  signalled_at = signal_after_step([proc], proc.pid, out, signal.SIGTERM)
+  assert wait_all([proc]) == [errors.EXIT_STOPPED]
+  stopped_at = check_stopped_run(out, log, signalled_at, "by SIGTERM")
+  # Stopped means stopped: no evaluation after the interrupted training.
+  assert not (out / "eval_results.txt").exists()
+  result = run_program(args)
+  assert result.returncode == 0, result.stderr[-3000:]
+  steps = 400  # 400 training examples x 2 epochs / batch 2
+  check_resumed(out, stopped_at, steps)
+  assert (out / "eval_results.txt").exists()
