@@ -2,8 +2,10 @@
 
 One place turns the distribution / precision / logging flags into a
 RunConfig with its strategy, checks the output directory and the initial
-checkpoint before long work starts, and runs training with the throughput
-hook (tf.estimator.train_and_evaluate when TF_CONFIG names a cluster).
+checkpoint before long work starts (falling back to the newest readable
+checkpoint of the output directory), and runs training with the hooks of
+training_hooks.py (tf.estimator.train_and_evaluate when TF_CONFIG names a
+cluster), turning a stop on a signal and each known failure into one line.
 """
 
 import atexit
@@ -424,7 +426,7 @@ def train(estimator, setup, train_input_fn, eval_input_fn, max_steps,
     raise _training_failure(e, setup, input_files) from None
   if stop_hook.stopped_at_step is not None or preemption.requested_signal():
     if setup.plan.name == "horovod":
-      horovod_engine.barrier()  # pylint: disable=used-before-assignment
+      horovod_engine.barrier()
     raise errors.TrainingStopped(_stop_message(setup, stop_hook.final_step))
   return getattr(hook, "summary", None)
 
@@ -452,12 +454,14 @@ def _training_failure(error, setup, input_files):
 
 
 def _stop_message(setup, step):
-  """The line of a process that stopped on a signal at global step `step`."""
+  """The line of a process that stopped on a signal at global step `step`
+  (None: no training step ran, e.g. the run was already complete)."""
+  latest = tf.train.latest_checkpoint(setup.run_config.model_dir)
+  if step is None:
+    step = int(tf.train.load_variable(latest, "global_step")) if latest else 0
   checkpoint = "model.ckpt-%d" % step
-  if setup.is_chief:
-    latest = tf.train.latest_checkpoint(setup.run_config.model_dir)
-    if latest:
-      checkpoint = os.path.basename(latest)
+  if setup.is_chief and latest:
+    checkpoint = os.path.basename(latest)
   return preemption.stop_message(step, checkpoint, setup.is_chief)
 
 
