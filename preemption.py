@@ -32,8 +32,6 @@ from absl import logging
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-import errors
-
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 _STATE = {"signum": None, "agreed": False}

@@ -138,6 +138,8 @@ class WeightsFingerprintHook(tf.train.SessionRunHook):
   proves they ended with the same weights.
   """
 
+  CHUNK_ELEMENTS = 2**26  # weights fetched per session.run (256 MB float32)
+
   def __init__(self, output_dir, task_name, strategy):
     self._path = os.path.join(output_dir, "final_weights.%s.json" % task_name)
     self._strategy = strategy
@@ -145,6 +147,20 @@ class WeightsFingerprintHook(tf.train.SessionRunHook):
   def begin(self):
     self._step = tf.train.get_global_step()
     self._vars = sorted(tf.trainable_variables(), key=lambda v: v.name)
+    # A few session.run calls instead of one per variable: each new set of
+    # fetches costs a graph optimisation, seconds over a whole BERT at exit.
+    self._chunks, size = [[]], 0
+    for var in self._vars:
+      if size > self.CHUNK_ELEMENTS:
+        self._chunks.append([])
+        size = 0
+      self._chunks[-1].append(var)
+      size += var.shape.num_elements() or 1
+    self._identical = tf.reduce_all(tf.stack(
+        [tf.constant(True)] +
+        [tf.reduce_all(tf.equal(copies[0], other))
+         for copies in map(self._copies, self._vars)
+         for other in copies[1:]]))
 
   def _copies(self, var):
     if self._strategy is None:
@@ -153,13 +169,12 @@ class WeightsFingerprintHook(tf.train.SessionRunHook):
 
   def end(self, session):
     digest = hashlib.sha256()
-    replicas_identical = True
-    for var in self._vars:
-      values = session.run(self._copies(var))
-      digest.update(var.name.encode("utf-8"))
-      digest.update(values[0].tobytes())
-      replicas_identical &= all(np.array_equal(values[0], v)
-                                for v in values[1:])
+    for chunk in self._chunks:
+      values = session.run([self._copies(var)[0] for var in chunk])
+      for var, value in zip(chunk, values):
+        digest.update(var.name.encode("utf-8"))
+        digest.update(value.tobytes())
+    replicas_identical = bool(session.run(self._identical))
     record = {"global_step": int(session.run(self._step)),
               "sha256": digest.hexdigest(),
               "num_variables": len(self._vars),
