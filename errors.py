@@ -6,6 +6,7 @@ import sys
 
 EXIT_USER_ERROR = 2
 EXIT_TRAINING_FAILED = 3
+EXIT_STOPPED = 4
 
 
 class UserError(Exception):
@@ -22,6 +23,14 @@ class TrainingFailed(Exception):
 
   Not the user's typing mistake, but still one clear line and a non-zero exit
   (EXIT_TRAINING_FAILED); checkpoints written so far stay usable.
+  """
+
+
+class TrainingStopped(Exception):
+  """Training stopped on request (SIGTERM/SIGINT) after writing a checkpoint.
+
+  The message is the line to print; the program exits with EXIT_STOPPED, and
+  rerunning the same command continues from that checkpoint.
   """
 
 
@@ -45,6 +54,9 @@ def main_with_user_errors(main):
     except TrainingFailed as e:
       print("error: %s" % e, file=sys.stderr, flush=True)
       sys.exit(EXIT_TRAINING_FAILED)
+    except TrainingStopped as e:
+      print(str(e), file=sys.stderr, flush=True)
+      sys.exit(EXIT_STOPPED)
 
   return wrapped
 
@@ -61,3 +73,18 @@ def log_each_line_once():
   for handler in list(tf_logger.handlers):
     tf_logger.removeHandler(handler)
   tf_logger.propagate = True
+
+
+def op_error_reason(text):
+  """The line of a TensorFlow error message that says what went wrong.
+
+  Graph-mode errors start with "Graph execution error:" and the Python stack
+  where the failing node was defined; the reason follows the "Node: '...'"
+  line. Other messages: their first non-empty line.
+  """
+  lines = [l.strip() for l in (text or "").splitlines() if l.strip()]
+  for i, line in enumerate(lines[:-1]):
+    if line.startswith("Node: "):
+      return lines[i + 1]
+  lines = [l for l in lines if l != "Graph execution error:"]
+  return lines[0] if lines else ""

@@ -129,6 +129,17 @@ def sum_across_ranks(tensors):
                                     compression=_STATE["compression"]))
 
 
+def barrier():
+  """Returns once every rank has called it (a summed scalar, run eagerly).
+
+  After a stop on a signal every rank exits non-zero, and horovodrun kills
+  the ranks still running when the first one exits: without this, a rank
+  quick to finish could have rank 0 killed while it writes the checkpoint.
+  """
+  hvd = _hvd()
+  hvd.allreduce(tf2.constant(0.0), op=hvd.Sum, name="barrier")
+
+
 def files_of_rank(input_files, rank, size):
   """The input files `rank` of `size` reads: every size-th from rank on.
 

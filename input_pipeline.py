@@ -7,6 +7,8 @@ batched with the per-replica batch. One step therefore consumes the same
 examples as one batch of the global size on a single device.
 """
 
+import os
+import re
 import struct
 
 import tensorflow.compat.v1 as tf
@@ -84,6 +86,130 @@ def check_tfrecord_framing(path):
         "has %d bytes; recreate it (an interrupted copy or write?)" %
         (path, index, offset, size))
   return index
+
+
+def record_frames(path):
+  """(start, end) byte offsets of each record of a TFRecord file.
+
+  Raises:
+    UserError: the framing does not end exactly at the end of the file.
+  """
+  size = tf.io.gfile.stat(path).length
+  frames, offset = [], 0
+  with tf.io.gfile.GFile(path, "rb") as f:
+    while offset + 12 <= size:
+      f.seek(offset)
+      length = struct.unpack("<Q", f.read(8))[0]
+      frames.append((offset, offset + 12 + length + 4))
+      offset = frames[-1][1]
+  if offset != size:
+    raise UserError(
+        "%s is truncated or corrupt: record %d ends at byte %d but the file "
+        "has %d bytes; recreate it" % (path, len(frames), offset, size))
+  return frames
+
+
+def first_corrupt_record(path):
+  """Index of the first record of `path` failing its CRC check, or None."""
+  index = 0
+  try:
+    for _ in tf.io.tf_record_iterator(path):
+      index += 1
+  except tf.errors.DataLossError:
+    return index
+  return None
+
+
+def _corrupt_record_offset(reason):
+  match = re.search(r"corrupted record at (\d+)", reason or "")
+  return int(match.group(1)) if match else None
+
+
+def locate_corrupt_record(input_files, reason=None):
+  """Finds the file and record that made reading fail with DataLossError.
+
+  TensorFlow's message gives a byte offset but no file; files that have a
+  record at that offset are checked first.
+
+  Args:
+    input_files: the TFRecord files being read.
+    reason: the error's message, "corrupted record at N".
+
+  Returns:
+    (path, record index, byte offset of the record), or None.
+  """
+  hint = _corrupt_record_offset(reason)
+  likely, others = [], []
+  for path in input_files:
+    try:
+      starts = [start for start, _ in record_frames(path)]
+    except UserError:
+      likely.append(path)
+      continue
+    if hint is not None and (hint in starts or hint - 12 in starts):
+      likely.append(path)
+    else:
+      others.append(path)
+  for path in likely + others:
+    index = first_corrupt_record(path)
+    if index is not None:
+      return path, index, record_frames(path)[index][0]
+  return None
+
+
+def corrupt_input_message(input_files, reason):
+  """One line naming the corrupt record behind a DataLossError."""
+  found = locate_corrupt_record(input_files, reason)
+  if found is None:
+    return ("the input data is corrupt (%s); recreate the affected file(s)"
+            % reason)
+  return ("the input data is corrupt: %s, record %d (byte %d) fails its CRC "
+          "check (%s); recreate that file, or pass --skip_corrupt_records to "
+          "train without such records" % (found + (reason,)))
+
+
+def _copy_records(path, frames, skip, destination):
+  with tf.io.gfile.GFile(path, "rb") as source, \
+      tf.io.gfile.GFile(destination, "wb") as out:
+    for index, (start, end) in enumerate(frames):
+      if index not in skip:
+        source.seek(start)
+        out.write(source.read(end - start))
+
+
+def without_corrupt_records(input_files, scratch_dir):
+  """The input files with every record that fails its CRC check left out.
+
+  Files without such records are returned as they are; for the others a copy
+  without them is written to `scratch_dir`. Every file is read once.
+
+  Args:
+    input_files: TFRecord paths.
+    scratch_dir: an existing directory for the cleaned copies.
+
+  Returns:
+    (files to read, list of skipped (path, record index, byte offset)).
+  """
+  files, skipped = [], []
+  for number, path in enumerate(input_files):
+    first = first_corrupt_record(path)
+    if first is None:
+      files.append(path)
+      continue
+    frames = record_frames(path)
+    bad = [first]
+    clean = os.path.join(scratch_dir, "%d-%s" % (number,
+                                                 os.path.basename(path)))
+    while True:
+      _copy_records(path, frames, set(bad), clean)
+      found = first_corrupt_record(clean)
+      if found is None:
+        break
+      kept = [i for i in range(len(frames)) if i not in set(bad)]
+      bad.append(kept[found])
+    files.append(clean)
+    skipped.extend((path, i, frames[i][0]) for i in sorted(bad))
+  return files, skipped
 
 
 def check_pretraining_records(input_files, max_seq_length,

@@ -31,6 +31,7 @@ import re
 import tensorflow.compat.v1 as tf
 
 import distribution
+import preemption
 
 DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
 OPTIMIZERS = ("adamw", "lamb")
@@ -119,13 +120,16 @@ class DataParallelOptimizer(tf.train.Optimizer):
     # (tied MLM output weights), and dense tensors batch into one all-reduce.
     grads = [tf.convert_to_tensor(g) for g, _ in grads_and_vars]
     tvars = [v for _, v in grads_and_vars]
-    grads = self.gradient_reducer(grads)
+    # The stop vote (preemption.py) rides in the same batched all-reduce, so
+    # every process learns of a stop request at the same step for free.
+    reduced = self.gradient_reducer(grads + [preemption.stop_vote()])
+    grads, votes_recorded = reduced[:-1], preemption.record_votes(reduced[-1])
     if self.clip_norm is not None:
       grads, _ = tf.clip_by_global_norm(grads, clip_norm=self.clip_norm)
     # Every gradient before any update: the gradient of one variable reads
     # others, which an early update would already have changed. (The global
     # norm orders them too, but clipping may be off.)
-    with tf.control_dependencies([tf.group(*grads)]):
+    with tf.control_dependencies([tf.group(*grads), votes_recorded]):
       grads = [tf.identity(g) for g in grads]
     replica_context = tf.distribute.get_replica_context()
     return replica_context.merge_call(

@@ -997,6 +997,8 @@ def main(argv):
     train_file = write_features(
         os.path.join(FLAGS.output_dir, "train.tf_record"), examples["train"],
         label_list, FLAGS.max_seq_length, tokenizer)
+    if FLAGS.skip_corrupt_records:
+      train_file, = training_setup.skip_corrupt_records(setup, [train_file])
     logging.info("***** Training: %d examples, global batch %d, %d steps "
                  "*****", len(examples["train"]), FLAGS.train_batch_size,
                  num_train_steps)
@@ -1012,7 +1014,7 @@ def main(argv):
         eval_input_fn or input_pipeline.classifier_input_fn_builder(
             train_file, FLAGS.max_seq_length, is_training=False,
             drop_remainder=False, global_batch_size=FLAGS.eval_batch_size),
-        num_train_steps, None)
+        num_train_steps, None, input_files=[train_file])
   if FLAGS.do_eval:
     logging.info("***** Eval: %d examples, batch %d *****",
                  len(examples["dev"]), FLAGS.eval_batch_size)

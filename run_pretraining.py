@@ -398,6 +398,8 @@ def main(argv):
     training_setup.check_init_checkpoint(
         FLAGS.init_checkpoint, lambda: build_pretraining_variables(bert_config))
   logging.info("Input files: %d, first %s", len(input_files), input_files[0])
+  if FLAGS.skip_corrupt_records:
+    input_files = training_setup.skip_corrupt_records(setup, input_files)
 
   model_fn = model_fn_builder(
       bert_config, FLAGS.init_checkpoint, FLAGS.learning_rate,
@@ -419,7 +421,7 @@ def main(argv):
   if FLAGS.do_train:
     throughput_summary = training_setup.train(
         estimator, setup, train_input_fn, eval_input_fn,
-        FLAGS.num_train_steps, FLAGS.max_eval_steps)
+        FLAGS.num_train_steps, FLAGS.max_eval_steps, input_files=input_files)
   if FLAGS.do_eval:
     result = estimator.evaluate(input_fn=eval_input_fn,
                                 steps=FLAGS.max_eval_steps)

@@ -2,34 +2,36 @@
 
 One place turns the distribution / precision / logging flags into a
 RunConfig with its strategy, checks the output directory and the initial
-checkpoint before long work starts, and runs training with the throughput
-hook (tf.estimator.train_and_evaluate when TF_CONFIG names a cluster).
+checkpoint before long work starts (falling back to the newest readable
+checkpoint of the output directory), and runs training with the hooks of
+training_hooks.py (tf.estimator.train_and_evaluate when TF_CONFIG names a
+cluster), turning a stop on a signal and each known failure into one line.
 """
 
+import atexit
 import collections
-import hashlib
-import json
 import os
 import shutil
-import sys
-import threading
-import time
+import tempfile
 import uuid
 
 from absl import flags
 from absl import logging
-import numpy as np
 import tensorflow as tf2
 import tensorflow.compat.v1 as tf
 
 import atomic_io
 import checkpoint_formats
+import checkpoints
 import distribution
 import errors
 import horovod_engine
+import input_pipeline
 import modeling
 import optimization
+import preemption
 import throughput
+import training_hooks
 from errors import UserError
 
 MIN_FREE_DISK_BYTES = 50 * 1024 * 1024
@@ -74,6 +76,11 @@ def define_flags():
   flags.DEFINE_bool("stop_on_nonfinite_loss", True,
                     "Without --use_fp16, stop at the first step whose loss "
                     "is NaN or inf (naming the step) instead of training on.")
+  flags.DEFINE_bool("skip_corrupt_records", False,
+                    "Leave out input records that fail their CRC check "
+                    "(reads every input file once before training; the "
+                    "count is logged and in throughput_summary.json) instead "
+                    "of stopping at the first one.")
   flags.DEFINE_string("profile_steps", None,
                       "A,B: write a TensorFlow profiler trace of steps A..B "
                       "(counted in this run) to output_dir/plugins/profile "
@@ -155,6 +162,7 @@ def prepare(values, output_dir, global_batch_size):
   logging.info(distribution.describe(plan, global_batch_size))
   profile_steps = _parse_profile_steps(values.profile_steps)
   check_output_dir(output_dir)
+  checkpoints.fall_back_to_readable(output_dir)
   if values.use_fp16 and num_gpus == 0:
     logging.warning(
         "--use_fp16: no GPU is visible, and the mixed-precision graph rewrite "
@@ -236,6 +244,27 @@ def record_shard_for_this_worker(setup):
   return None
 
 
+def skip_corrupt_records(setup, input_files):
+  """The input files without their corrupt records (--skip_corrupt_records).
+
+  Cleaned copies of the affected files live in a temporary directory removed
+  at exit; the count goes to the log and the throughput summary.
+  """
+  scratch = tempfile.mkdtemp(prefix="bert-clean-records-")
+  atexit.register(shutil.rmtree, scratch, True)
+  files, skipped = input_pipeline.without_corrupt_records(input_files,
+                                                          scratch)
+  setup.extra_info["corrupt_records_skipped"] = len(skipped)
+  if skipped:
+    logging.warning("--skip_corrupt_records: skipped %d corrupt record(s): %s",
+                    len(skipped), "; ".join(
+                        "%s record %d (byte %d)" % s for s in skipped))
+  else:
+    logging.info("--skip_corrupt_records: no corrupt record in %d file(s)",
+                 len(input_files))
+  return files
+
+
 def resolve_checkpoint(path):
   """A checkpoint prefix from a prefix or a directory.
 
@@ -304,73 +333,6 @@ def init_from_checkpoint(init_checkpoint):
   tf.train.init_from_checkpoint(path, assignment_map)
 
 
-class ProfilerHook(tf.train.SessionRunHook):
-  """Traces steps first..last of this run with the TensorFlow profiler."""
-
-  def __init__(self, output_dir, first, last):
-    self._logdir = output_dir
-    self._first, self._last = first, last
-    self._step = 0
-
-  def before_run(self, run_context):
-    self._step += 1
-    if self._step == self._first:
-      tf2.profiler.experimental.start(self._logdir)
-      logging.info("Profiler: tracing steps %d..%d", self._first, self._last)
-
-  def after_run(self, run_context, run_values):
-    if self._step == self._last:
-      tf2.profiler.experimental.stop()
-      logging.info("Profiler: trace written under %s/plugins/profile",
-                   self._logdir)
-
-  def end(self, session):
-    if self._first <= self._step < self._last:
-      tf2.profiler.experimental.stop()
-
-
-class NonFiniteLossHook(tf.train.SessionRunHook):
-  """Watches the training loss for NaN or inf, naming the step.
-
-  stop=True (the default without --use_fp16): raise TrainingFailed at once,
-  before a checkpoint of the diverged weights is written; otherwise a diverged
-  run trains on NaN weights for hours. stop=False (--use_fp16, where the loss
-  scale skips overflowing steps, or --nostop_on_nonfinite_loss): log a warning.
-  """
-
-  def __init__(self, stop, use_fp16):
-    self._stop = stop
-    self._use_fp16 = use_fp16
-
-  def begin(self):
-    shares = tf.get_collection(throughput.LOSS_SHARES)
-    self._fetches = None
-    if shares:
-      self._fetches = {"loss": tf.add_n(shares),
-                       "step": tf.train.get_global_step()}
-
-  def before_run(self, run_context):
-    del run_context
-    return tf.train.SessionRunArgs(self._fetches) if self._fetches else None
-
-  def after_run(self, run_context, run_values):
-    del run_context
-    if not self._fetches:
-      return
-    loss, step = run_values.results["loss"], run_values.results["step"]
-    if np.isfinite(loss):
-      return
-    if self._stop:
-      raise errors.TrainingFailed(
-          "the training loss is %s at step %d; stopping (no checkpoint of "
-          "this step is written). Lower --learning_rate, check the data, or "
-          "pass --nostop_on_nonfinite_loss to train on regardless"
-          % (loss, step))
-    logging.warning("Training loss is %s at step %d%s", loss, step,
-                    ": the update is skipped and the loss scale lowered"
-                    if self._use_fp16 else "")
-
-
 def make_estimator(model_fn, setup, params=None):
   """The Estimator of a training program, with the loss Estimator watches.
 
@@ -393,89 +355,6 @@ def make_estimator(model_fn, setup, params=None):
                                 params=params)
 
 
-class StallWatchdogHook(tf.train.SessionRunHook):
-  """Ends the process when training stops making progress (a peer died).
-
-  With several worker processes a dead peer leaves the others blocked inside
-  a collective, and MonitoredSession even re-creates the session on a lost
-  connection and waits again. Once the first step has run, a step that does
-  not finish within `timeout_seconds` ends this process with one error line;
-  rerunning every worker resumes from the last checkpoint.
-  """
-
-  def __init__(self, timeout_seconds):
-    self._timeout = timeout_seconds
-    self._last_step_time = None
-    self._stop = threading.Event()
-    self._thread = None
-
-  def after_run(self, run_context, run_values):
-    del run_context, run_values
-    self._last_step_time = time.time()
-    if self._thread is None:
-      self._thread = threading.Thread(target=self._watch, daemon=True)
-      self._thread.start()
-
-  def _watch(self):
-    while not self._stop.wait(1.0):
-      stalled = time.time() - self._last_step_time
-      if stalled > self._timeout:
-        print("error: no training step finished for %d s (--collective_"
-              "timeout_seconds=%d): another worker probably died. Rerun every "
-              "worker with the same command to resume from the last "
-              "checkpoint" % (stalled, self._timeout), file=sys.stderr,
-              flush=True)
-        os._exit(errors.EXIT_TRAINING_FAILED)  # pylint: disable=protected-access
-
-  def end(self, session):
-    del session
-    self._stop.set()
-
-
-class WeightsFingerprintHook(tf.train.SessionRunHook):
-  """At the end of training, fingerprints this process's weights.
-
-  Writes `final_weights.<task>.json` in output_dir: global_step, a sha256 of
-  every trainable variable's bytes, and whether all local replicas hold
-  identical copies. Comparing the files of several workers (or horovod ranks)
-  proves they ended with the same weights.
-  """
-
-  def __init__(self, output_dir, task_name, strategy):
-    self._path = os.path.join(output_dir, "final_weights.%s.json" % task_name)
-    self._strategy = strategy
-
-  def begin(self):
-    self._step = tf.train.get_global_step()
-    self._vars = sorted(tf.trainable_variables(), key=lambda v: v.name)
-
-  def _copies(self, var):
-    if self._strategy is None:
-      return [var]
-    return list(self._strategy.experimental_local_results(var))
-
-  def end(self, session):
-    digest = hashlib.sha256()
-    replicas_identical = True
-    for var in self._vars:
-      values = session.run(self._copies(var))
-      digest.update(var.name.encode("utf-8"))
-      digest.update(values[0].tobytes())
-      replicas_identical &= all(np.array_equal(values[0], v)
-                                for v in values[1:])
-    record = {"global_step": int(session.run(self._step)),
-              "sha256": digest.hexdigest(),
-              "num_variables": len(self._vars),
-              "local_replicas": len(self._copies(self._vars[0])),
-              "replicas_identical": bool(replicas_identical)}
-    tf.io.gfile.makedirs(os.path.dirname(self._path))
-    with atomic_io.atomic_open(self._path) as f:
-      f.write(json.dumps(record, sort_keys=True) + "\n")
-    if not replicas_identical:
-      logging.error("Replica weights differ at the end of training: the "
-                    "all-reduce is broken (%s)", self._path)
-
-
 def task_name(plan):
   """`worker-0`, `chief-0`, `rank-1`, or `local` for naming per-task files."""
   group = distribution.process_group()
@@ -487,25 +366,45 @@ def task_name(plan):
 
 
 def train(estimator, setup, train_input_fn, eval_input_fn, max_steps,
-          eval_steps):
+          eval_steps, input_files=None):
   """Trains to `max_steps` global steps with throughput logging.
+
+  SIGTERM/SIGINT stop training after the step in flight (preemption.py).
+
+  Args:
+    estimator: from make_estimator.
+    setup: from prepare.
+    train_input_fn: training input.
+    eval_input_fn: evaluation input (train_and_evaluate under TF_CONFIG).
+    max_steps: the global step to train to.
+    eval_steps: evaluation steps under TF_CONFIG.
+    input_files: the TFRecord files train_input_fn reads, to name the one
+      holding a corrupt record.
 
   Returns:
     The throughput summary dict (see throughput.ThroughputHook).
+
+  Raises:
+    errors.TrainingStopped: a stop signal ended training (checkpoint written).
+    errors.TrainingFailed: training cannot go on (one line says why).
   """
   hook = throughput.ThroughputHook(
       setup.output_dir, setup.global_batch_size, setup.plan.num_replicas,
       max_steps, log_every=setup.log_every, warmup_steps=setup.warmup_steps,
       is_chief=setup.is_chief, extra_info=setup.extra_info)
-  hooks = [hook, WeightsFingerprintHook(
-      setup.output_dir, task_name(setup.plan),
-      setup.strategy)]
-  hooks.append(NonFiniteLossHook(stop=setup.stop_on_nonfinite_loss,
-                                 use_fp16=setup.extra_info["use_fp16"]))
+  stop_hook = training_hooks.StopOnSignalHook(
+      multi_process=setup.plan.num_workers > 1)
+  hooks = [hook, training_hooks.WeightsFingerprintHook(
+      setup.output_dir, task_name(setup.plan), setup.strategy), stop_hook]
+  hooks.append(training_hooks.NonFiniteLossHook(
+      stop=setup.stop_on_nonfinite_loss,
+      use_fp16=setup.extra_info["use_fp16"]))
   if setup.plan.num_workers > 1 and setup.plan.collective_timeout_seconds:
-    hooks.append(StallWatchdogHook(setup.plan.collective_timeout_seconds))
+    hooks.append(training_hooks.StallWatchdogHook(
+        setup.plan.collective_timeout_seconds))
   if setup.profile_steps:
-    hooks.append(ProfilerHook(setup.output_dir, *setup.profile_steps))
+    hooks.append(training_hooks.ProfilerHook(setup.output_dir,
+                                             *setup.profile_steps))
   listeners = [throughput.CheckpointMarker(hook)]
   if setup.plan.name == "horovod":
     hooks.append(horovod_engine.broadcast_hook())
@@ -513,34 +412,62 @@ def train(estimator, setup, train_input_fn, eval_input_fn, max_steps,
       # Saving listeners need a CheckpointSaverHook; only rank 0 has one.
       listeners = []
   try:
-    if setup.plan.cluster:
-      tf.estimator.train_and_evaluate(
-          estimator,
-          tf.estimator.TrainSpec(train_input_fn, max_steps=max_steps,
-                                 hooks=hooks, saving_listeners=listeners),
-          tf.estimator.EvalSpec(eval_input_fn, steps=eval_steps,
-                                start_delay_secs=0, throttle_secs=60))
-    else:
-      estimator.train(train_input_fn, max_steps=max_steps, hooks=hooks,
-                      saving_listeners=listeners)
+    with preemption.catching_stop_signals():
+      if setup.plan.cluster:
+        tf.estimator.train_and_evaluate(
+            estimator,
+            tf.estimator.TrainSpec(train_input_fn, max_steps=max_steps,
+                                   hooks=hooks, saving_listeners=listeners),
+            tf.estimator.EvalSpec(eval_input_fn, steps=eval_steps,
+                                  start_delay_secs=0, throttle_secs=60))
+      else:
+        estimator.train(train_input_fn, max_steps=max_steps, hooks=hooks,
+                        saving_listeners=listeners)
   except tf.train.NanLossDuringTrainingError:
     raise errors.TrainingFailed(
         "the training loss became NaN; stopping without checkpointing it. "
-        "Lower --learning_rate or check the data")
-  except (tf.errors.DeadlineExceededError, tf.errors.UnavailableError) as e:
-    raise errors.TrainingFailed(
-        "lost contact with another worker (%s: %s); rerun every worker with "
-        "the same command to resume from the last checkpoint" %
-        (type(e).__name__, _first_line(e.message)))
-  except tf.errors.DataLossError as e:
-    raise errors.TrainingFailed(
-        "the input data is corrupt (%s); recreate the affected file(s)"
-        % _first_line(e.message))
+        "Lower --learning_rate or check the data") from None
+  except tf.errors.OpError as e:
+    raise _training_failure(e, setup, input_files) from None
+  if stop_hook.stopped_at_step is not None or preemption.requested_signal():
+    if setup.plan.name == "horovod":
+      horovod_engine.barrier()
+    raise errors.TrainingStopped(_stop_message(setup, stop_hook.final_step))
   return getattr(hook, "summary", None)
 
 
-def _first_line(text):
-  return (text or "").strip().splitlines()[0] if (text or "").strip() else ""
+def _training_failure(error, setup, input_files):
+  """The TrainingFailed for an OpError that ended training, or `error`."""
+  saving = checkpoints.save_failure_message(error, setup.run_config.model_dir)
+  if saving:
+    return errors.TrainingFailed(saving)
+  reason = errors.op_error_reason(error.message)
+  if isinstance(error, (tf.errors.DeadlineExceededError,
+                        tf.errors.UnavailableError)):
+    return errors.TrainingFailed(
+        "lost contact with another worker (%s: %s); rerun every worker with "
+        "the same command to resume from the last checkpoint" %
+        (type(error).__name__, reason))
+  if setup.plan.name == "horovod" and "Horovod has been shut down" in reason:
+    return errors.TrainingFailed(
+        "another horovod rank failed or died, and horovod shut down; rerun "
+        "the same command to resume every rank from the last checkpoint")
+  if isinstance(error, tf.errors.DataLossError):
+    return errors.TrainingFailed(input_pipeline.corrupt_input_message(
+        input_files or [], reason))
+  return error
+
+
+def _stop_message(setup, step):
+  """The line of a process that stopped on a signal at global step `step`
+  (None: no training step ran, e.g. the run was already complete)."""
+  latest = tf.train.latest_checkpoint(setup.run_config.model_dir)
+  if step is None:
+    step = int(tf.train.load_variable(latest, "global_step")) if latest else 0
+  checkpoint = "model.ckpt-%d" % step
+  if setup.is_chief and latest:
+    checkpoint = os.path.basename(latest)
+  return preemption.stop_message(step, checkpoint, setup.is_chief)
 
 
 def write_eval_results(output_dir, result):
@@ -570,6 +497,9 @@ def print_run_summary(output_dir, throughput_summary, eval_result):
             throughput_summary["final_step"],
             throughput_summary["steps_excluded_warmup"],
             throughput_summary["steps_excluded_checkpoint"]))
+  if throughput_summary and "corrupt_records_skipped" in throughput_summary:
+    lines.append("corrupt input records skipped: %d" %
+                 throughput_summary["corrupt_records_skipped"])
   for key in sorted(eval_result or {}):
     lines.append("eval %s = %s" % (key, eval_result[key]))
   print("\n".join(lines), flush=True)

@@ -3,6 +3,7 @@
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -138,3 +139,121 @@ def test_nonfinite_loss_can_be_trained_through_on_request(workdir):
   assert result.returncode == 0, result.stderr[-2000:]
   assert "Training loss is nan at step" in result.stderr
   assert load_checkpoint(str(out))["global_step"] == 6
+
+
+def flip_a_bit_in_records(source, destination, indices):
+  """Copies a TFRecord file with one data bit flipped in each given record."""
+  data = bytearray(open(source, "rb").read())
+  starts, offset = [], 0
+  while offset < len(data):
+    starts.append(offset)
+    offset += 16 + int.from_bytes(data[offset:offset + 8], "little")
+  for index in indices:
+    data[starts[index] + 12 + 20] ^= 0x04
+  with open(destination, "wb") as f:
+    f.write(data)
+  return [starts[i] for i in indices]
+
+
+def test_a_corrupt_record_is_named_and_can_be_skipped(workdir):
+  corrupt = workdir / "corrupt.tfrecord"
+  offsets = flip_a_bit_in_records(workdir / "data.tfrecord", corrupt,
+                                  [100, 180])
+  args = pretrain_args(workdir, workdir / "corrupt_out", steps=30)
+  args[2] = "--input_file=%s" % corrupt
+  result = run_program(args)
+  assert result.returncode == 3, result.stderr[-2000:]
+  assert "Traceback" not in result.stderr
+  errors = [l for l in result.stderr.splitlines() if l.startswith("error:")]
+  assert len(errors) == 1
+  assert "%s, record 100 (byte %d)" % (corrupt, offsets[0]) in errors[0]
+  assert "--skip_corrupt_records" in errors[0]
+
+  out = workdir / "skip_out"
+  result = run_program(args[:3] + ["--output_dir=%s" % out] + args[4:] +
+                       ["--skip_corrupt_records"])
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert ("skipped 2 corrupt record(s): %s record 100 (byte %d); %s record "
+          "180 (byte %d)" % (corrupt, offsets[0], corrupt, offsets[1])
+          in result.stderr)
+  assert "corrupt input records skipped: 2" in result.stdout
+  summary = json.loads((out / "throughput_summary.json").read_text())
+  assert summary["corrupt_records_skipped"] == 2
+  assert summary["final_step"] == 30
+
+
+def test_an_unreadable_latest_checkpoint_falls_back_to_the_newest_readable(
+    workdir):
+  out = workdir / "fallback"
+  args = pretrain_args(workdir, out, "--save_checkpoints_steps=2", steps=4)
+  result = run_program(args)
+  assert result.returncode == 0, result.stderr[-2000:]
+  data = out / "model.ckpt-4.data-00000-of-00001"
+  data.write_bytes(data.read_bytes()[:data.stat().st_size // 2])
+  result = run_program(args[:-1] + ["--num_train_steps=6"])
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert re.search(r"The latest checkpoint \S*model\.ckpt-4 is unreadable "
+                   r"\(.*\); resuming from \S*model\.ckpt-2, the newest "
+                   r"readable one", result.stderr), result.stderr[-2000:]
+  summary = json.loads((out / "throughput_summary.json").read_text())
+  assert summary["first_step"] == 2 and summary["final_step"] == 6
+  assert load_checkpoint(str(out))["global_step"] == 6
+
+  for path in out.glob("model.ckpt-*.data-*"):
+    path.write_bytes(b"")
+  result = run_program(args[:-1] + ["--num_train_steps=8"])
+  expect_user_error(result, "no readable checkpoint in %s" % out,
+                    "model.ckpt-6 (")
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+  """A 64 MB tmpfs (root only), unmounted afterwards."""
+  mount_point = tmp_path / "disk"
+  mount_point.mkdir()
+  mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs",
+                            str(mount_point)], capture_output=True)
+  if mounted.returncode != 0:
+    pytest.skip("cannot mount a tmpfs here (needs root): %s" %
+                mounted.stderr.decode().strip())
+  try:
+    yield mount_point
+  finally:
+    subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def fill_disk(directory):
+  with open(os.path.join(str(directory), "filler"), "wb") as f:
+    try:
+      while True:
+        f.write(b"\0" * 65536)
+        f.flush()
+    except OSError:
+      pass
+
+
+def test_a_checkpoint_save_on_a_full_disk_is_one_error_line(workdir,
+                                                             tiny_disk):
+  out = tiny_disk / "out"
+  args = pretrain_args(workdir, out, "--save_checkpoints_steps=40",
+                       "--log_every_n_steps=100000", steps=100000)
+  log = workdir / "full_disk.log"
+  proc = start(args, log=open(log, "w"))
+  try:
+    wait_for_checkpoint(out, 0)
+    fill_disk(tiny_disk)
+    returncode = proc.wait(timeout=120)
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+  text = log.read_text()
+  assert returncode == 3, text[-2000:]
+  assert "Traceback" not in text
+  errors = [l for l in text.splitlines() if l.startswith("error:")]
+  assert len(errors) == 1, text[-2000:]
+  assert re.match(r"error: could not write checkpoint model\.ckpt-40 in %s "
+                  r"\(.*\); 0\.\d MB free on its disk\. The latest complete "
+                  r"checkpoint, model\.ckpt-0, is intact" % re.escape(str(out)),
+                  errors[0]), errors[0]
+  assert load_checkpoint(str(out))["global_step"] == 0
+  assert not list(out.glob("model.ckpt-40*"))

@@ -1,0 +1,136 @@
+"""The training directory's own checkpoints: resuming from a readable one,
+and a save that fails.
+
+A copy or sync that was interrupted leaves a truncated or corrupted
+checkpoint behind, and the rerun would fail while restoring it, naming
+nothing useful. `fall_back_to_readable` reads the latest checkpoint in full
+(TensorFlow checks every tensor's CRC) before training and, when it is
+unreadable, points the directory's `checkpoint` file at the newest readable
+one. `save_failure_message` turns a failed save (a full disk) into one line.
+"""
+
+import os
+import shutil
+import traceback
+
+from absl import logging
+import tensorflow.compat.v1 as tf
+
+import errors
+from errors import UserError
+
+
+def unreadable_reason(prefix):
+  """Why the checkpoint `prefix` cannot be restored, or None if it can.
+
+  Reads every tensor, so truncated data files and flipped bits (CRC
+  mismatches) are both found.
+  """
+  try:
+    reader = tf.train.load_checkpoint(prefix)
+    for name in reader.get_variable_to_shape_map():
+      reader.get_tensor(name)
+  # The reader's bindings turn C++ statuses into assorted exception types
+  # (OpError, ValueError, IndexError for a short read, ...).
+  except Exception as e:  # pylint: disable=broad-except
+    return (errors.op_error_reason(getattr(e, "message", None) or str(e))
+            or type(e).__name__)
+  return None
+
+
+def fall_back_to_readable(model_dir):
+  """Makes a rerun resume from the newest checkpoint that can be read.
+
+  Args:
+    model_dir: the Estimator's model_dir.
+
+  Returns:
+    The checkpoint prefix training resumes from, or None (no checkpoint).
+
+  Raises:
+    UserError: the directory lists checkpoints, and none can be read.
+  """
+  state = tf.train.get_checkpoint_state(model_dir)
+  if not state or not state.model_checkpoint_path:
+    return None
+  candidates = [p for p in state.all_model_checkpoint_paths
+                if p != state.model_checkpoint_path]
+  candidates.append(state.model_checkpoint_path)
+  unreadable = []
+  for prefix in reversed(candidates):
+    reason = unreadable_reason(prefix)
+    if reason is None:
+      break
+    unreadable.append((prefix, reason))
+  else:
+    raise UserError(
+        "no readable checkpoint in %s: %s. Restore a good copy, or move them "
+        "away to train from scratch" % (model_dir, "; ".join(
+            "%s (%s)" % (os.path.basename(p), r) for p, r in unreadable)))
+  if not unreadable:
+    return prefix
+  logging.warning(
+      "The latest checkpoint %s is unreadable (%s); resuming from %s, the "
+      "newest readable one. The unreadable files stay where they are and are "
+      "overwritten when training reaches that step again.",
+      unreadable[0][0], unreadable[0][1], prefix)
+  kept = candidates[:candidates.index(prefix) + 1]
+  tf.train.update_checkpoint_state(
+      model_dir, os.path.basename(prefix),
+      all_model_checkpoint_paths=[os.path.basename(p) for p in kept])
+  return prefix
+
+
+def _failed_save_path(exc):
+  """The checkpoint prefix a Saver.save up the traceback was writing."""
+  for frame, _ in traceback.walk_tb(exc.__traceback__):
+    code = frame.f_code
+    if (code.co_name == "save" and
+        code.co_filename.endswith(os.path.join("training", "saver.py"))):
+      return frame.f_locals.get("checkpoint_file")
+  return None
+
+
+def _remove_partial_save(model_dir, checkpoint_file):
+  """Deletes what the failed save left: its temporary directory, and its
+  files unless the checkpoint itself completed (then only the meta graph,
+  written last, can be partial)."""
+  complete = tf.train.latest_checkpoint(model_dir) == checkpoint_file
+  for path in tf.io.gfile.glob(checkpoint_file + "_temp*"):
+    tf.io.gfile.rmtree(path)
+  suffixes = (".meta",) if complete else (".meta", ".index", ".data-*")
+  for suffix in suffixes:
+    for path in tf.io.gfile.glob(checkpoint_file + suffix):
+      tf.io.gfile.remove(path)
+
+
+def save_failure_message(exc, model_dir):
+  """One line for an exception raised while writing a checkpoint, or None.
+
+  Removes the partial files of the failed save, so that the latest complete
+  checkpoint stays the one a rerun resumes from.
+
+  Args:
+    exc: an exception from training.
+    model_dir: the directory checkpoints are written to.
+  """
+  checkpoint_file = _failed_save_path(exc)
+  if checkpoint_file is None:
+    return None
+  try:
+    _remove_partial_save(model_dir, checkpoint_file)
+  except tf.errors.OpError as e:
+    logging.warning("Could not remove the partial checkpoint %s: %s",
+                    checkpoint_file, e.message)
+  reason = (errors.op_error_reason(getattr(exc, "message", None) or str(exc))
+            or type(exc).__name__)
+  free = ""
+  if "://" not in model_dir:
+    free = "; %.1f MB free on its disk" % (
+        shutil.disk_usage(model_dir).free / 2**20)
+  latest = tf.train.latest_checkpoint(model_dir)
+  return ("could not write checkpoint %s in %s (%s)%s. The latest complete "
+          "checkpoint, %s, is intact: free some space, then rerun the same "
+          "command to continue from it" % (
+              os.path.basename(checkpoint_file), model_dir, reason, free,
+              os.path.basename(latest) if latest else "none"))

@@ -1,0 +1,310 @@
+"""SIGTERM / SIGINT during training, as a scheduler or a user sends them.
+
+Each test signals a running program after step k > 0 with checkpoints far
+apart, expects a checkpoint of the step it stopped at, exit code 4 and the
+one documented line, then reruns the same command, which must end at exactly
+--num_train_steps having trained only the steps that were missing.
+"""
+
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+import tensorflow.compat.v1 as tf
+
+import errors
+import test_run_classifier
+from conftest import REPO_ROOT, run_program
+from test_horovod import HOROVOD_MISSING, horovodrun
+from test_reliability import start, workdir  # noqa: F401  pylint: disable=unused-import
+from test_run_pretraining import load_checkpoint, pretrain_args
+
+pytestmark = pytest.mark.slow
+
+STOP_LINE = re.compile(
+    r"^stopped (by (SIGTERM|SIGINT)|because another worker received a stop "
+    r"signal) at step (\d+): checkpoint model\.ckpt-(\d+) written( by the "
+    r"chief)?; rerun the same command to continue$", re.MULTILINE)
+FAR_AWAY = "--save_checkpoints_steps=1000000"
+
+
+def logged_step(output_dir):
+  """The last step the chief's throughput.jsonl has a line for, or -1."""
+  path = os.path.join(str(output_dir), "throughput.jsonl")
+  if not os.path.exists(path):
+    return -1
+  with open(path) as f:
+    lines = [l for l in f.read().splitlines() if l.endswith("}")]
+  return json.loads(lines[-1])["step"] if lines else -1
+
+
+def signal_after_step(procs, pid, output_dir, signum, min_step=3,
+                      timeout=300):
+  """Sends `signum` to process `pid` once the chief logged step >= min_step."""
+  deadline = time.time() + timeout
+  while logged_step(output_dir) < min_step:
+    for p in procs:
+      assert p.poll() is None, "a process ended before the signal"
+    assert time.time() < deadline, "step %d never logged" % min_step
+    time.sleep(0.05)
+  os.kill(pid, signum)
+  return logged_step(output_dir)
+
+
+def wait_all(procs, timeout=180):
+  try:
+    return [p.wait(timeout=timeout) for p in procs]
+  finally:
+    for p in procs:
+      if p.poll() is None:
+        p.kill()
+
+
+def stop_lines(log_path):
+  with open(log_path) as f:
+    text = f.read()
+  assert "Traceback" not in text, text[-3000:]
+  return [m for m in STOP_LINE.finditer(text)]
+
+
+def check_stopped_run(output_dir, log_path, signalled_at, cause):
+  """The one stop line, and a checkpoint of exactly the step it names."""
+  found = stop_lines(log_path)
+  assert len(found) == 1, open(log_path).read()[-3000:]
+  line = found[0]
+  step = int(line.group(3))
+  assert line.group(4) == str(step)
+  assert cause in line.group(0)
+  assert step >= signalled_at > 0
+  latest = tf.train.latest_checkpoint(str(output_dir))
+  assert latest == os.path.join(str(output_dir), "model.ckpt-%d" % step)
+  assert load_checkpoint(latest)["global_step"] == step
+  return step
+
+
+def check_resumed(output_dir, stopped_at, steps):
+  assert load_checkpoint(str(output_dir))["global_step"] == steps
+  with open(os.path.join(str(output_dir), "throughput_summary.json")) as f:
+    summary = json.load(f)
+  # None lost, none repeated: the rerun trained exactly the missing steps.
+  assert summary["first_step"] == stopped_at
+  assert summary["final_step"] == steps
+  assert summary["steps_run"] == steps - stopped_at
+
+
+@pytest.mark.parametrize("signum,extra", [
+    (signal.SIGTERM, []),
+    (signal.SIGINT, ["--distribution_strategy=mirrored", "--cpu_replicas=2"]),
+])
+def test_signal_checkpoints_the_step_and_rerun_continues(workdir, signum,
+                                                         extra):
+  out = workdir / ("signal_%s" % signal.Signals(signum).name)
+  out.mkdir()
+  steps = 300
+  args = pretrain_args(workdir, out, FAR_AWAY, "--log_every_n_steps=1",
+                       *extra, steps=steps)
+  log = out / "run.log"
+  proc = start(args, log=open(log, "w"))
+  signalled_at = signal_after_step([proc], proc.pid, out, signum)
+  assert wait_all([proc]) == [errors.EXIT_STOPPED]
+  stopped_at = check_stopped_run(out, log, signalled_at,
+                                 "by %s" % signal.Signals(signum).name)
+  assert stopped_at < steps
+  result = run_program(args)
+  assert result.returncode == 0, result.stderr[-3000:]
+  check_resumed(out, stopped_at, steps)
+
+
+def test_a_second_signal_exits_at_once(workdir):
+  out = workdir / "second_signal"
+  out.mkdir()
+  args = pretrain_args(workdir, out, FAR_AWAY, "--log_every_n_steps=1",
+                       steps=100000)
+  log = out / "run.log"
+  proc = start(args, log=open(log, "w"))
+  signal_after_step([proc], proc.pid, out, signal.SIGTERM)
+  # Two signals sent back to back would merge into one pending signal.
+  deadline = time.time() + 60
+  while "SIGTERM received" not in log.read_text():
+    assert time.time() < deadline
+    time.sleep(0.01)
+  proc.send_signal(signal.SIGTERM)
+  assert wait_all([proc], timeout=30) == [128 + signal.SIGTERM]
+  text = log.read_text()
+  assert "stopped by a second SIGTERM: exiting at once" in text
+  assert not STOP_LINE.search(text)
+
+
+def multi_worker_cluster(workdir, out, args, log_suffix):
+  ports = [20000 + random.randrange(0, 10000) * 2 + i for i in range(2)]
+  cluster = {"worker": ["127.0.0.1:%d" % p for p in ports]}
+  procs, logs = [], []
+  for index in range(2):
+    tf_config = json.dumps({"cluster": cluster,
+                            "task": {"type": "worker", "index": index}})
+    logs.append(out / ("worker-%d.%s.log" % (index, log_suffix)))
+    procs.append(start(args, env={"TF_CONFIG": tf_config},
+                       log=open(logs[-1], "w")))
+  return procs, logs
+
+
+def test_one_signalled_worker_stops_every_worker_at_the_same_step(workdir):
+  out = workdir / "multi_worker"
+  out.mkdir()
+  steps = 300
+  args = pretrain_args(workdir, out, FAR_AWAY, "--log_every_n_steps=1",
+                       "--collective_timeout_seconds=60", steps=steps)
+  procs, logs = multi_worker_cluster(workdir, out, args, "first")
+  signalled_at = signal_after_step(procs, procs[1].pid, out, signal.SIGTERM)
+  assert wait_all(procs) == [errors.EXIT_STOPPED] * 2
+  chief = check_stopped_run(out, logs[0], signalled_at,
+                            "because another worker")
+  (line,) = stop_lines(logs[1])
+  assert line.group(0).startswith("stopped by SIGTERM")
+  assert line.group(0).endswith("written by the chief; rerun the same "
+                                "command to continue")
+  assert int(line.group(3)) == chief
+  procs, logs = multi_worker_cluster(workdir, out, args, "rerun")
+  assert wait_all(procs, timeout=300) == [0, 0], logs[0].read_text()[-3000:]
+  check_resumed(out, chief, steps)
+
+
+requires_horovod = pytest.mark.skipif(HOROVOD_MISSING is not None,
+                                      reason=HOROVOD_MISSING or "")
+
+
+def horovod_ranks(marker, size=2, timeout=300):
+  """{rank: pid} of the processes whose environment carries `marker`."""
+  deadline = time.time() + timeout
+  while time.time() < deadline:
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+      try:
+        with open("/proc/%s/environ" % pid, "rb") as f:
+          env = dict(v.split(b"=", 1) for v in f.read().split(b"\0")
+                     if b"=" in v)
+        with open("/proc/%s/cmdline" % pid, "rb") as f:
+          # The interpreter itself, not a shell or launcher around it.
+          is_training = f.read().split(b"\0")[1:2] == [b"run_pretraining.py"]
+      except OSError:
+        continue
+      if (is_training and env.get(b"BERT_TEST_MARKER") == marker.encode()
+          and b"HOROVOD_RANK" in env):
+        found[int(env[b"HOROVOD_RANK"])] = int(pid)
+    if len(found) == size:
+      return found
+    time.sleep(0.2)
+  raise AssertionError("horovod ranks not found")
+
+
+def launch_horovod(workdir, out, *extra, steps):
+  """2 ranks of run_pretraining.py, each reading its own copy of the data."""
+  data = [str(workdir / "data.tfrecord")]
+  copy = workdir / "data_copy.tfrecord"
+  if not copy.exists():
+    copy.write_bytes((workdir / "data.tfrecord").read_bytes())
+  args = pretrain_args(workdir, out, *extra, steps=steps)
+  args[2] = "--input_file=%s,%s" % (data[0], copy)
+  marker = uuid.uuid4().hex
+  log = open(out / ("horovod.%s.log" % marker[:6]), "w")
+  proc = subprocess.Popen(
+      [horovodrun(), "-np", "2", "-H", "localhost:2", "--gloo",
+       sys.executable] + args, cwd=REPO_ROOT, stdout=log,
+      stderr=subprocess.STDOUT,
+      env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", BERT_TEST_MARKER=marker,
+               BERT_HOROVOD_SCRATCH_ROOT=str(out / "scratch")))
+  return proc, marker, log.name
+
+
+@requires_horovod
+def test_one_signalled_horovod_rank_stops_every_rank_at_the_same_step(
+    workdir):
+  out = workdir / "horovod_stop"
+  out.mkdir()
+  steps = 300
+  extra = (FAR_AWAY, "--log_every_n_steps=1", "--distribution_strategy=horovod")
+  proc, marker, log = launch_horovod(workdir, out, *extra, steps=steps)
+  ranks = horovod_ranks(marker)
+  signalled_at = signal_after_step([proc], ranks[1], out, signal.SIGTERM)
+  proc.wait(timeout=180)
+  text = open(log).read()
+  # horovodrun itself reports a rank's non-zero exit with a traceback of
+  # its own; the ranks print none.
+  assert not re.search(r"^\[\d\]<std...>:Traceback", text, re.MULTILINE), \
+      text[-3000:]
+  lines = {int(m.group(1)): m.group(2) for m in re.finditer(
+      r"^\[(\d)\]<stderr>:(stopped .*)$", text, re.MULTILINE)}
+  assert sorted(lines) == [0, 1], text[-3000:]
+  step = int(STOP_LINE.match(lines[0]).group(3))
+  assert STOP_LINE.match(lines[0]).group(1).startswith("because another")
+  assert STOP_LINE.match(lines[1]).group(1) == "by SIGTERM"
+  assert int(STOP_LINE.match(lines[1]).group(3)) == step >= signalled_at
+  assert load_checkpoint(str(out))["global_step"] == step
+  proc, _, log = launch_horovod(workdir, out, *extra, steps=steps)
+  assert proc.wait(timeout=300) == 0, open(log).read()[-3000:]
+  check_resumed(out, step, steps)
+
+
+@requires_horovod
+def test_a_dead_horovod_rank_makes_the_others_exit_with_an_error(workdir):
+  out = workdir / "horovod_dead"
+  out.mkdir()
+  proc, marker, log = launch_horovod(
+      workdir, out, FAR_AWAY, "--log_every_n_steps=1",
+      "--distribution_strategy=horovod", "--collective_timeout_seconds=20",
+      steps=100000)
+  ranks = horovod_ranks(marker)
+  signal_after_step([proc], ranks[1], out, signal.SIGKILL)
+  killed_at = time.time()
+  try:
+    returncode = proc.wait(timeout=120)
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+  assert returncode != 0
+  assert time.time() - killed_at < 60
+  text = open(log).read()
+  assert not re.search(r"^\[\d\]<std...>:Traceback", text, re.MULTILINE), \
+      text[-3000:]
+  assert re.search(r"^\[0\]<stderr>:error: ", text, re.MULTILINE), text[-3000:]
+
+
+@pytest.fixture(scope="module")
+def classifier_dir(tmp_path_factory):
+  d = tmp_path_factory.mktemp("classifier_stop")
+  vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + \
+      test_run_classifier.words_of([os.path.join(test_run_classifier.SAMPLE,
+                                                 name)
+                                    for name in ("train.tsv", "dev.tsv", "test.tsv")])
+  (d / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+  (d / "tiny.json").write_text(json.dumps(
+      test_run_classifier.tiny_config(len(vocab))))
+  return d
+
+
+def test_run_classifier_stops_on_sigterm_and_resumes(classifier_dir):
+  out = classifier_dir / "out"
+  out.mkdir()
+  args = test_run_classifier.classifier_args(
+      classifier_dir, out, "--do_train", "--do_eval", "--train_batch_size=2",
+      "--num_train_epochs=2", "--log_every_n_steps=1", "--tf_random_seed=1",
+      FAR_AWAY)
+  log = out / "run.log"
+  proc = start(args, log=open(log, "w"))
+  signalled_at = signal_after_step([proc], proc.pid, out, signal.SIGTERM)
+  assert wait_all([proc]) == [errors.EXIT_STOPPED]
+  stopped_at = check_stopped_run(out, log, signalled_at, "by SIGTERM")
+  # Stopped means stopped: no evaluation after the interrupted training.
+  assert not (out / "eval_results.txt").exists()
+  result = run_program(args)
+  assert result.returncode == 0, result.stderr[-3000:]
+  steps = 400  # 400 training examples x 2 epochs / batch 2
+  check_resumed(out, stopped_at, steps)
+  assert (out / "eval_results.txt").exists()
