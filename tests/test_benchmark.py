@@ -270,3 +270,19 @@ def test_profile_steps_write_an_xplane_trace(tmp_path):
   shown = run_program(["benchmark.py", "--top_ops_of=%s" % out])
   assert shown.returncode == 0, shown.stderr[-2000:]
   assert "op type | ms | share | executions" in shown.stdout
+
+
+def test_pytorch_comparison_summary_takes_medians_ratio_and_numpy_mfu():
+  sys.path.insert(0, os.path.join(REPO_ROOT, "benchmarks"))
+  import compare_pytorch  # pylint: disable=g-import-not-at-top
+  rounds = [{"ours": 20.0, "pytorch": 10.0}, {"ours": 12.0, "pytorch": 16.0},
+            {"ours": 30.0, "pytorch": 20.0}]
+  summary = compare_pytorch.summarize(rounds, numpy_gflops=100.0,
+                                      gflop_per_example=3.0)
+  assert summary["ours_examples_per_sec"] == 20.0
+  assert summary["pytorch_examples_per_sec"] == 16.0
+  # The median of the per-round ratios (2.0, 0.75, 1.5), not 20 / 16.
+  assert summary["ratio"] == 1.5
+  assert summary["ours_mfu"] == pytest.approx(0.6)
+  assert summary["pytorch_mfu"] == pytest.approx(0.48)
+
