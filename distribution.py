@@ -53,13 +53,6 @@ def define_flags():
                        "this (e.g. a peer died) fails instead of hanging; "
                        "with several workers or horovod ranks, also the "
                        "longest a training step may take.")
-  flags.DEFINE_bool("use_fp16", False,
-                    "Mixed precision: enable_mixed_precision_graph_rewrite "
-                    "with dynamic loss scaling (GPU kernels only).")
-  flags.DEFINE_integer("init_loss_scale", 2**15,
-                       "--use_fp16: initial dynamic loss scale.")
-  flags.DEFINE_integer("loss_scale_growth_steps", 2000,
-                       "--use_fp16: finite steps before the scale doubles.")
 
 
 StrategyPlan = collections.namedtuple(

@@ -965,8 +965,8 @@ def main(argv):
   logging.set_verbosity(logging.INFO)
   bert_config, processor, label_list, examples = validate_flags()
   logging.info("Task %s, labels %s", FLAGS.task_name, label_list)
-  setup = training_setup.prepare(FLAGS, FLAGS.output_dir,
-                                 FLAGS.train_batch_size)
+  setup = training_setup.prepare(training_setup.options_from_flags(
+      FLAGS, FLAGS.output_dir, FLAGS.train_batch_size))
   if FLAGS.init_checkpoint:
     training_setup.check_init_checkpoint(
         FLAGS.init_checkpoint,

@@ -385,8 +385,8 @@ def main(argv):
   del argv
   logging.set_verbosity(logging.INFO)
   bert_config, input_files = validate_flags()
-  setup = training_setup.prepare(FLAGS, FLAGS.output_dir,
-                                 FLAGS.train_batch_size)
+  setup = training_setup.prepare(training_setup.options_from_flags(
+      FLAGS, FLAGS.output_dir, FLAGS.train_batch_size))
   if FLAGS.num_accumulation_steps > 1:
     logging.info(
         "gradient accumulation: %d micro-batches of %d examples per replica, "

@@ -52,12 +52,21 @@ def allow_xla_on_cpu():
     os.environ["TF_XLA_FLAGS"] = (current + " --tf_xla_cpu_global_jit").strip()
 
 
-allow_xla_on_cpu()
-
-
 def define_flags():
-  """Distribution, precision, logging and profiling flags."""
+  """Distribution, precision, optimizer, logging and profiling flags.
+
+  Called by the training programs only, before `app.run`; also enables XLA
+  on CPUs (see allow_xla_on_cpu), which must happen that early.
+  """
+  allow_xla_on_cpu()
   distribution.define_flags()
+  flags.DEFINE_bool("use_fp16", False,
+                    "Mixed precision: enable_mixed_precision_graph_rewrite "
+                    "with dynamic loss scaling (GPU kernels only).")
+  flags.DEFINE_integer("init_loss_scale", 2**15,
+                       "--use_fp16: initial dynamic loss scale.")
+  flags.DEFINE_integer("loss_scale_growth_steps", 2000,
+                       "--use_fp16: finite steps before the scale doubles.")
   flags.DEFINE_integer("log_every_n_steps", 100,
                        "Steps between throughput/loss log lines.")
   flags.DEFINE_integer("throughput_warmup_steps", 10,
@@ -87,10 +96,41 @@ def define_flags():
                       "for TensorBoard's profile tab.")
 
 
+# The values `prepare` needs: the flags of define_flags (the distribution
+# ones under the names distribution.plan_from_flags reads) plus the
+# program's output directory and global training batch.
+TrainingOptions = collections.namedtuple(
+    "TrainingOptions",
+    ["output_dir", "global_batch_size", "distribution_strategy", "multi_gpu",
+     "num_gpus", "cpu_replicas", "all_reduce_alg",
+     "collective_timeout_seconds", "use_fp16", "init_loss_scale",
+     "loss_scale_growth_steps", "optimizer", "lamb_bias_correction",
+     "save_checkpoints_steps", "keep_checkpoint_max", "log_every_n_steps",
+     "throughput_warmup_steps", "tf_random_seed", "use_xla",
+     "stop_on_nonfinite_loss", "profile_steps"])
+
+
+def options_from_flags(values, output_dir, global_batch_size):
+  """TrainingOptions from the parsed flags of define_flags.
+
+  Args:
+    values: the parsed absl FLAGS (or any object with those attributes).
+    output_dir: the program's --output_dir.
+    global_batch_size: the program's training batch over all replicas.
+  """
+  return TrainingOptions(
+      output_dir=output_dir, global_batch_size=global_batch_size,
+      **{name: getattr(values, name)
+         for name in TrainingOptions._fields[2:]})
+
+
+# What the programs and train() use of a prepared run. `extra_info` holds the
+# facts written into throughput_summary.json (strategy, precision, records
+# skipped, ...); nothing reads decisions back from it.
 Setup = collections.namedtuple(
     "Setup", ["plan", "strategy", "run_config", "optimizer_options",
               "is_chief", "output_dir", "global_batch_size", "profile_steps",
-              "log_every", "warmup_steps", "extra_info",
+              "log_every", "warmup_steps", "use_fp16", "extra_info",
               "stop_on_nonfinite_loss"])
 
 
@@ -145,37 +185,38 @@ def session_config(plan, use_xla):
   return config
 
 
-def prepare(values, output_dir, global_batch_size):
-  """Validates the distribution flags and builds the Estimator's RunConfig.
+def prepare(options):
+  """Validates the options and builds the Estimator's RunConfig.
 
   Args:
-    values: parsed FLAGS.
-    output_dir: model_dir of the Estimator.
-    global_batch_size: training batch over all replicas.
+    options: TrainingOptions.
 
   Returns:
     A Setup.
+
+  Raises:
+    UserError: options that contradict each other or the machine.
   """
   num_gpus = len(tf2.config.list_physical_devices("GPU"))
-  plan = distribution.plan_from_flags(values, num_gpus)
-  distribution.check_global_batch(plan, global_batch_size)
-  logging.info(distribution.describe(plan, global_batch_size))
-  profile_steps = _parse_profile_steps(values.profile_steps)
-  check_output_dir(output_dir)
-  checkpoints.fall_back_to_readable(output_dir)
-  if values.use_fp16 and num_gpus == 0:
+  plan = distribution.plan_from_flags(options, num_gpus)
+  distribution.check_global_batch(plan, options.global_batch_size)
+  logging.info(distribution.describe(plan, options.global_batch_size))
+  profile_steps = _parse_profile_steps(options.profile_steps)
+  check_output_dir(options.output_dir)
+  checkpoints.fall_back_to_readable(options.output_dir)
+  if options.use_fp16 and num_gpus == 0:
     logging.warning(
         "--use_fp16: no GPU is visible, and the mixed-precision graph rewrite "
         "only changes GPU kernels, so this run computes in float32 (dynamic "
         "loss scaling still runs).")
-  model_dir = output_dir
+  model_dir = options.output_dir
   if plan.name == "horovod":
     strategy = None
-    is_chief = horovod_engine.init(plan, values.use_fp16)
+    is_chief = horovod_engine.init(plan, options.use_fp16)
     if not is_chief:
       # Only rank 0 writes checkpoints and summaries; the others start from
       # its weights through the broadcast hook.
-      model_dir = horovod_engine.scratch_model_dir(output_dir)
+      model_dir = horovod_engine.scratch_model_dir(options.output_dir)
   else:
     distribution.split_cpu(len(plan.devices)
                            if plan.devices[0].startswith("/cpu") else 0)
@@ -183,44 +224,45 @@ def prepare(values, output_dir, global_batch_size):
     is_chief = True
   run_config = tf.estimator.RunConfig(
       model_dir=model_dir,
-      save_checkpoints_steps=values.save_checkpoints_steps
+      save_checkpoints_steps=options.save_checkpoints_steps
       if is_chief else None,
       save_checkpoints_secs=None,
-      keep_checkpoint_max=values.keep_checkpoint_max,
-      log_step_count_steps=values.log_every_n_steps,
-      save_summary_steps=values.log_every_n_steps if is_chief else None,
+      keep_checkpoint_max=options.keep_checkpoint_max,
+      log_step_count_steps=options.log_every_n_steps,
+      save_summary_steps=options.log_every_n_steps if is_chief else None,
       train_distribute=strategy,
-      tf_random_seed=values.tf_random_seed,
-      session_config=session_config(plan, values.use_xla),
+      tf_random_seed=options.tf_random_seed,
+      session_config=session_config(plan, options.use_xla),
       # MonitoredSession treats a lost peer as recoverable and re-creates the
       # session, which would wait for the dead worker for 2 hours by default.
-      session_creation_timeout_secs=max(values.collective_timeout_seconds,
+      session_creation_timeout_secs=max(options.collective_timeout_seconds,
                                         60))
   if plan.cluster:
     is_chief = distribution.cluster_task()[1]
   optimizer_options = {
-      "use_fp16": values.use_fp16,
-      "init_loss_scale": values.init_loss_scale,
-      "loss_scale_growth_steps": values.loss_scale_growth_steps,
-      "optimizer_name": values.optimizer,
-      "lamb_bias_correction": values.lamb_bias_correction,
+      "use_fp16": options.use_fp16,
+      "init_loss_scale": options.init_loss_scale,
+      "loss_scale_growth_steps": options.loss_scale_growth_steps,
+      "optimizer_name": options.optimizer,
+      "lamb_bias_correction": options.lamb_bias_correction,
   }
-  if values.lamb_bias_correction and values.optimizer != "lamb":
+  if options.lamb_bias_correction and options.optimizer != "lamb":
     raise UserError("--lamb_bias_correction needs --optimizer=lamb; upstream's "
                     "AdamW has no bias correction")
-  extra_info = {"strategy": plan.name, "use_fp16": values.use_fp16,
-                "use_xla": values.use_xla,
+  extra_info = {"strategy": plan.name, "use_fp16": options.use_fp16,
+                "use_xla": options.use_xla,
                 "devices": ",".join(plan.devices),
                 "num_workers": plan.num_workers}
   return Setup(plan=plan, strategy=strategy, run_config=run_config,
                optimizer_options=optimizer_options, is_chief=is_chief,
-               output_dir=output_dir, global_batch_size=global_batch_size,
+               output_dir=options.output_dir,
+               global_batch_size=options.global_batch_size,
                profile_steps=profile_steps,
-               log_every=values.log_every_n_steps,
-               warmup_steps=values.throughput_warmup_steps,
-               extra_info=extra_info,
-               stop_on_nonfinite_loss=(values.stop_on_nonfinite_loss and
-                                       not values.use_fp16))
+               log_every=options.log_every_n_steps,
+               warmup_steps=options.throughput_warmup_steps,
+               use_fp16=options.use_fp16, extra_info=extra_info,
+               stop_on_nonfinite_loss=(options.stop_on_nonfinite_loss and
+                                       not options.use_fp16))
 
 
 def input_files_for_this_worker(setup, input_files):
@@ -398,7 +440,7 @@ def train(estimator, setup, train_input_fn, eval_input_fn, max_steps,
       setup.output_dir, task_name(setup.plan), setup.strategy), stop_hook]
   hooks.append(training_hooks.NonFiniteLossHook(
       stop=setup.stop_on_nonfinite_loss,
-      use_fp16=setup.extra_info["use_fp16"]))
+      use_fp16=setup.use_fp16))
   if setup.plan.num_workers > 1 and setup.plan.collective_timeout_seconds:
     hooks.append(training_hooks.StallWatchdogHook(
         setup.plan.collective_timeout_seconds))
