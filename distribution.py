@@ -304,24 +304,47 @@ def num_replicas_in_sync():
 
 
 def replica_share(mean_loss):
-  """This replica's share of the global-batch mean loss.
+  """This replica's share of the global-batch mean of an equal-size mean.
 
-  Summing the shares over replicas (what the all-reduce does to gradients and
-  what Estimator does to the reported loss) gives the global-batch mean.
+  For a loss averaged over this replica's examples (every replica has as
+  many): summing the shares over replicas (what the all-reduce does to
+  gradients and what Estimator does to the reported loss) gives the mean
+  over the global batch. A loss normalised by a count that varies between
+  replicas (the masked LM's) instead divides its sum by the global count
+  (see `global_sum`).
   """
   n = num_replicas_in_sync()
   return mean_loss if n == 1 else mean_loss / float(n)
 
 
-def sum_across_replicas(tensors):
+def global_sum(value):
+  """A float32 scalar summed over every replica, worker and horovod rank.
+
+  One scalar all-reduce, in float32 even under horovod with --use_fp16.
+  Called in a replica context (inside model_fn).
+  """
+  return sum_across_replicas([value], compress=False)[0]
+
+
+def sum_across_replicas(tensors, compress=True):
   """One batched SUM all-reduce of `tensors` over every replica.
 
   Identity with a single replica. Called in a replica context.
+
+  Args:
+    tensors: dense tensors of the same shapes and order on every replica.
+    compress: horovod with --use_fp16 sends float tensors as float16 (fine
+      for gradients); False keeps float32 on the wire, for values that must
+      arrive exactly, such as a count (float16 holds integers exactly only
+      up to 2048).
+
+  Returns:
+    The list of sums, identical on every replica.
   """
   horovod = horovod_ranks()
   if horovod:
     import horovod_engine  # pylint: disable=g-import-not-at-top
-    return horovod_engine.sum_across_ranks(tensors)
+    return horovod_engine.sum_across_ranks(tensors, compress)
   ctx = tf.distribute.get_replica_context()
   if ctx.num_replicas_in_sync == 1:
     return list(tensors)

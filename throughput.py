@@ -28,13 +28,26 @@ LEARNING_RATE = "learning_rate"
 def register_step_metrics(loss_share, learning_rate):
   """Called in model_fn (once per replica) so the hook can fetch them.
 
-  The shares of all tf.distribute replicas add up to the global mean loss;
-  a horovod rank sees only its own share, so it logs its own mean loss.
+  The shares of all tf.distribute replicas in a process add up to the global
+  batch's loss (as Estimator sums them). A horovod rank holds a single share,
+  so its reported loss is the shares summed over the ranks: one scalar
+  all-reduce per step, which every rank runs since the loss is fetched on
+  every step (NonFiniteLossHook).
+
+  Args:
+    loss_share: this replica's share of the global batch's loss.
+    learning_rate: the scalar learning rate tensor.
+
+  Returns:
+    The loss for the EstimatorSpec: the share under a tf.distribute
+    strategy, the global batch's loss under horovod.
   """
-  ranks = distribution.horovod_ranks()
-  tf.add_to_collection(LOSS_SHARES, loss_share * ranks if ranks else loss_share)
+  reported = (distribution.global_sum(loss_share)
+              if distribution.horovod_ranks() else loss_share)
+  tf.add_to_collection(LOSS_SHARES, reported)
   if not tf.get_collection(LEARNING_RATE):
     tf.add_to_collection(LEARNING_RATE, learning_rate)
+  return reported
 
 
 def steady_state(step_records, warmup_steps):
