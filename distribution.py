@@ -303,6 +303,14 @@ def num_replicas_in_sync():
   return tf.distribute.get_replica_context().num_replicas_in_sync
 
 
+def num_local_replicas():
+  """Replicas of this process (a horovod rank or a multi_worker worker has
+  only its own); called in a replica context."""
+  if horovod_ranks() or num_replicas_in_sync() == 1:
+    return 1
+  return len(tf.distribute.get_strategy().extended.worker_devices)
+
+
 def replica_share(mean_loss):
   """This replica's share of the global-batch mean of an equal-size mean.
 

@@ -300,7 +300,7 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
         training_setup.init_from_checkpoint(init_checkpoint)
       reported_loss = throughput.register_step_metrics(
           loss_share, optimization.learning_rate_schedule(
-              learning_rate, num_train_steps, num_warmup_steps))
+              learning_rate, num_train_steps, num_warmup_steps), train_op)
       return tf.estimator.EstimatorSpec(mode, loss=reported_loss,
                                         train_op=train_op)
     if mode == tf.estimator.ModeKeys.EVAL:

@@ -25,26 +25,38 @@ LOSS_SHARES = "replica_loss_shares"
 LEARNING_RATE = "learning_rate"
 
 
-def register_step_metrics(loss_share, learning_rate):
+def register_step_metrics(loss_share, learning_rate, train_op):
   """Called in model_fn (once per replica) so the hook can fetch them.
 
-  The shares of all tf.distribute replicas in a process add up to the global
-  batch's loss (as Estimator sums them). A horovod rank holds a single share,
-  so its reported loss is the shares summed over the ranks: one scalar
-  all-reduce per step, which every rank runs since the loss is fetched on
-  every step (NonFiniteLossHook).
+  The hooks add up this process's entries and log the global batch's loss.
+  With all replicas in this process their loss shares add up to it (as
+  Estimator sums them). Horovod ranks and the workers of a multi_worker
+  cluster hold only their own shares, so each entry is the share summed over
+  every replica (divided among the local replicas): one scalar all-reduce
+  per step, which every process runs since the hooks fetch the loss at every
+  step (NonFiniteLossHook). It waits for `train_op`, so that every process
+  runs its collectives in the same order (the gradients', then this one).
 
   Args:
     loss_share: this replica's share of the global batch's loss.
     learning_rate: the scalar learning rate tensor.
+    train_op: this replica's train op.
 
   Returns:
     The loss for the EstimatorSpec: the share under a tf.distribute
-    strategy, the global batch's loss under horovod.
+    strategy (Estimator sums the shares over all replicas), the global
+    batch's loss under horovod.
   """
-  reported = (distribution.global_sum(loss_share)
-              if distribution.horovod_ranks() else loss_share)
-  tf.add_to_collection(LOSS_SHARES, reported)
+  num_local = distribution.num_local_replicas()
+  reported = loss_share
+  if distribution.num_replicas_in_sync() > num_local:
+    with tf.control_dependencies([train_op]):
+      total = distribution.global_sum(tf.identity(loss_share))
+    tf.add_to_collection(LOSS_SHARES, total / float(num_local))
+    if distribution.horovod_ranks():
+      reported = total
+  else:
+    tf.add_to_collection(LOSS_SHARES, loss_share)
   if not tf.get_collection(LEARNING_RATE):
     tf.add_to_collection(LEARNING_RATE, learning_rate)
   return reported
