@@ -13,6 +13,11 @@ Strategies (`--distribution_strategy`):
                TF_CONFIG naming a cluster it spans machines; without, it runs
                collectives between the local devices, which seed 000 found
                faster than MirroredStrategy on one machine.
+  central_storage
+               CentralStorageStrategy: the variables live once, on the CPU
+               (on the GPU when there is a single one); every local GPU (or
+               --cpu_replicas logical CPU) computes its replica's gradients,
+               which are reduced to that device and applied there once.
   horovod      one process per device, launched by horovodrun (see
                horovod_engine.py).
 """
@@ -27,7 +32,8 @@ import tensorflow.compat.v1 as tf
 
 from errors import UserError
 
-STRATEGIES = ("one_device", "mirrored", "multi_worker", "horovod")
+STRATEGIES = ("one_device", "mirrored", "multi_worker", "central_storage",
+              "horovod")
 ALL_REDUCE_ALGS = ("auto", "nccl", "hierarchical_copy", "one_device", "ring")
 
 
@@ -162,6 +168,10 @@ def plan_from_flags(values, num_gpus_present):
   if name == "mirrored" and alg == "ring":
     raise UserError("--all_reduce_alg=ring is for multi_worker; mirrored "
                     "takes nccl, hierarchical_copy or one_device")
+  if name == "central_storage" and alg != "auto":
+    raise UserError("--all_reduce_alg=%s does not apply to central_storage: "
+                    "gradients are always reduced to the variables' device"
+                    % alg)
   if name == "multi_worker" and alg in ("hierarchical_copy", "one_device"):
     raise UserError("--all_reduce_alg=%s is for mirrored; multi_worker takes "
                     "ring, nccl or auto" % alg)
@@ -272,6 +282,11 @@ def build_strategy(plan):
     return None
   if plan.name == "one_device":
     return tf.distribute.OneDeviceStrategy(plan.devices[0])
+  if plan.name == "central_storage":
+    # parameter_device None: TensorFlow's rule, the only compute device when
+    # there is one, else the CPU.
+    return tf.distribute.experimental.CentralStorageStrategy(
+        compute_devices=plan.devices, parameter_device=None)
   if plan.name == "mirrored":
     return tf.distribute.MirroredStrategy(
         devices=plan.devices,

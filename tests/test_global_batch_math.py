@@ -125,6 +125,13 @@ IN_PROCESS_RUNS = {
                          "--cpu_replicas=2", "--num_accumulation_steps=2",
                          "--use_fp16", "--init_loss_scale=1024",
                          "--loss_scale_growth_steps=2"],
+    "central_storage": ["--distribution_strategy=central_storage",
+                        "--cpu_replicas=2"],
+    "central_storage_k2_fp16": ["--distribution_strategy=central_storage",
+                                "--cpu_replicas=2",
+                                "--num_accumulation_steps=2", "--use_fp16",
+                                "--init_loss_scale=1024",
+                                "--loss_scale_growth_steps=2"],
 }
 
 
@@ -186,7 +193,8 @@ def logged_losses(output_dir):
 
 
 RUN_NAMES = [
-    "mirrored", "multi_worker", "mirrored_k2_fp16",
+    "mirrored", "multi_worker", "mirrored_k2_fp16", "central_storage",
+    "central_storage_k2_fp16",
     pytest.param("two_workers", marks=pytest.mark.slow),
     pytest.param("horovod", marks=pytest.mark.skipif(
         HOROVOD_MISSING is not None, reason=HOROVOD_MISSING or "")),
