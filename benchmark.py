@@ -53,7 +53,8 @@ from errors import UserError, main_with_user_errors
 
 REPO_ROOT = os.path.dirname(os.path.abspath(__file__))
 RUN_PRETRAINING = os.path.join(REPO_ROOT, "run_pretraining.py")
-STRATEGIES = ("one_device", "mirrored", "multi_worker", "horovod")
+STRATEGIES = ("one_device", "mirrored", "multi_worker", "central_storage",
+              "horovod")
 PRECISIONS = ("fp32", "fp16")
 CPU_NOTE = "CPU logical replicas, not GPUs"
 PEAK_MATMUL_SIZE = 2048

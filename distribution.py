@@ -14,6 +14,11 @@ Strategies (`--distribution_strategy`):
                collectives between the local devices, which the published
                multi-GPU BERT measurements found faster than
                MirroredStrategy on one machine.
+  central_storage
+               CentralStorageStrategy: the variables live once, on the CPU
+               (on the GPU when there is a single one); every local GPU (or
+               --cpu_replicas logical CPU) computes its replica's gradients,
+               which are reduced to that device and applied there once.
   horovod      one process per device, launched by horovodrun (see
                horovod_engine.py).
 """
@@ -28,7 +33,8 @@ import tensorflow.compat.v1 as tf
 
 from errors import UserError
 
-STRATEGIES = ("one_device", "mirrored", "multi_worker", "horovod")
+STRATEGIES = ("one_device", "mirrored", "multi_worker", "central_storage",
+              "horovod")
 ALL_REDUCE_ALGS = ("auto", "nccl", "hierarchical_copy", "one_device", "ring")
 
 
@@ -156,6 +162,10 @@ def plan_from_flags(values, num_gpus_present):
   if name == "mirrored" and alg == "ring":
     raise UserError("--all_reduce_alg=ring is for multi_worker; mirrored "
                     "takes nccl, hierarchical_copy or one_device")
+  if name == "central_storage" and alg != "auto":
+    raise UserError("--all_reduce_alg=%s does not apply to central_storage: "
+                    "gradients are always reduced to the variables' device"
+                    % alg)
   if name == "multi_worker" and alg in ("hierarchical_copy", "one_device"):
     raise UserError("--all_reduce_alg=%s is for mirrored; multi_worker takes "
                     "ring, nccl or auto" % alg)
@@ -266,6 +276,11 @@ def build_strategy(plan):
     return None
   if plan.name == "one_device":
     return tf.distribute.OneDeviceStrategy(plan.devices[0])
+  if plan.name == "central_storage":
+    # parameter_device None: TensorFlow's rule, the only compute device when
+    # there is one, else the CPU.
+    return tf.distribute.experimental.CentralStorageStrategy(
+        compute_devices=plan.devices, parameter_device=None)
   if plan.name == "mirrored":
     return tf.distribute.MirroredStrategy(
         devices=plan.devices,
@@ -304,8 +319,8 @@ def join_process_group(group):
   """Records that this process is replica `group.rank` of `group.size`.
 
   Args:
-    group: a ProcessGroup; its `sum_across_processes(tensors)` is the engine's
-      batched SUM all-reduce, used by `sum_across_replicas`.
+    group: a ProcessGroup; its `sum_across_processes(tensors, compress)` is
+      the engine's batched SUM all-reduce, used by `sum_across_replicas`.
   """
   _PROCESS_GROUP[0] = group
 
@@ -328,24 +343,55 @@ def num_replicas_in_sync():
   return tf.distribute.get_replica_context().num_replicas_in_sync
 
 
-def replica_share(mean_loss):
-  """This replica's share of the global-batch mean loss.
+def num_local_replicas():
+  """Replicas of this process (a horovod rank or a multi_worker worker has
+  only its own); called in a replica context."""
+  if process_group() or num_replicas_in_sync() == 1:
+    return 1
+  return len(tf.distribute.get_strategy().extended.worker_devices)
 
-  Summing the shares over replicas (what the all-reduce does to gradients and
-  what Estimator does to the reported loss) gives the global-batch mean.
+
+def replica_share(mean_loss):
+  """This replica's share of the global-batch mean of an equal-size mean.
+
+  For a loss averaged over this replica's examples (every replica has as
+  many): summing the shares over replicas (what the all-reduce does to
+  gradients and what Estimator does to the reported loss) gives the mean
+  over the global batch. A loss normalised by a count that varies between
+  replicas (the masked LM's) instead divides its sum by the global count
+  (see `global_sum`).
   """
   n = num_replicas_in_sync()
   return mean_loss if n == 1 else mean_loss / float(n)
 
 
-def sum_across_replicas(tensors):
+def global_sum(value):
+  """A float32 scalar summed over every replica, worker and horovod rank.
+
+  One scalar all-reduce, in float32 even under horovod with --use_fp16.
+  Called in a replica context (inside model_fn).
+  """
+  return sum_across_replicas([value], compress=False)[0]
+
+
+def sum_across_replicas(tensors, compress=True):
   """One batched SUM all-reduce of `tensors` over every replica.
 
   Identity with a single replica. Called in a replica context.
+
+  Args:
+    tensors: dense tensors of the same shapes and order on every replica.
+    compress: horovod with --use_fp16 sends float tensors as float16 (fine
+      for gradients); False keeps float32 on the wire, for values that must
+      arrive exactly, such as a count (float16 holds integers exactly only
+      up to 2048).
+
+  Returns:
+    The list of sums, identical on every replica.
   """
   group = process_group()
   if group:
-    return group.sum_across_processes(tensors)
+    return group.sum_across_processes(tensors, compress)
   ctx = tf.distribute.get_replica_context()
   if ctx.num_replicas_in_sync == 1:
     return list(tensors)

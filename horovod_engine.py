@@ -4,10 +4,10 @@
 Every process (rank) builds the same single-device graph, reads its own
 input files and feeds a per-rank batch of global_batch / ranks. The
 data-parallel optimizer (optimization.py) sums the gradients over the ranks
-through `sum_across_ranks`; since each rank's loss is already divided by the
-number of ranks (`distribution.replica_share`), the sum is the gradient of the
-global-batch mean loss, so the learning rate means what it means on one
-device. Rank 0 alone writes checkpoints and summaries to --output_dir; the
+through `sum_across_ranks`; since each rank's loss is already its share of
+the global-batch loss (see run_pretraining.micro_batch_loss_fns), the sum is
+the gradient of the global-batch loss, so the learning rate means what it
+means on one device. Rank 0 alone writes checkpoints and summaries to --output_dir; the
 other ranks start from its variables (`broadcast_hook`) and keep their model
 directory in a scratch location.
 
@@ -112,21 +112,23 @@ def visible_gpu_list():
   return str(_hvd().local_rank())
 
 
-def sum_across_ranks(tensors):
+def sum_across_ranks(tensors, compress=True):
   """One grouped SUM all-reduce of `tensors` over all ranks.
 
   Args:
     tensors: dense tensors of the same shapes and order on every rank (each
       rank's gradient of its share of the global mean loss).
+    compress: with use_fp16, float tensors travel as float16 and come back
+      in their own dtype; False sends them as they are.
 
   Returns:
-    List of the summed tensors, identical on every rank, same dtypes. With
-    use_fp16 they travel as float16 and come back in their own dtype.
+    List of the summed tensors, identical on every rank, same dtypes.
   """
   hvd = _hvd()
   # Sum, not Average: the loss shares are already divided by the rank count.
-  return list(hvd.grouped_allreduce(list(tensors), op=hvd.Sum,
-                                    compression=_STATE["compression"]))
+  return list(hvd.grouped_allreduce(
+      list(tensors), op=hvd.Sum,
+      compression=_STATE["compression"] if compress else hvd.Compression.none))
 
 
 def barrier():

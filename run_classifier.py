@@ -721,10 +721,10 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
       train_op = optimization.create_optimizer(
           loss_share, learning_rate, num_train_steps, num_warmup_steps,
           **optimizer_options)
-      throughput.register_step_metrics(
+      reported_loss = throughput.register_step_metrics(
           loss_share, optimization.learning_rate_schedule(
-              learning_rate, num_train_steps, num_warmup_steps))
-      return tf.estimator.EstimatorSpec(mode, loss=loss_share,
+              learning_rate, num_train_steps, num_warmup_steps), train_op)
+      return tf.estimator.EstimatorSpec(mode, loss=reported_loss,
                                         train_op=train_op)
     if mode == tf.estimator.ModeKeys.EVAL:
       metrics = classifier_metrics(per_example_loss, features["label_ids"],

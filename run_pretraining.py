@@ -86,9 +86,9 @@ def get_masked_lm_output(bert_config, input_tensor, output_weights, positions,
     label_ids: [B, P] int32 original token ids.
     label_weights: [B, P] float32, 1.0 for real predictions, 0.0 padding.
     loss_denominator: divides the weighted loss sum instead of this batch's
-      sum(label_weights) + 1e-5 (see `masked_lm_denominator`): a micro-batch
-      passes its whole batch's, so that the micro-batch losses add up to the
-      batch's loss.
+      sum(label_weights) + 1e-5 (see `masked_lm_denominator`): in training,
+      the global batch's, so that the losses of every micro-batch and
+      replica add up to the global batch's loss.
 
   Returns:
     (loss scalar, per_example_loss [B*P], log_probs [B*P, V]).
@@ -237,12 +237,19 @@ def split_micro_batches(features, num_micro_batches):
 
 
 def micro_batch_loss_fns(bert_config, features, num_micro_batches):
-  """Loss functions of this replica's K micro-batches, for accumulation.
+  """Loss functions of this replica's K micro-batches: its share of the step.
 
-  The K losses add up to the loss share of the whole batch, so their summed
-  gradients are the whole batch's: micro-batch i's masked LM loss divides its
-  weighted loss sum by the masked-weight total of the WHOLE batch, and its
-  next-sentence mean counts 1/K (the micro-batches are of equal size).
+  The shares of every micro-batch of every replica, worker and rank add up
+  to one device's loss on the global batch, so the summed gradients are that
+  loss's gradient:
+    - masked LM: micro-batch i divides its weighted loss sum by the masked
+      weights of the GLOBAL batch (+1e-5, as upstream), a scalar all-reduced
+      over the replicas once per step. It depends on the input only, so the
+      collective runs alongside the forward pass; the gradient all-reduce
+      stays one batched op;
+    - next sentence: micro-batches and replicas hold equally many examples,
+      so its mean counts 1/K, divided by the number of replicas
+      (`distribution.replica_share`).
 
   Args:
     bert_config: BertConfig.
@@ -253,7 +260,10 @@ def micro_batch_loss_fns(bert_config, features, num_micro_batches):
     K functions without arguments, each building the model on one
     micro-batch and returning its part of this replica's loss share.
   """
-  denominator = masked_lm_denominator(features["masked_lm_weights"])
+  # stop_gradient: a normaliser, not a function of the weights (the
+  # all-reduce has no gradient).
+  denominator = distribution.global_sum(tf.stop_gradient(
+      tf.reduce_sum(features["masked_lm_weights"]))) + 1e-5
 
   def loss_fn(index, micro_batch):
     # reuse=True from the second micro-batch on: a variable name that changed
@@ -264,8 +274,8 @@ def micro_batch_loss_fns(bert_config, features, num_micro_batches):
       (masked_lm_loss, _, _), (next_sentence_loss, _, _) = pretraining_model(
           bert_config, micro_batch, is_training=True,
           masked_lm_loss_denominator=denominator)
-    return distribution.replica_share(
-        masked_lm_loss + next_sentence_loss / float(num_micro_batches))
+    return masked_lm_loss + distribution.replica_share(
+        next_sentence_loss / float(num_micro_batches))
 
   return [functools.partial(loss_fn, i, micro_batch) for i, micro_batch
           in enumerate(split_micro_batches(features, num_micro_batches))]
@@ -297,10 +307,10 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
           **optimizer_options)
       if init_checkpoint:
         training_setup.init_from_checkpoint(init_checkpoint)
-      throughput.register_step_metrics(
+      reported_loss = throughput.register_step_metrics(
           loss_share, optimization.learning_rate_schedule(
-              learning_rate, num_train_steps, num_warmup_steps))
-      return tf.estimator.EstimatorSpec(mode, loss=loss_share,
+              learning_rate, num_train_steps, num_warmup_steps), train_op)
+      return tf.estimator.EstimatorSpec(mode, loss=reported_loss,
                                         train_op=train_op)
     if mode == tf.estimator.ModeKeys.EVAL:
       ((masked_lm_loss, masked_lm_example_loss, masked_lm_log_probs),

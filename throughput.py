@@ -26,17 +26,41 @@ LOSS_SHARES = "replica_loss_shares"
 LEARNING_RATE = "learning_rate"
 
 
-def register_step_metrics(loss_share, learning_rate):
+def register_step_metrics(loss_share, learning_rate, train_op):
   """Called in model_fn (once per replica) so the hook can fetch them.
 
-  The shares of all tf.distribute replicas add up to the global mean loss;
-  a horovod rank sees only its own share, so it logs its own mean loss.
+  The hooks add up this process's entries and log the global batch's loss.
+  With all replicas in this process their loss shares add up to it (as
+  Estimator sums them). Horovod ranks and the workers of a multi_worker
+  cluster hold only their own shares, so each entry is the share summed over
+  every replica (divided among the local replicas): one scalar all-reduce
+  per step, which every process runs since the hooks fetch the loss at every
+  step (NonFiniteLossHook). It waits for `train_op`, so that every process
+  runs its collectives in the same order (the gradients', then this one).
+
+  Args:
+    loss_share: this replica's share of the global batch's loss.
+    learning_rate: the scalar learning rate tensor.
+    train_op: this replica's train op.
+
+  Returns:
+    The loss for the EstimatorSpec: the share under a tf.distribute
+    strategy (Estimator sums the shares over all replicas), the global
+    batch's loss under horovod.
   """
-  group = distribution.process_group()
-  tf.add_to_collection(LOSS_SHARES,
-                       loss_share * group.size if group else loss_share)
+  num_local = distribution.num_local_replicas()
+  reported = loss_share
+  if distribution.num_replicas_in_sync() > num_local:
+    with tf.control_dependencies([train_op]):
+      total = distribution.global_sum(tf.identity(loss_share))
+    tf.add_to_collection(LOSS_SHARES, total / float(num_local))
+    if distribution.process_group():
+      reported = total
+  else:
+    tf.add_to_collection(LOSS_SHARES, loss_share)
   if not tf.get_collection(LEARNING_RATE):
     tf.add_to_collection(LEARNING_RATE, learning_rate)
+  return reported
 
 
 def steady_state(step_records, warmup_steps):

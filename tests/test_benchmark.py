@@ -149,6 +149,11 @@ def test_cell_commands():
   assert "--train_batch_size=32" in hvd
   assert not any(a.startswith(("--cpu_replicas", "--num_gpus")) for a in hvd)
   assert benchmark.cell_name(cell) == "mirrored-c-s128-xla_on-fp16-b8-r2"
+  # Central storage runs in one process over the local devices, as mirrored.
+  central = benchmark.cell_command(cell._replace(strategy="central_storage"),
+                                   "/c.json", "/d", "/o", 20, 30, 10, "cpu")
+  assert "--distribution_strategy=central_storage" in central
+  assert "--cpu_replicas=2" in central and central[0] == sys.executable
 
 
 def test_last_error_line_prefers_the_programs_error(tmp_path):

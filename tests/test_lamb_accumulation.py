@@ -339,8 +339,14 @@ def mixed_precision():
   tf.train.experimental.disable_mixed_precision_graph_rewrite()
 
 
-def test_fp16_nonfinite_micro_batch_skips_the_whole_update(mixed_precision):
-  strategy = two_replica_strategy()
+@pytest.mark.parametrize("make_strategy", [
+    two_replica_strategy,
+    # Variables once on the CPU, the replicas on two logical CPUs.
+    lambda: tf.distribute.experimental.CentralStorageStrategy(
+        ["/cpu:0", "/cpu:1"])], ids=["mirrored", "central_storage"])
+def test_fp16_nonfinite_micro_batch_skips_the_whole_update(mixed_precision,
+                                                           make_strategy):
+  strategy = make_strategy()
   with tf.Graph().as_default():
     inject = tf.placeholder_with_default(False, [])
     with strategy.scope():

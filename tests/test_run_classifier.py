@@ -495,17 +495,18 @@ def save_pretrained_checkpoint(workdir, path):
 
 
 @pytest.mark.slow
-def test_two_mirrored_cpu_replicas_train_eval_and_predict(workdir, tmp_path):
+@pytest.mark.parametrize("strategy", ["mirrored", "central_storage"])
+def test_two_cpu_replicas_train_eval_and_predict(workdir, tmp_path, strategy):
   pretrained = tmp_path / "pretrained"
   save_pretrained_checkpoint(workdir, str(pretrained / "model.ckpt"))
   output_dir = tmp_path / "out"
   result = run_ok(classifier_args(
       workdir, output_dir, "--do_train", "--do_eval", "--do_predict",
-      "--cpu_replicas=2", "--distribution_strategy=mirrored",
+      "--cpu_replicas=2", "--distribution_strategy=%s" % strategy,
       "--num_train_epochs=0.5", "--eval_batch_size=16",
       "--predict_batch_size=7", "--init_checkpoint=%s" % pretrained,
       "--tf_random_seed=2"))
-  assert "strategy=mirrored replicas=2" in result.stderr
+  assert "strategy=%s replicas=2" % strategy in result.stderr
   assert "per_replica_batch=16" in result.stderr
   assert "2 initialised fresh: output_weights, output_bias" in result.stderr
   results = read_eval_results(output_dir)

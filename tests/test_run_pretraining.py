@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -47,14 +48,18 @@ def strategy_runs(workdir):
       ("mirrored", ["--distribution_strategy=mirrored", "--cpu_replicas=2",
                     "--do_eval", "--max_eval_steps=4"]),
       ("multi_worker", ["--distribution_strategy=multi_worker",
-                        "--cpu_replicas=2"])]:
+                        "--cpu_replicas=2"]),
+      ("central_storage", ["--distribution_strategy=central_storage",
+                           "--cpu_replicas=2", "--do_eval",
+                           "--max_eval_steps=4"])]:
     out = workdir / ("run_" + name)
     runs[name] = (out, run_ok(pretrain_args(workdir, out, *extra)))
   return runs
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy", ["mirrored", "multi_worker"])
+@pytest.mark.parametrize("strategy", ["mirrored", "multi_worker",
+                                      "central_storage"])
 def test_two_replicas_equal_one_device_with_the_global_batch(strategy_runs,
                                                              strategy):
   reference = load_checkpoint(str(strategy_runs["one_device"][0]))
@@ -75,6 +80,40 @@ def test_replicas_hold_identical_weights(strategy_runs, strategy):
   assert fingerprint["local_replicas"] == 2
   assert fingerprint["replicas_identical"] is True
   assert fingerprint["global_step"] == 6
+
+
+@pytest.mark.slow
+def test_central_storage_keeps_one_copy_evaluates_and_resumes(strategy_runs,
+                                                              workdir):
+  out, result = strategy_runs["central_storage"]
+  assert "strategy=central_storage replicas=2" in result.stderr
+  assert "global_batch=8 per_replica_batch=4" in result.stderr
+  # The variables exist once (on the CPU), not once per replica.
+  fingerprint = read_json(out / "final_weights.local.json")
+  assert fingerprint["local_replicas"] == 1
+  assert fingerprint["global_step"] == 6
+  # Checkpoints are named as one device's, and the same variables are in them.
+  reference = strategy_runs["one_device"][0]
+  assert (tf.train.latest_checkpoint(str(out)) ==
+          str(out / "model.ckpt-6"))
+  assert (dict(tf.train.list_variables(str(out))) ==
+          dict(tf.train.list_variables(str(reference))))
+  lines = (out / "eval_results.txt").read_text().splitlines()
+  results = dict(line.split(" = ") for line in lines)
+  assert int(results["global_step"]) == 6
+  assert 0.0 <= float(results["masked_lm_accuracy"]) <= 1.0
+  # Resume in a copy: two more steps from the checkpoint of step 6.
+  resumed = workdir / "central_storage_resumed"
+  shutil.copytree(str(out), str(resumed))
+  run_ok(pretrain_args(workdir, resumed, "--cpu_replicas=2",
+                       "--distribution_strategy=central_storage", steps=8))
+  summary = read_json(resumed / "throughput_summary.json")
+  assert summary["first_step"] == 6 and summary["final_step"] == 8
+  after = load_checkpoint(str(resumed))
+  assert after["global_step"] == 8
+  before = load_checkpoint(str(out))
+  assert not np.allclose(after["bert/pooler/dense/kernel"],
+                         before["bert/pooler/dense/kernel"])
 
 
 @pytest.mark.slow

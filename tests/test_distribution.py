@@ -1,0 +1,56 @@
+"""distribution.py: choosing and building the strategy from flag values."""
+
+import types
+
+import pytest
+import tensorflow.compat.v1 as tf
+
+import distribution
+from errors import UserError
+
+
+def flag_values(**overrides):
+  values = dict(distribution_strategy=None, cpu_replicas=0, num_gpus=0,
+                multi_gpu=False, all_reduce_alg="auto",
+                collective_timeout_seconds=600)
+  values.update(overrides)
+  return types.SimpleNamespace(**values)
+
+
+@pytest.fixture(autouse=True)
+def no_cluster(monkeypatch):
+  monkeypatch.delenv("TF_CONFIG", raising=False)
+
+
+def test_central_storage_computes_on_every_local_device():
+  plan = distribution.plan_from_flags(
+      flag_values(distribution_strategy="central_storage", cpu_replicas=2), 0)
+  assert plan.name == "central_storage"
+  assert plan.devices == ["/cpu:0", "/cpu:1"] and plan.num_replicas == 2
+  assert distribution.describe(plan, 8) == (
+      "strategy=central_storage replicas=2 (1 worker(s) x /cpu:0,/cpu:1) "
+      "global_batch=8 per_replica_batch=4")
+
+
+@pytest.mark.parametrize("alg", ["hierarchical_copy", "one_device", "ring"])
+def test_central_storage_has_no_all_reduce_choice(alg):
+  with pytest.raises(UserError) as e:
+    distribution.plan_from_flags(
+        flag_values(distribution_strategy="central_storage", cpu_replicas=2,
+                    all_reduce_alg=alg), 0)
+  assert str(e.value) == (
+      "--all_reduce_alg=%s does not apply to central_storage: gradients are "
+      "always reduced to the variables' device" % alg)
+
+
+def test_central_storage_keeps_one_copy_of_each_variable_on_the_cpu(graph):
+  del graph
+  plan = distribution.plan_from_flags(
+      flag_values(distribution_strategy="central_storage", cpu_replicas=2), 0)
+  strategy = distribution.build_strategy(plan)
+  assert strategy.num_replicas_in_sync == 2
+  with strategy.scope():
+    var = tf.get_variable("w", initializer=tf.ones([3]))
+  copies = strategy.experimental_local_results(var)
+  assert len(copies) == 1
+  assert copies[0].device.endswith("device:CPU:0")

@@ -1,0 +1,254 @@
+"""The data-parallel math on records made from real text.
+
+create_pretraining_data.py masks round(15% of the tokens), at most
+--max_predictions_per_seq: on sample_data/corpus.txt with seq 64 and 10
+predictions most records have 10 masked positions and the short ones 6-9.
+So the two halves of a global batch hold different masked totals, and the
+masked-LM loss is one device's only if every replica, worker, rank and
+micro-batch divides by the GLOBAL masked total. Each run below trains the
+same 6 steps of global batch 16 and must end with the weights of one device
+with batch 16, to 1e-4, and log the same (global) loss at every step.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+from conftest import REPO_ROOT, run_program
+
+SEQ, PREDS, VOCAB = 64, 10, 1000
+BATCH, STEPS = 16, 6
+CONFIG = {
+    "attention_probs_dropout_prob": 0.0, "hidden_act": "gelu",
+    "hidden_dropout_prob": 0.0, "hidden_size": 32, "initializer_range": 0.02,
+    "intermediate_size": 64, "max_position_embeddings": SEQ,
+    "num_attention_heads": 2, "num_hidden_layers": 2, "type_vocab_size": 2,
+    "vocab_size": VOCAB}
+
+try:
+  import horovod.tensorflow  # noqa: F401  pylint: disable=unused-import
+  HOROVOD_MISSING = None
+except (ImportError, tf.errors.NotFoundError) as e:
+  HOROVOD_MISSING = "horovod is not importable (%s)" % str(e).splitlines()[0]
+
+
+def run_ok(args, env=None):
+  result = run_program(args, env=env)
+  assert result.returncode == 0, result.stderr[-3000:]
+  return result
+
+
+def masked_count(record):
+  example = tf.train.Example.FromString(record)
+  return int(sum(example.features.feature["masked_lm_weights"]
+                 .float_list.value))
+
+
+def write_records(path, records):
+  with tf.io.TFRecordWriter(path) as writer:
+    for record in records:
+      writer.write(record)
+  return path
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+  """Vocab and records from sample_data/corpus.txt, as a user makes them.
+
+  Also the two files of 2 horovod ranks: rank r's k-th batch of BATCH/2 is
+  the r-th half of the k-th global batch of `records`.
+  """
+  d = tmp_path_factory.mktemp("real_text")
+  corpus = os.path.join(REPO_ROOT, "sample_data", "corpus.txt")
+  run_ok(["create_vocab.py", "--input_file=%s" % corpus,
+          "--output_file=%s" % (d / "vocab.txt"),
+          "--vocab_size=%d" % VOCAB])
+  run_ok(["create_pretraining_data.py", "--input_file=%s" % corpus,
+          "--output_file=%s" % (d / "records.tfrecord"),
+          "--vocab_file=%s" % (d / "vocab.txt"),
+          "--max_seq_length=%d" % SEQ, "--max_predictions_per_seq=%d" % PREDS,
+          "--dupe_factor=1"])
+  with open(d / "config.json", "w") as f:
+    json.dump(CONFIG, f)
+  records = list(tf.io.tf_record_iterator(str(d / "records.tfrecord")))
+  half = BATCH // 2
+  whole = len(records) // BATCH * BATCH
+  rank_files = [
+      write_records(str(d / ("rank%d.tfrecord" % r)),
+                    [rec for start in range(0, whole, BATCH)
+                     for rec in records[start + r * half:
+                                        start + (r + 1) * half]])
+      for r in (0, 1)]
+  return {"dir": d, "records": str(d / "records.tfrecord"),
+          "counts": [masked_count(r) for r in records],
+          "rank_files": rank_files}
+
+
+def test_the_records_have_varying_masked_counts(data):
+  counts = data["counts"][:STEPS * BATCH]
+  assert max(counts) == PREDS and min(counts) < PREDS
+  # The halves (replicas) and quarters (replicas x 2 micro-batches) of some
+  # trained global batch hold different masked totals: a per-replica or
+  # per-micro-batch normalisation would change the loss.
+  for parts in (2, 4):
+    size = BATCH // parts
+    totals = [[sum(counts[s + i * size:s + (i + 1) * size])
+               for i in range(parts)] for s in range(0, len(counts), BATCH)]
+    assert any(len(set(t)) > 1 for t in totals), totals
+
+
+def pretrain_args(data, output_dir, *extra):
+  return ["run_pretraining.py",
+          "--bert_config_file=%s" % (data["dir"] / "config.json"),
+          "--input_file=%s" % data["records"],
+          "--output_dir=%s" % output_dir, "--do_train",
+          "--max_seq_length=%d" % SEQ, "--max_predictions_per_seq=%d" % PREDS,
+          "--train_batch_size=%d" % BATCH, "--num_train_steps=%d" % STEPS,
+          "--num_warmup_steps=2", "--learning_rate=1e-3",
+          "--log_every_n_steps=1", "--throughput_warmup_steps=1",
+          "--tf_random_seed=7"] + list(extra)
+
+
+# One process each; the 2-process and horovod runs are started separately.
+IN_PROCESS_RUNS = {
+    "one_device": [],
+    "mirrored": ["--distribution_strategy=mirrored", "--cpu_replicas=2"],
+    "multi_worker": ["--distribution_strategy=multi_worker",
+                     "--cpu_replicas=2"],
+    # 2 replicas x 2 micro-batches of 4, with loss scaling (exact on CPU).
+    "mirrored_k2_fp16": ["--distribution_strategy=mirrored",
+                         "--cpu_replicas=2", "--num_accumulation_steps=2",
+                         "--use_fp16", "--init_loss_scale=1024",
+                         "--loss_scale_growth_steps=2"],
+    "central_storage": ["--distribution_strategy=central_storage",
+                        "--cpu_replicas=2"],
+    "central_storage_k2_fp16": ["--distribution_strategy=central_storage",
+                                "--cpu_replicas=2",
+                                "--num_accumulation_steps=2", "--use_fp16",
+                                "--init_loss_scale=1024",
+                                "--loss_scale_growth_steps=2"],
+}
+
+
+def two_worker_run(data, output_dir):
+  env = dict(os.environ, PYTHON=sys.executable, NUM_WORKERS="2",
+             TF_CPP_MIN_LOG_LEVEL="2")
+  result = subprocess.run(
+      ["bash", os.path.join(REPO_ROOT, "scripts", "run_multiworker_local.sh")]
+      + pretrain_args(data, output_dir)[1:], cwd=REPO_ROOT, env=env,
+      capture_output=True, text=True, timeout=600)
+  assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-3000:]
+
+
+def horovod_run(data, output_dir):
+  env = dict(os.environ, PYTHON=sys.executable, TF_CPP_MIN_LOG_LEVEL="2",
+             BERT_HOROVOD_SCRATCH_ROOT=str(output_dir) + "-scratch")
+  command = [
+      os.path.join(REPO_ROOT, "scripts", "run_pre_horovod.sh"), "-n", "2",
+      "-c", str(data["dir"] / "config.json"),
+      "-i", ",".join(data["rank_files"]), "-o", str(output_dir),
+      "-b", str(BATCH), "-s", str(SEQ), "-p", str(PREDS), "-t", str(STEPS),
+      "-w", "2", "-l", "1e-3", "--", "--tf_random_seed", "7",
+      "--log_every_n_steps", "1", "--throughput_warmup_steps", "1"]
+  result = subprocess.run(command, capture_output=True, text=True,
+                          timeout=600, env=env, cwd=REPO_ROOT)
+  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def runs(data):
+  """Output directory of each run, started on first use."""
+  started = {}
+
+  def get(name):
+    if name not in started:
+      out = data["dir"] / name
+      if name == "two_workers":
+        two_worker_run(data, out)
+      elif name == "horovod":
+        horovod_run(data, out)
+      else:
+        run_ok(pretrain_args(data, out, *IN_PROCESS_RUNS[name]))
+      started[name] = out
+    return started[name]
+
+  return get
+
+
+def load_checkpoint(path):
+  reader = tf.train.load_checkpoint(str(path))
+  return {name: reader.get_tensor(name)
+          for name, _ in tf.train.list_variables(str(path))}
+
+
+def logged_losses(output_dir):
+  with open(os.path.join(str(output_dir), "throughput.jsonl")) as f:
+    records = [json.loads(line) for line in f]
+  return {r["step"]: r["loss"] for r in records}
+
+
+RUN_NAMES = [
+    "mirrored", "multi_worker", "mirrored_k2_fp16", "central_storage",
+    "central_storage_k2_fp16",
+    pytest.param("two_workers", marks=pytest.mark.slow),
+    pytest.param("horovod", marks=pytest.mark.skipif(
+        HOROVOD_MISSING is not None, reason=HOROVOD_MISSING or "")),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", RUN_NAMES)
+def test_replicas_equal_one_device_with_the_global_batch(runs, name):
+  reference = load_checkpoint(runs("one_device"))
+  actual = load_checkpoint(runs(name))
+  assert set(actual) - {"current_loss_scale", "good_steps"} == set(reference)
+  assert actual["global_step"] == reference["global_step"] == STEPS
+  diff = max(float(np.abs(actual[n] - reference[n]).max())
+             for n in reference if n.startswith(("bert/", "cls/")))
+  print("%s vs one_device: max |weight diff| = %.3g" % (name, diff))
+  for n, value in reference.items():
+    np.testing.assert_allclose(actual[n], value, rtol=1e-4, atol=1e-6,
+                               err_msg=n)
+  if "fp16" in name:
+    # 6 finite updates, growth every 2: 1024 * 2**3, none skipped.
+    assert actual["current_loss_scale"] == 8192
+  # The weights moved far beyond the tolerance.
+  start = load_checkpoint(os.path.join(str(runs("one_device")),
+                                       "model.ckpt-0"))
+  assert max(float(np.abs(reference[n] - start[n]).max())
+             for n in start if n.startswith("bert/")) > 1e-3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", RUN_NAMES)
+def test_the_logged_loss_is_the_global_batch_loss(runs, name):
+  expected = logged_losses(runs("one_device"))
+  actual = logged_losses(runs(name))
+  # Logged at the global_step the step started from.
+  assert sorted(actual) == sorted(expected) == list(range(STEPS))
+  print("%s: logged losses %s, one device %s" % (
+      name, [actual[s] for s in sorted(actual)],
+      [expected[s] for s in sorted(expected)]))
+  for step, loss in expected.items():
+    assert actual[step] == pytest.approx(loss, rel=1e-5), step
+
+
+@pytest.mark.slow
+def test_tensorboard_train_loss_is_the_global_batch_loss(runs):
+  expected = logged_losses(runs("one_device"))
+  out = runs("mirrored")
+  found = {}
+  for event_file in tf.io.gfile.glob(os.path.join(str(out),
+                                                  "events.out.tfevents.*")):
+    for event in tf.train.summary_iterator(event_file):
+      for value in event.summary.value:
+        if value.tag == "train/loss":
+          found[event.step] = value.simple_value
+  assert sorted(found) == sorted(expected)
+  for step, loss in expected.items():
+    assert found[step] == pytest.approx(loss, rel=1e-5), step
