@@ -26,6 +26,7 @@ Two optimizers: upstream's AdamW (`--optimizer=adamw`) and LAMB
 before step 2, so one update still costs one all-reduce.
 """
 
+import collections
 import re
 
 import tensorflow.compat.v1 as tf
@@ -71,15 +72,12 @@ class DataParallelOptimizer(tf.train.Optimizer):
 
   def __init__(self, learning_rate, weight_decay_rate=0.0,
                exclude_from_weight_decay=DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY,
-               clip_norm=1.0, gradient_reducer=None, name="Optimizer"):
+               clip_norm=1.0, name="Optimizer"):
     """Args:
       learning_rate: float or scalar tensor.
       weight_decay_rate: decoupled weight decay (AdamW style).
       exclude_from_weight_decay: regexes; matching variable names get none.
       clip_norm: global-norm clip on the reduced gradient; None disables it.
-      gradient_reducer: function(list of gradients) -> their sum over all
-        replicas. Defaults to the tf.distribute replica context's all-reduce
-        (identity with no strategy); horovod passes its own.
       name: name scope of the update ops.
     """
     super().__init__(use_locking=False, name=name)
@@ -88,7 +86,6 @@ class DataParallelOptimizer(tf.train.Optimizer):
     self.weight_decay_rate = weight_decay_rate
     self.exclude_from_weight_decay = tuple(exclude_from_weight_decay or ())
     self.clip_norm = clip_norm
-    self.gradient_reducer = gradient_reducer or distribution.sum_across_replicas
 
   def compute_gradients(self, loss, var_list=None, **unused_kwargs):
     """Plain gradients of `loss`: no hidden rescaling by the replica count.
@@ -122,7 +119,7 @@ class DataParallelOptimizer(tf.train.Optimizer):
     tvars = [v for _, v in grads_and_vars]
     # The stop vote (preemption.py) rides in the same batched all-reduce, so
     # every process learns of a stop request at the same step for free.
-    reduced = self.gradient_reducer(grads + [preemption.stop_vote()])
+    reduced = distribution.sum_across_replicas(grads + [preemption.stop_vote()])
     grads, votes_recorded = reduced[:-1], preemption.record_votes(reduced[-1])
     if self.clip_norm is not None:
       grads, _ = tf.clip_by_global_norm(grads, clip_norm=self.clip_norm)
@@ -193,11 +190,9 @@ class AdamWeightDecayOptimizer(DataParallelOptimizer):
   def __init__(self, learning_rate, weight_decay_rate=0.0, beta_1=0.9,
                beta_2=0.999, epsilon=1e-6,
                exclude_from_weight_decay=DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY,
-               clip_norm=1.0, gradient_reducer=None,
-               name="AdamWeightDecayOptimizer"):
+               clip_norm=1.0, name="AdamWeightDecayOptimizer"):
     super().__init__(learning_rate, weight_decay_rate,
-                     exclude_from_weight_decay, clip_norm, gradient_reducer,
-                     name)
+                     exclude_from_weight_decay, clip_norm, name)
     self.beta_1 = beta_1
     self.beta_2 = beta_2
     self.epsilon = epsilon
@@ -245,10 +240,9 @@ class LambOptimizer(AdamWeightDecayOptimizer):
   def __init__(self, learning_rate, weight_decay_rate=0.0, beta_1=0.9,
                beta_2=0.999, epsilon=1e-6, bias_correction=False,
                exclude_from_weight_decay=DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY,
-               clip_norm=1.0, gradient_reducer=None, name="LambOptimizer"):
+               clip_norm=1.0, name="LambOptimizer"):
     super().__init__(learning_rate, weight_decay_rate, beta_1, beta_2,
-                     epsilon, exclude_from_weight_decay, clip_norm,
-                     gradient_reducer, name)
+                     epsilon, exclude_from_weight_decay, clip_norm, name)
     self.bias_correction = bias_correction
 
   def _direction(self, var, m, v):
@@ -270,15 +264,13 @@ class LambOptimizer(AdamWeightDecayOptimizer):
     return self.learning_rate * trust_ratio
 
 
-def build_optimizer(optimizer_name, learning_rate, lamb_bias_correction=False,
-                    gradient_reducer=None):
+def build_optimizer(optimizer_name, learning_rate, lamb_bias_correction=False):
   """Upstream's hyperparameters (decay 0.01, betas 0.9/0.999, epsilon 1e-6).
 
   Args:
     optimizer_name: one of OPTIMIZERS.
     learning_rate: float or scalar tensor.
     lamb_bias_correction: LAMB only: Adam's bias correction of the moments.
-    gradient_reducer: see DataParallelOptimizer.
 
   Returns:
     A DataParallelOptimizer.
@@ -289,12 +281,11 @@ def build_optimizer(optimizer_name, learning_rate, lamb_bias_correction=False,
                        "has none.")
     return AdamWeightDecayOptimizer(
         learning_rate=learning_rate, weight_decay_rate=0.01, beta_1=0.9,
-        beta_2=0.999, epsilon=1e-6, gradient_reducer=gradient_reducer)
+        beta_2=0.999, epsilon=1e-6)
   if optimizer_name == "lamb":
     return LambOptimizer(
         learning_rate=learning_rate, weight_decay_rate=0.01, beta_1=0.9,
-        beta_2=0.999, epsilon=1e-6, bias_correction=lamb_bias_correction,
-        gradient_reducer=gradient_reducer)
+        beta_2=0.999, epsilon=1e-6, bias_correction=lamb_bias_correction)
   raise ValueError("Unknown optimizer %r; expected one of %s" %
                    (optimizer_name, ", ".join(OPTIMIZERS)))
 
@@ -318,18 +309,25 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
     The train op: one optimizer update and one global_step increment (none of
     either when fp16 gradients overflow).
   """
-  train_op, _ = create_accumulating_optimizer(
+  return create_accumulating_optimizer(
       [lambda: loss], init_lr, num_train_steps, num_warmup_steps, use_tpu,
-      **options)
-  return train_op
+      **options).train_op
+
+
+# What one training step is built of, for the model_fn and the hooks that
+# watch it (see throughput.register_step_metrics): the op, this replica's
+# share of the step's loss, the learning rate of the step and the dynamic
+# loss scale (None without --use_fp16).
+TrainStep = collections.namedtuple(
+    "TrainStep", ["train_op", "loss_share", "learning_rate", "loss_scale"])
 
 
 def create_accumulating_optimizer(
     micro_batch_loss_fns, init_lr, num_train_steps, num_warmup_steps,
     use_tpu=False, use_fp16=False, init_loss_scale=2**15,
-    loss_scale_growth_steps=2000, gradient_reducer=None,
-    optimizer_name="adamw", lamb_bias_correction=False):
-  """Train op of one update from the summed gradients of K micro-batches.
+    loss_scale_growth_steps=2000, optimizer_name="adamw",
+    lamb_bias_correction=False):
+  """One update from the summed gradients of K micro-batches.
 
   Args:
     micro_batch_loss_fns: K functions without arguments, each building the
@@ -344,13 +342,12 @@ def create_accumulating_optimizer(
       non-finite gradient in any micro-batch skips the whole update.
     init_loss_scale: initial dynamic loss scale.
     loss_scale_growth_steps: finite steps before the loss scale doubles.
-    gradient_reducer: see DataParallelOptimizer.
     optimizer_name: "adamw" (upstream) or "lamb".
     lamb_bias_correction: see LambOptimizer.
 
   Returns:
-    (train op, this replica's loss share): the op makes one all-reduce, one
-    update and one global_step increment, whatever K is.
+    A TrainStep; its op makes one all-reduce, one update and one global_step
+    increment, whatever K is.
   """
   if use_tpu:
     raise ValueError("TPUs are not supported by this fork.")
@@ -358,14 +355,17 @@ def create_accumulating_optimizer(
   learning_rate = learning_rate_schedule(init_lr, num_train_steps,
                                          num_warmup_steps, global_step)
   optimizer = build_optimizer(optimizer_name, learning_rate,
-                              lamb_bias_correction, gradient_reducer)
+                              lamb_bias_correction)
+  loss_scale = None
   if use_fp16:
-    optimizer = wrap_for_mixed_precision(optimizer, init_loss_scale,
-                                         loss_scale_growth_steps)
+    optimizer, loss_scale = wrap_for_mixed_precision(
+        optimizer, init_loss_scale, loss_scale_growth_steps)
   grads_and_vars, losses = accumulate_gradients(optimizer,
                                                 micro_batch_loss_fns)
   train_op = optimizer.apply_gradients(grads_and_vars, global_step=global_step)
-  return train_op, tf.add_n(losses)
+  return TrainStep(train_op=train_op, loss_share=tf.add_n(losses),
+                   learning_rate=learning_rate,
+                   loss_scale=loss_scale() if loss_scale else None)
 
 
 def accumulate_gradients(optimizer, micro_batch_loss_fns, var_list=None):
@@ -408,7 +408,8 @@ def accumulate_gradients(optimizer, micro_batch_loss_fns, var_list=None):
 
 
 def wrap_for_mixed_precision(optimizer, init_loss_scale, growth_steps):
-  """Seeds 000/001: `enable_mixed_precision_graph_rewrite` on the optimizer.
+  """`enable_mixed_precision_graph_rewrite` on the optimizer, as the
+  multi-GPU BERT forks do; returns (the wrapped optimizer, its loss scale).
 
   The wrapper multiplies the loss by a dynamic loss scale, divides the
   gradients by it, and skips the whole update (weights, slots and
@@ -421,8 +422,8 @@ def wrap_for_mixed_precision(optimizer, init_loss_scale, growth_steps):
                  else tf.mixed_precision.DynamicLossScale)
   loss_scale = scale_class(initial_loss_scale=init_loss_scale,
                            increment_period=growth_steps, multiplier=2.0)
-  return tf.train.experimental.enable_mixed_precision_graph_rewrite(
-      optimizer, loss_scale=loss_scale)
+  return (tf.train.experimental.enable_mixed_precision_graph_rewrite(
+      optimizer, loss_scale=loss_scale), loss_scale)
 
 
 class RankConsistentLossScale(tf.mixed_precision.DynamicLossScale):

@@ -718,14 +718,12 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
       training_setup.init_from_checkpoint(init_checkpoint)
 
     if mode == tf.estimator.ModeKeys.TRAIN:
-      train_op = optimization.create_optimizer(
-          loss_share, learning_rate, num_train_steps, num_warmup_steps,
-          **optimizer_options)
-      reported_loss = throughput.register_step_metrics(
-          loss_share, optimization.learning_rate_schedule(
-              learning_rate, num_train_steps, num_warmup_steps), train_op)
-      return tf.estimator.EstimatorSpec(mode, loss=reported_loss,
-                                        train_op=train_op)
+      step = optimization.create_accumulating_optimizer(
+          [lambda: loss_share], learning_rate, num_train_steps,
+          num_warmup_steps, **optimizer_options)
+      return tf.estimator.EstimatorSpec(
+          mode, loss=throughput.register_step_metrics(step),
+          train_op=step.train_op)
     if mode == tf.estimator.ModeKeys.EVAL:
       metrics = classifier_metrics(per_example_loss, features["label_ids"],
                                    logits, features["is_real_example"])

@@ -301,17 +301,15 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
   def model_fn(features, labels, mode, params):
     del labels, params
     if mode == tf.estimator.ModeKeys.TRAIN:
-      train_op, loss_share = optimization.create_accumulating_optimizer(
+      step = optimization.create_accumulating_optimizer(
           micro_batch_loss_fns(bert_config, features, num_accumulation_steps),
           learning_rate, num_train_steps, num_warmup_steps,
           **optimizer_options)
       if init_checkpoint:
         training_setup.init_from_checkpoint(init_checkpoint)
-      reported_loss = throughput.register_step_metrics(
-          loss_share, optimization.learning_rate_schedule(
-              learning_rate, num_train_steps, num_warmup_steps), train_op)
-      return tf.estimator.EstimatorSpec(mode, loss=reported_loss,
-                                        train_op=train_op)
+      return tf.estimator.EstimatorSpec(
+          mode, loss=throughput.register_step_metrics(step),
+          train_op=step.train_op)
     if mode == tf.estimator.ModeKeys.EVAL:
       ((masked_lm_loss, masked_lm_example_loss, masked_lm_log_probs),
        (next_sentence_loss, next_sentence_example_loss,

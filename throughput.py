@@ -12,6 +12,7 @@ Steady state excludes, as NVIDIA's BERT reference does:
   - every step during which a checkpoint was written.
 """
 
+import collections
 import json
 import os
 import time
@@ -22,45 +23,66 @@ import tensorflow.compat.v1 as tf
 import atomic_io
 import distribution
 
-LOSS_SHARES = "replica_loss_shares"
-LEARNING_RATE = "learning_rate"
+# Written by register_step_metrics only, read by step_metrics only.
+_STEP_METRICS = "bert_step_metrics"
+
+# What the training hooks watch of a step: the global batch's loss (as the
+# sum of this process's entries), the learning rate, the loss scale or None.
+StepMetrics = collections.namedtuple(
+    "StepMetrics", ["loss", "learning_rate", "loss_scale"])
 
 
-def register_step_metrics(loss_share, learning_rate, train_op):
-  """Called in model_fn (once per replica) so the hook can fetch them.
+def register_step_metrics(step):
+  """The TRAIN model_fn's hand-over of its step to the training hooks.
 
+  Called once per replica with the optimization.TrainStep it built; the
+  hooks (throughput, the non-finite loss guard) refuse to run without it.
   The hooks add up this process's entries and log the global batch's loss.
   With all replicas in this process their loss shares add up to it (as
   Estimator sums them). Horovod ranks and the workers of a multi_worker
   cluster hold only their own shares, so each entry is the share summed over
   every replica (divided among the local replicas): one scalar all-reduce
   per step, which every process runs since the hooks fetch the loss at every
-  step (NonFiniteLossHook). It waits for `train_op`, so that every process
+  step (NonFiniteLossHook). It waits for the train op, so that every process
   runs its collectives in the same order (the gradients', then this one).
 
   Args:
-    loss_share: this replica's share of the global batch's loss.
-    learning_rate: the scalar learning rate tensor.
-    train_op: this replica's train op.
+    step: this replica's optimization.TrainStep.
 
   Returns:
     The loss for the EstimatorSpec: the share under a tf.distribute
     strategy (Estimator sums the shares over all replicas), the global
     batch's loss under horovod.
   """
+  loss_share = step.loss_share
   num_local = distribution.num_local_replicas()
-  reported = loss_share
+  reported, watched = loss_share, loss_share
   if distribution.num_replicas_in_sync() > num_local:
-    with tf.control_dependencies([train_op]):
+    with tf.control_dependencies([step.train_op]):
       total = distribution.global_sum(tf.identity(loss_share))
-    tf.add_to_collection(LOSS_SHARES, total / float(num_local))
+    watched = total / float(num_local)
     if distribution.process_group():
       reported = total
-  else:
-    tf.add_to_collection(LOSS_SHARES, loss_share)
-  if not tf.get_collection(LEARNING_RATE):
-    tf.add_to_collection(LEARNING_RATE, learning_rate)
+  tf.add_to_collection(_STEP_METRICS, StepMetrics(
+      loss=watched, learning_rate=step.learning_rate,
+      loss_scale=step.loss_scale))
   return reported
+
+
+def step_metrics():
+  """The StepMetrics of the default graph's training step, for the hooks.
+
+  Raises:
+    ValueError: the TRAIN model_fn did not call register_step_metrics, so
+      nothing would watch its loss.
+  """
+  entries = tf.get_collection(_STEP_METRICS)
+  if not entries:
+    raise ValueError("The training model_fn must hand its step to the hooks "
+                     "with throughput.register_step_metrics(step).")
+  return StepMetrics(loss=tf.add_n([e.loss for e in entries]),
+                     learning_rate=entries[0].learning_rate,
+                     loss_scale=entries[0].loss_scale)
 
 
 def steady_state(step_records, warmup_steps):
@@ -131,17 +153,11 @@ class ThroughputHook(tf.train.SessionRunHook):
 
   def begin(self):
     self._global_step = tf.train.get_global_step()
-    self._fetches = {"global_step": self._global_step}
-    shares = tf.get_collection(LOSS_SHARES)
-    if shares:
-      self._fetches["loss"] = tf.add_n(shares)
-    lr = tf.get_collection(LEARNING_RATE)
-    if lr:
-      self._fetches["learning_rate"] = lr[0]
-    scale = [v for v in tf.global_variables()
-             if v.op.name.endswith("current_loss_scale")]
-    if scale:
-      self._fetches["loss_scale"] = scale[0]
+    metrics = step_metrics()
+    self._fetches = {"global_step": self._global_step, "loss": metrics.loss,
+                     "learning_rate": metrics.learning_rate}
+    if metrics.loss_scale is not None:
+      self._fetches["loss_scale"] = metrics.loss_scale
     self._jsonl = None
     self._writer = None
     if self._is_chief:

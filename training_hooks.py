@@ -62,20 +62,15 @@ class NonFiniteLossHook(tf.train.SessionRunHook):
     self._use_fp16 = use_fp16
 
   def begin(self):
-    shares = tf.get_collection(throughput.LOSS_SHARES)
-    self._fetches = None
-    if shares:
-      self._fetches = {"loss": tf.add_n(shares),
-                       "step": tf.train.get_global_step()}
+    self._fetches = {"loss": throughput.step_metrics().loss,
+                     "step": tf.train.get_global_step()}
 
   def before_run(self, run_context):
     del run_context
-    return tf.train.SessionRunArgs(self._fetches) if self._fetches else None
+    return tf.train.SessionRunArgs(self._fetches)
 
   def after_run(self, run_context, run_values):
     del run_context
-    if not self._fetches:
-      return
     loss, step = run_values.results["loss"], run_values.results["step"]
     if np.isfinite(loss):
       return

@@ -360,9 +360,9 @@ def test_fp16_nonfinite_micro_batch_skips_the_whole_update(mixed_precision,
             inject, tf.equal(ctx.replica_id_in_sync_group, 1))
         scales = [1.0, tf.where(poisoned, np.inf, 1.0)]
         fns = [lambda s=s: tf.reduce_sum(tf.square(w)) * s for s in scales]
-        train_op, _ = optimization.create_accumulating_optimizer(
+        train_op = optimization.create_accumulating_optimizer(
             fns, 0.1, 10, 0, use_fp16=True, init_loss_scale=1024,
-            loss_scale_growth_steps=2, optimizer_name="lamb")
+            loss_scale_growth_steps=2, optimizer_name="lamb").train_op
         return train_op
 
       train_op = strategy.group(strategy.extended.call_for_each_replica(step))

@@ -5,6 +5,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import optimization
+import throughput
 from conftest import fp16_training_state
 
 TWO_CPUS = tf.ConfigProto(device_count={"CPU": 2})
@@ -209,3 +210,25 @@ def test_fp16_checkpoint_holds_the_loss_scale(mixed_precision, tmp_path):
     _, _, _, train_op = build_fp16_step(strategy, [0])
     names = {v.op.name for v in tf.global_variables()}
   assert "current_loss_scale" in names and "good_steps" in names
+
+
+def test_the_train_step_reaches_the_hooks_only_through_register_step_metrics(
+    mixed_precision, graph):
+  w = tf.get_variable("w", initializer=tf.constant([1.0, 2.0]))
+  step = optimization.create_accumulating_optimizer(
+      [lambda: tf.reduce_sum(tf.square(w))], 0.1, 10, 2, use_fp16=True,
+      init_loss_scale=1024)
+  # A model_fn that forgets the hand-over disables no guard silently.
+  with pytest.raises(ValueError, match="register_step_metrics"):
+    throughput.step_metrics()
+  assert throughput.register_step_metrics(step) is step.loss_share
+  metrics = throughput.step_metrics()
+  with tf.Session() as sess:
+    sess.run(tf.global_variables_initializer())
+    before = sess.run(metrics)
+    sess.run(step.train_op)
+    after = sess.run(metrics)
+  assert before.loss == pytest.approx(5.0)
+  assert before.learning_rate == 0.0
+  assert after.learning_rate == pytest.approx(0.05)
+  assert before.loss_scale == after.loss_scale == 1024
