@@ -20,6 +20,33 @@ import errors
 from errors import UserError
 
 
+def resolve(path, flag):
+  """The checkpoint prefix that a checkpoint flag's value names.
+
+  Args:
+    path: a checkpoint prefix, a training output_dir (its latest checkpoint)
+      or a Google model directory (bert_model.ckpt).
+    flag: the flag's name, for the error message.
+
+  Raises:
+    UserError: no checkpoint is there.
+  """
+  if tf.io.gfile.isdir(path):
+    latest = tf.train.latest_checkpoint(path)
+    google_style = os.path.join(path, "bert_model.ckpt")
+    if not latest and tf.io.gfile.exists(google_style + ".index"):
+      # Google's released zips have bert_model.ckpt but no `checkpoint` file.
+      latest = google_style
+    if not latest:
+      raise UserError("--%s %s is a directory with no checkpoint in it" %
+                      (flag, path))
+    return latest
+  if not tf.io.gfile.exists(path + ".index"):
+    raise UserError("--%s %s: no such checkpoint (expected a training output "
+                    "directory or %s)" % (flag, path, path + ".index"))
+  return path
+
+
 def unreadable_reason(prefix):
   """Why the checkpoint `prefix` cannot be restored, or None if it can.
 

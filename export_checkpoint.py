@@ -32,6 +32,7 @@ from absl import logging
 import tensorflow.compat.v1 as tf
 
 import checkpoint_formats
+import checkpoints
 import modeling
 import run_classifier
 import tokenization
@@ -68,28 +69,6 @@ def define_flags():
                     "to the checkpoint, else LABEL_0, LABEL_1, ...")
   flags.DEFINE_bool("overwrite", False,
                     "Replace a non-empty --output_dir.")
-
-
-def resolve_checkpoint(path):
-  """The checkpoint prefix that --checkpoint names.
-
-  Raises:
-    UserError: there is no checkpoint there.
-  """
-  if tf.io.gfile.isdir(path):
-    latest = tf.train.latest_checkpoint(path)
-    google_style = os.path.join(path, "bert_model.ckpt")
-    if not latest and tf.io.gfile.exists(google_style + ".index"):
-      latest = google_style
-    if not latest:
-      raise UserError("--checkpoint %s is a directory with no checkpoint in "
-                      "it" % path)
-    return latest
-  if not tf.io.gfile.exists(path + ".index"):
-    raise UserError("--checkpoint %s: no such checkpoint (expected a "
-                    "training output directory or %s)" % (path,
-                                                          path + ".index"))
-  return path
 
 
 def parse_formats(values):
@@ -227,7 +206,7 @@ def export(checkpoint, bert_config_file, vocab_file, do_lower_case,
   Raises:
     UserError: any input does not fit; nothing is written then.
   """
-  prefix = resolve_checkpoint(checkpoint)
+  prefix = checkpoints.resolve(checkpoint, "checkpoint")
   bert_config = modeling.BertConfig.from_json_file(bert_config_file)
   if {"google", "huggingface"} & set(formats):
     if not vocab_file:

@@ -15,9 +15,11 @@ import tensorflow.compat.v1 as tf
 
 from errors import UserError
 
-PRETRAINING_INT_FEATURES = ("input_ids", "input_mask", "segment_ids",
-                            "masked_lm_positions", "masked_lm_ids",
-                            "next_sentence_labels")
+
+
+def int_feature(values):
+  """A tf.train.Feature of int64 values, as every record of ours stores."""
+  return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
 
 
 def pretraining_feature_spec(max_seq_length, max_predictions_per_seq):

@@ -599,18 +599,15 @@ def convert_single_example(ex_index, example, label_list, max_seq_length,
                        segment_ids=segment_ids + padding, label_id=label_id)
 
 
-def _int_feature(values):
-  return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
-
-
 def serialize_features(feature):
   """One `InputFeatures` as the serialized tf.train.Example of the records."""
+  int_feature = input_pipeline.int_feature
   features = collections.OrderedDict([
-      ("input_ids", _int_feature(feature.input_ids)),
-      ("input_mask", _int_feature(feature.input_mask)),
-      ("segment_ids", _int_feature(feature.segment_ids)),
-      ("label_ids", _int_feature([feature.label_id])),
-      ("is_real_example", _int_feature([int(feature.is_real_example)])),
+      ("input_ids", int_feature(feature.input_ids)),
+      ("input_mask", int_feature(feature.input_mask)),
+      ("segment_ids", int_feature(feature.segment_ids)),
+      ("label_ids", int_feature([feature.label_id])),
+      ("is_real_example", int_feature([int(feature.is_real_example)])),
   ])
   return tf.train.Example(features=tf.train.Features(
       feature=features)).SerializeToString()

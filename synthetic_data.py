@@ -1,18 +1,15 @@
 """Synthetic pretraining records of the right shape, for tests and benchmarks.
 
 The records follow create_pretraining_data's format exactly (the features
-run_pretraining.py reads) with random token ids: useful to measure speed or check
-mechanics without a corpus, useless for learning anything.
+run_pretraining.py reads) with random token ids: useful to measure speed or
+check mechanics without a corpus, useless for learning anything.
 """
 
 import numpy as np
 import tensorflow.compat.v1 as tf
 
 import atomic_io
-
-
-def _int_feature(values):
-  return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
+from input_pipeline import int_feature
 
 
 def _float_feature(values):
@@ -48,13 +45,13 @@ def synthetic_example(rng, max_seq_length, max_predictions_per_seq,
   weights = np.zeros(max_predictions_per_seq, np.float32)
   weights[:num_masked] = 1.0
   features = {
-      "input_ids": _int_feature(ids),
-      "input_mask": _int_feature(mask),
-      "segment_ids": _int_feature(segments),
-      "masked_lm_positions": _int_feature(positions),
-      "masked_lm_ids": _int_feature(labels),
+      "input_ids": int_feature(ids),
+      "input_mask": int_feature(mask),
+      "segment_ids": int_feature(segments),
+      "masked_lm_positions": int_feature(positions),
+      "masked_lm_ids": int_feature(labels),
       "masked_lm_weights": _float_feature(weights),
-      "next_sentence_labels": _int_feature([int(rng.randint(0, 2))]),
+      "next_sentence_labels": int_feature([int(rng.randint(0, 2))]),
   }
   return tf.train.Example(features=tf.train.Features(feature=features))
 

@@ -319,20 +319,7 @@ def resolve_checkpoint(path):
   """
   if checkpoint_formats.is_hf_dir(path):
     return checkpoint_formats.converted_hf_checkpoint(path)
-  if tf.io.gfile.isdir(path):
-    latest = tf.train.latest_checkpoint(path)
-    google_style = os.path.join(path, "bert_model.ckpt")
-    if not latest and tf.io.gfile.exists(google_style + ".index"):
-      # Google's released zips have bert_model.ckpt but no `checkpoint` file.
-      latest = google_style
-    if not latest:
-      raise UserError("--init_checkpoint %s is a directory with no "
-                      "checkpoint in it" % path)
-    return latest
-  if not tf.io.gfile.exists(path + ".index"):
-    raise UserError("--init_checkpoint %s: no such checkpoint (expected %s)"
-                    % (path, path + ".index"))
-  return path
+  return checkpoints.resolve(path, "init_checkpoint")
 
 
 def check_init_checkpoint(init_checkpoint, build_variables_fn):

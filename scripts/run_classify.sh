@@ -106,12 +106,5 @@ echo "[$NAME] fine-tuning task $TASK_NAME from ${INIT_CHECKPOINT:-scratch}" \
   --save_checkpoints_steps="$SAVE_CHECKPOINTS_STEPS" \
   ${INIT_FLAGS[@]+"${INIT_FLAGS[@]}"} ${EXTRA_FLAGS[@]+"${EXTRA_FLAGS[@]}"}
 echo "[$NAME] done: eval_results.txt and test_results.tsv in $OUTPUT_DIR"
-if [[ -n "$EXPORT_FORMAT" ]]; then
-  # The class names come from the labels.txt run_classifier.py wrote.
-  "$PYTHON" "$REPO_ROOT/export_checkpoint.py" --checkpoint="$OUTPUT_DIR" \
-    --bert_config_file="$BERT_CONFIG_FILE" --vocab_file="$VOCAB_FILE" \
-    --do_lower_case="$DO_LOWER_CASE" --output_dir="$OUTPUT_DIR/export" \
-    --format="$EXPORT_FORMAT" --overwrite
-  echo "[$NAME] exported to $OUTPUT_DIR/export" \
-    "(Hugging Face model: $OUTPUT_DIR/export/huggingface)"
-fi
+# The class names come from the labels.txt run_classifier.py wrote.
+export_model

@@ -107,11 +107,4 @@ echo "[$NAME] pretraining $BERT_CONFIG_FILE for $NUM_TRAIN_STEPS steps" \
   --max_eval_steps="$MAX_EVAL_STEPS" \
   ${INIT_FLAGS[@]+"${INIT_FLAGS[@]}"} ${EXTRA_FLAGS[@]+"${EXTRA_FLAGS[@]}"}
 echo "[$NAME] done: checkpoints and eval_results.txt in $OUTPUT_DIR"
-if [[ -n "$EXPORT_FORMAT" ]]; then
-  "$PYTHON" "$REPO_ROOT/export_checkpoint.py" --checkpoint="$OUTPUT_DIR" \
-    --bert_config_file="$BERT_CONFIG_FILE" --vocab_file="$VOCAB_FILE" \
-    --do_lower_case="$DO_LOWER_CASE" --output_dir="$OUTPUT_DIR/export" \
-    --format="$EXPORT_FORMAT" --overwrite
-  echo "[$NAME] exported to $OUTPUT_DIR/export" \
-    "(Hugging Face model: $OUTPUT_DIR/export/huggingface)"
-fi
+export_model

@@ -24,3 +24,15 @@ parse_settings() {
     esac
   done
 }
+
+# Exports $OUTPUT_DIR's model to $OUTPUT_DIR/export in $EXPORT_FORMAT (none
+# when empty) with export_checkpoint.py.
+export_model() {
+  [[ -n "$EXPORT_FORMAT" ]] || return 0
+  "$PYTHON" "$REPO_ROOT/export_checkpoint.py" --checkpoint="$OUTPUT_DIR" \
+    --bert_config_file="$BERT_CONFIG_FILE" --vocab_file="$VOCAB_FILE" \
+    --do_lower_case="$DO_LOWER_CASE" --output_dir="$OUTPUT_DIR/export" \
+    --format="$EXPORT_FORMAT" --overwrite
+  echo "[$NAME] exported to $OUTPUT_DIR/export" \
+    "(Hugging Face model: $OUTPUT_DIR/export/huggingface)"
+}
