@@ -52,6 +52,18 @@ def run_ok(args, env=None, timeout=600):
   return result
 
 
+def expect_user_error(result, *fragments):
+  """Asserts a user-error exit: code 2, one `error:` line holding every
+  fragment, no traceback; returns the line."""
+  assert result.returncode == 2, result.stderr[-2000:]
+  errors = [l for l in result.stderr.splitlines() if l.startswith("error:")]
+  assert len(errors) == 1, result.stderr[-2000:]
+  assert "Traceback" not in result.stderr
+  for fragment in fragments:
+    assert fragment in errors[0], errors[0]
+  return errors[0]
+
+
 def load_checkpoint(path):
   """{variable name: value} of a checkpoint prefix or a directory's latest."""
   reader = tf.train.load_checkpoint(path)

@@ -26,7 +26,7 @@ import modeling
 import run_classifier
 import run_pretraining
 import tokenization
-from conftest import REPO_ROOT, run_program
+from conftest import REPO_ROOT, expect_user_error, run_ok, run_program
 
 CORPUS = os.path.join(REPO_ROOT, "sample_data", "corpus.txt")
 CLASSIFY = os.path.join(REPO_ROOT, "sample_data", "classify")
@@ -40,20 +40,6 @@ TINY_CONFIG = {
 TOLERANCE = 1e-4
 
 
-def run_ok(args, env=None):
-  result = run_program(args, env=env)
-  assert result.returncode == 0, result.stderr[-3000:]
-  return result
-
-
-def expect_user_error(result, *fragments):
-  assert result.returncode == 2, result.stderr[-2000:]
-  errors = [l for l in result.stderr.splitlines() if l.startswith("error:")]
-  assert len(errors) == 1, result.stderr[-2000:]
-  assert "Traceback" not in result.stderr
-  for fragment in fragments:
-    assert fragment in errors[0], errors[0]
-  return errors[0]
 
 
 def export_args(work, checkpoint, output_dir, *extra):

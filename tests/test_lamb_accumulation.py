@@ -20,8 +20,9 @@ import modeling
 import optimization
 import run_pretraining
 import synthetic_data
-from conftest import (REPO_ROOT, TINY_CONFIG, fp16_training_state,
-                      load_checkpoint, run_ok, run_program)
+from conftest import (REPO_ROOT, TINY_CONFIG, expect_user_error,
+                      fp16_training_state, load_checkpoint, run_ok,
+                      run_program)
 from errors import UserError
 
 TWO_CPUS = tf.ConfigProto(device_count={"CPU": 2})
@@ -515,14 +516,6 @@ def test_fp16_accumulation_keeps_growing_the_loss_scale(runs):
   # 6 finite updates (not 12 micro-steps) with growth every 2: 1024 * 2**3.
   assert runs["mirrored_k2_fp16"][0]["current_loss_scale"] == 8192
 
-
-def expect_user_error(result, *fragments):
-  assert result.returncode == 2, result.stderr[-2000:]
-  errors = [l for l in result.stderr.splitlines() if l.startswith("error:")]
-  assert len(errors) == 1, result.stderr[-2000:]
-  assert "Traceback" not in result.stderr
-  for fragment in fragments:
-    assert fragment in errors[0]
 
 
 @pytest.mark.slow

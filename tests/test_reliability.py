@@ -13,8 +13,9 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import synthetic_data
-from conftest import REPO_ROOT, TINY_CONFIG, load_checkpoint, run_program
-from test_run_pretraining import expect_user_error, pretrain_args
+from conftest import (REPO_ROOT, TINY_CONFIG, expect_user_error,
+                      load_checkpoint, run_program)
+from test_run_pretraining import pretrain_args
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,8 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import synthetic_data
-from conftest import (REPO_ROOT, TINY_CONFIG, load_checkpoint, read_json,
+from conftest import (REPO_ROOT, TINY_CONFIG, expect_user_error,
+                      load_checkpoint, read_json,
                       run_ok, run_program)
 
 SEQ, PREDS = 32, 5
@@ -255,15 +256,6 @@ def test_two_workers_on_loopback_finish_with_the_same_weights(workdir):
   assert chief["sha256"] == worker["sha256"]
   assert load_checkpoint(str(out))["global_step"] == 6
 
-
-def expect_user_error(result, *fragments):
-  assert result.returncode == 2, result.stderr[-2000:]
-  errors = [l for l in result.stderr.splitlines() if l.startswith("error:")]
-  assert len(errors) == 1, result.stderr[-2000:]
-  assert "Traceback" not in result.stderr
-  for fragment in fragments:
-    assert fragment in errors[0]
-  return errors[0]
 
 
 @pytest.mark.slow
