@@ -16,6 +16,7 @@ import collections
 import json
 import os
 import time
+import weakref
 
 from absl import logging
 import tensorflow.compat.v1 as tf
@@ -23,8 +24,10 @@ import tensorflow.compat.v1 as tf
 import atomic_io
 import distribution
 
-# Written by register_step_metrics only, read by step_metrics only.
-_STEP_METRICS = "bert_step_metrics"
+# Graph -> its StepMetrics entries: written by register_step_metrics only,
+# read by step_metrics only. Not a graph collection, which every checkpoint's
+# meta graph would try (and fail) to serialize.
+_STEP_METRICS = weakref.WeakKeyDictionary()
 
 # What the training hooks watch of a step: the global batch's loss (as the
 # sum of this process's entries), the learning rate, the loss scale or None.
@@ -63,7 +66,7 @@ def register_step_metrics(step):
     watched = total / float(num_local)
     if distribution.process_group():
       reported = total
-  tf.add_to_collection(_STEP_METRICS, StepMetrics(
+  _STEP_METRICS.setdefault(tf.get_default_graph(), []).append(StepMetrics(
       loss=watched, learning_rate=step.learning_rate,
       loss_scale=step.loss_scale))
   return reported
@@ -76,7 +79,7 @@ def step_metrics():
     ValueError: the TRAIN model_fn did not call register_step_metrics, so
       nothing would watch its loss.
   """
-  entries = tf.get_collection(_STEP_METRICS)
+  entries = _STEP_METRICS.get(tf.get_default_graph())
   if not entries:
     raise ValueError("The training model_fn must hand its step to the hooks "
                      "with throughput.register_step_metrics(step).")

@@ -477,7 +477,7 @@ def _training_failure(error, setup, input_files):
         "lost contact with another worker (%s: %s); rerun every worker with "
         "the same command to resume from the last checkpoint" %
         (type(error).__name__, reason))
-  if setup.plan.name == "horovod" and "Horovod has been shut down" in reason:
+  if setup.plan.name == "horovod" and _lost_a_horovod_rank(error.message):
     return errors.TrainingFailed(
         "another horovod rank failed or died, and horovod shut down; rerun "
         "the same command to resume every rank from the last checkpoint")
@@ -485,6 +485,18 @@ def _training_failure(error, setup, input_files):
     return errors.TrainingFailed(input_pipeline.corrupt_input_message(
         input_files or [], reason))
   return error
+
+
+def _lost_a_horovod_rank(message):
+  """Whether an OpError of a horovod run says another rank is gone.
+
+  Depending on which collective was running, a dead rank shows as horovod
+  shutting down or as gloo's connection to it being reset.
+  """
+  return ("Horovod has been shut down" in message or
+          ("gloo/transport" in message and
+           ("Connection reset by peer" in message or
+            "Connection closed by peer" in message)))
 
 
 def _stop_message(setup, step):

@@ -224,13 +224,16 @@ def tiny_disk(tmp_path):
 
 
 def fill_disk(directory):
-  with open(os.path.join(str(directory), "filler"), "wb") as f:
-    try:
-      while True:
-        f.write(b"\0" * 65536)
-        f.flush()
-    except OSError:
-      pass
+  # Unbuffered: a buffered file would raise ENOSPC again when closed.
+  fd = os.open(os.path.join(str(directory), "filler"),
+               os.O_WRONLY | os.O_CREAT)
+  try:
+    while True:
+      os.write(fd, b"\0" * 65536)
+  except OSError:
+    pass
+  finally:
+    os.close(fd)
 
 
 def test_a_checkpoint_save_on_a_full_disk_is_one_error_line(workdir,
