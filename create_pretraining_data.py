@@ -79,8 +79,17 @@ def define_flags():
                        "Maximum number of masked LM predictions per sequence.")
   flags.DEFINE_integer("random_seed", 12345, "Random seed for data generation.")
   flags.DEFINE_integer(
-      "dupe_factor", 10,
-      "Number of times to duplicate the input data (with different masks).")
+      "dupe_factor", None,
+      "Number of times to duplicate the input data (with different masks). "
+      "Default: 10 (upstream's) with --masking=static, 1 with "
+      "--masking=dynamic.")
+  flags.DEFINE_enum(
+      "masking", pretraining_instances.STATIC,
+      list(pretraining_instances.MASKING_CHOICES),
+      "static: upstream's records, masks drawn here once per record. "
+      "dynamic: records without masks (input_ids, input_mask, segment_ids, "
+      "next_sentence_labels), of the same token pairs; run_pretraining.py "
+      "draws new masks every epoch.")
   flags.DEFINE_float("masked_lm_prob", 0.15, "Masked LM probability.")
   flags.DEFINE_float(
       "short_seq_prob", 0.1,
@@ -235,8 +244,9 @@ def _example_logger(vocab):
     logging.info("*** Example ***")
     logging.info("tokens: %s", " ".join(
         inv_vocab[i] for i in features["input_ids"][:length]))
-    for name in pretraining_instances.FEATURE_NAMES:
-      logging.info("%s: %s", name, " ".join(str(x) for x in features[name]))
+    for feature in pretraining_records.record_kind_of(features).features:
+      logging.info("%s: %s", feature.name,
+                   " ".join(str(x) for x in features[feature.name]))
 
   return log_example
 
@@ -299,13 +309,17 @@ def main(argv):
       short_seq_prob=FLAGS.short_seq_prob,
       masked_lm_prob=FLAGS.masked_lm_prob,
       max_predictions_per_seq=FLAGS.max_predictions_per_seq,
-      do_whole_word_mask=FLAGS.do_whole_word_mask)
+      do_whole_word_mask=FLAGS.do_whole_word_mask,
+      masking=FLAGS.masking)
+  dupe_factor = FLAGS.dupe_factor
+  if dupe_factor is None:
+    dupe_factor = 1 if FLAGS.masking == pretraining_instances.DYNAMIC else 10
   if FLAGS.num_workers is not None or FLAGS.output_dir is not None:
     try:
       output = pretraining_shards.run_sharded(
           FLAGS.input_file, FLAGS.output_file, FLAGS.output_dir,
           FLAGS.vocab_file, FLAGS.do_lower_case, params, FLAGS.random_seed,
-          FLAGS.dupe_factor, num_workers=FLAGS.num_workers,
+          dupe_factor, num_workers=FLAGS.num_workers,
           shard_size_mb=FLAGS.shard_size_mb,
           tokenizer_backend=FLAGS.tokenizer_backend, resume=FLAGS.resume)
     except KeyboardInterrupt:
@@ -323,7 +337,7 @@ def main(argv):
         "sharded mode)")
   run_faithful_mode(FLAGS.input_file, FLAGS.output_file, FLAGS.vocab_file,
                     FLAGS.do_lower_case, params, FLAGS.random_seed,
-                    FLAGS.dupe_factor,
+                    dupe_factor,
                     tokenizer_backend=FLAGS.tokenizer_backend)
 
 

@@ -13,29 +13,20 @@ import struct
 
 import tensorflow.compat.v1 as tf
 
+import dynamic_masking
+import pretraining_records
 from errors import UserError
 
 
 
-def int_feature(values):
-  """A tf.train.Feature of int64 values, as every record of ours stores."""
-  return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
-
-
-def pretraining_feature_spec(max_seq_length, max_predictions_per_seq):
-  """The tf.io parsing spec of create_pretraining_data's records."""
-  spec = {
-      "input_ids": tf.FixedLenFeature([max_seq_length], tf.int64),
-      "input_mask": tf.FixedLenFeature([max_seq_length], tf.int64),
-      "segment_ids": tf.FixedLenFeature([max_seq_length], tf.int64),
-      "masked_lm_positions":
-          tf.FixedLenFeature([max_predictions_per_seq], tf.int64),
-      "masked_lm_ids": tf.FixedLenFeature([max_predictions_per_seq], tf.int64),
-      "masked_lm_weights":
-          tf.FixedLenFeature([max_predictions_per_seq], tf.float32),
-      "next_sentence_labels": tf.FixedLenFeature([1], tf.int64),
-  }
-  return spec
+def record_feature_spec(kind, max_seq_length, max_predictions_per_seq):
+  """The tf.io parsing spec of records of `kind` (pretraining_records)."""
+  return {
+      f.name: tf.io.FixedLenFeature(
+          [pretraining_records.feature_length(f, max_seq_length,
+                                              max_predictions_per_seq)],
+          tf.as_dtype(f.dtype))
+      for f in kind.features}
 
 
 def decode_record(record, feature_spec):
@@ -214,6 +205,23 @@ def without_corrupt_records(input_files, scratch_dir):
   return files, skipped
 
 
+def _kind_of_file(path, features):
+  """The RecordKind of a file whose first record has `features`.
+
+  Raises:
+    UserError: the features are those of no kind.
+  """
+  kind = pretraining_records.record_kind_of(features.keys())
+  if kind is None:
+    raise UserError(
+        "%s holds records with the features %s, which are neither %s; is "
+        "this a create_pretraining_data.py output?" % (
+            path, ", ".join(sorted(features.keys())), " nor ".join(
+                "%s (%s)" % (k.name, ", ".join(f.name for f in k.features))
+                for k in pretraining_records.RECORD_KINDS)))
+  return kind
+
+
 def check_pretraining_records(input_files, max_seq_length,
                               max_predictions_per_seq, vocab_size=None):
   """Checks each file's first record against the flags, before training.
@@ -224,33 +232,38 @@ def check_pretraining_records(input_files, max_seq_length,
     max_predictions_per_seq: expected length of the masked_lm features.
     vocab_size: if given, token ids must be below it.
 
+  Returns:
+    The `pretraining_records.RecordKind` of the records.
+
   Raises:
-    UserError: naming the file, the feature, its length and the flag.
+    UserError: naming the file, the feature, its length and the flag; or
+      a file of each kind when the files hold different kinds.
   """
-  expected = {"input_ids": ("--max_seq_length", max_seq_length),
-              "input_mask": ("--max_seq_length", max_seq_length),
-              "segment_ids": ("--max_seq_length", max_seq_length),
-              "masked_lm_positions": ("--max_predictions_per_seq",
-                                      max_predictions_per_seq),
-              "masked_lm_ids": ("--max_predictions_per_seq",
-                                max_predictions_per_seq),
-              "masked_lm_weights": ("--max_predictions_per_seq",
-                                    max_predictions_per_seq),
-              "next_sentence_labels": (None, 1)}
+  flags_of = {pretraining_records.SEQ: "--max_seq_length",
+              pretraining_records.PRED: "--max_predictions_per_seq"}
+  kinds = {}
   for path in input_files:
     check_tfrecord_framing(path)
     features = first_example(path).features.feature
-    for name, (flag, length) in expected.items():
-      if name not in features:
-        raise UserError("%s: feature %r is missing; is this a "
-                        "create_pretraining_data.py output?" % (path, name))
-      kind = features[name].WhichOneof("kind")
-      values = getattr(features[name], kind).value
+    kind = _kind_of_file(path, features)
+    kinds.setdefault(kind.name, (kind, path))
+    if len(kinds) > 1:
+      (first, first_path), (second, second_path) = kinds.values()
+      raise UserError(
+          "--input_file mixes record kinds: %s holds %s records, %s holds "
+          "%s records; train on one kind at a time" % (
+              first_path, first.name, second_path, second.name))
+    for feature in kind.features:
+      length = pretraining_records.feature_length(
+          feature, max_seq_length, max_predictions_per_seq)
+      value_kind = features[feature.name].WhichOneof("kind")
+      values = getattr(features[feature.name], value_kind).value
       if len(values) != length:
+        flag = flags_of.get(feature.length)
         raise UserError(
             "%s: feature %s has length %d but %s=%d; recreate the data or "
-            "pass %s=%d" % (path, name, len(values), flag, length, flag,
-                            len(values)))
+            "pass %s=%d" % (path, feature.name, len(values), flag, length,
+                            flag, len(values)))
     if vocab_size is not None:
       top = max(features["input_ids"].int64_list.value)
       if top >= vocab_size:
@@ -258,13 +271,33 @@ def check_pretraining_records(input_files, max_seq_length,
             "%s: token id %d is outside the model's vocab_size %d; the data "
             "was made with a larger vocab than bert_config.json declares" %
             (path, top, vocab_size))
+  (kind, _), = kinds.values()
+  return kind
+
+
+def checkpoint_step(model_dir):
+  """The global step of `model_dir`'s latest checkpoint (0 without one)."""
+  latest = tf.train.latest_checkpoint(model_dir)
+  if not latest:
+    return 0
+  return int(tf.train.load_variable(latest, "global_step"))
 
 
 def pretraining_input_fn_builder(input_files, max_seq_length,
                                  max_predictions_per_seq, is_training,
                                  global_batch_size, num_replicas,
-                                 deterministic=False, num_cpu_threads=4):
+                                 deterministic=False, num_cpu_threads=4,
+                                 record_kind=pretraining_records.MASKED,
+                                 masking=None, masking_seed=None,
+                                 start_step_fn=None):
   """Returns an Estimator input_fn over pretraining TFRecords.
+
+  Records are read epoch after epoch, each tagged with its epoch (from 0),
+  which keys the masks drawn here (dynamic_masking) so that every epoch
+  masks an example anew. A run resuming at global step n skips what the
+  first n steps consumed (whole epochs by their number, then the records
+  of the current one), so that it reads, and masks, what the uninterrupted
+  run would have; exactly so when `deterministic`.
 
   Args:
     input_files: list of TFRecord paths.
@@ -276,49 +309,107 @@ def pretraining_input_fn_builder(input_files, max_seq_length,
     deterministic: keep file and record order fixed (for reproducible runs
       and tests) instead of upstream's sloppy parallel interleave.
     num_cpu_threads: parallel readers / parsers.
+    record_kind: the `pretraining_records.RecordKind` of the files.
+    masking: a `dynamic_masking.MaskingParams` to draw masks with (the
+      masks of MASKED records are then replaced), or None to use the
+      records' own masks (MASKED records only).
+    masking_seed: int, the seed of the training masks (eval masks use
+      dynamic_masking.EVAL_SEED).
+    start_step_fn: returns the global step training resumes from (called
+      when the input_fn is); None: always from the start.
 
   Returns:
     input_fn(params, input_context=None) -> tf.data.Dataset of feature dicts
     with int32 [B, S] / [B, P] tensors, B = per-replica batch.
   """
+  if masking is None and record_kind is not pretraining_records.MASKED:
+    raise ValueError("%s records hold no masks: pass `masking`" %
+                     record_kind.name)
   per_replica_batch = global_batch_size // num_replicas
-  feature_spec = pretraining_feature_spec(max_seq_length,
-                                          max_predictions_per_seq)
+  feature_spec = record_feature_spec(record_kind, max_seq_length,
+                                     max_predictions_per_seq)
+  if is_training:
+    stream = dynamic_masking.TRAIN_STREAM
+    seed = (dynamic_masking.DEFAULT_SEED if masking_seed is None
+            else masking_seed)
+  else:
+    stream, seed = dynamic_masking.EVAL_STREAM, dynamic_masking.EVAL_SEED
+
+  def decode(epoch, record):
+    features = decode_record(record, feature_spec)
+    if masking is not None:
+      features["random_draws"] = dynamic_masking.example_draws(
+          seed, stream, epoch, record, max_seq_length)
+    return features
+
+  def mask(features):
+    uniforms, random_ids = features.pop("random_draws")
+    original_ids = features["input_ids"]
+    if record_kind is pretraining_records.MASKED:
+      original_ids = dynamic_masking.restore_original_ids(features)
+    features.update(dynamic_masking.mask_batch(
+        original_ids, features["input_mask"], uniforms, random_ids,
+        masking))
+    return features
 
   def input_fn(params=None, input_context=None):
     del params
     files = list(input_files)
-    dataset = tf.data.Dataset.from_tensor_slices(tf.constant(files))
-    if input_context is not None and input_context.num_input_pipelines > 1:
-      # One pipeline per worker: each reads its own files, or its own records
-      # of a single file.
-      if len(files) >= input_context.num_input_pipelines:
-        dataset = dataset.shard(input_context.num_input_pipelines,
-                                input_context.input_pipeline_id)
-        shard_records = False
-      else:
-        shard_records = True
+    num_pipelines, pipeline_id, replicas_fed = 1, 0, 1
+    if input_context is not None:
+      num_pipelines = input_context.num_input_pipelines
+      pipeline_id = input_context.input_pipeline_id
+      replicas_fed = input_context.num_replicas_in_sync // num_pipelines
+    # One pipeline per worker: each reads its own files, or its own records
+    # of fewer files than workers.
+    shard_records = num_pipelines > 1 and len(files) < num_pipelines
+    if num_pipelines > 1 and not shard_records:
+      files = files[pipeline_id::num_pipelines]
+    first_epoch, records_to_skip = 0, 0
+    if is_training and start_step_fn is not None:
+      step = start_step_fn()
+      if step:
+        # Positions in the stream read before record sharding.
+        consumed = step * per_replica_batch * replicas_fed * (
+            num_pipelines if shard_records else 1)
+        per_epoch = sum(check_tfrecord_framing(path) for path in files)
+        first_epoch, records_to_skip = divmod(consumed, per_epoch)
+    shuffle = is_training and not deterministic
+    if is_training:
+      epochs = tf.data.Dataset.range(first_epoch, 2**62)
     else:
-      shard_records = False
+      epochs = tf.data.Dataset.range(1)
 
-    if is_training and not deterministic:
-      dataset = dataset.repeat().shuffle(buffer_size=len(files))
-      cycle_length = min(num_cpu_threads, len(files))
+    def epoch_files(epoch):
+      names = tf.data.Dataset.from_tensor_slices(tf.constant(files))
+      if shuffle:
+        names = names.shuffle(buffer_size=len(files))
+      return names.map(lambda name: (epoch, name))
+
+    def read_file(epoch, name):
+      return tf.data.Dataset.zip((tf.data.Dataset.from_tensors(epoch).repeat(),
+                                  tf.data.TFRecordDataset(name)))
+
+    dataset = epochs.flat_map(epoch_files)
+    if shuffle:
       dataset = dataset.interleave(
-          tf.data.TFRecordDataset, cycle_length=cycle_length,
+          read_file, cycle_length=min(num_cpu_threads, len(files)),
           num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
-      dataset = dataset.shuffle(buffer_size=100)
     else:
-      dataset = tf.data.TFRecordDataset(dataset)
-      if is_training:
-        dataset = dataset.repeat()
+      dataset = dataset.flat_map(read_file)
+    if records_to_skip:
+      dataset = dataset.skip(records_to_skip)
     if shard_records:
-      dataset = dataset.shard(input_context.num_input_pipelines,
-                              input_context.input_pipeline_id)
-    dataset = dataset.map(lambda r: decode_record(r, feature_spec),
-                          num_parallel_calls=num_cpu_threads)
+      dataset = dataset.shard(num_pipelines, pipeline_id)
+    if shuffle:
+      dataset = dataset.shuffle(buffer_size=100)
+    dataset = dataset.map(decode, num_parallel_calls=num_cpu_threads)
     # Whole batches only: every replica must see the same batch shape.
     dataset = dataset.batch(per_replica_batch, drop_remainder=True)
+    if masking is not None:
+      # On whole batches: far fewer op runs than example by example, and
+      # every row's masks depend on that row's draws only.
+      dataset = dataset.map(mask, num_parallel_calls=num_cpu_threads)
     return dataset.prefetch(tf.data.AUTOTUNE)
 
   return input_fn

@@ -37,9 +37,11 @@ MAX_SEQ_LENGTH = 8192
 # masking uses [MASK], and WordPiece emits [UNK] for uncoverable words.
 REQUIRED_VOCAB_TOKENS = ("[CLS]", "[SEP]", "[MASK]", "[UNK]")
 
-FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids",
-                 "masked_lm_positions", "masked_lm_ids", "masked_lm_weights",
-                 "next_sentence_labels")
+# --masking: masks frozen into the records (upstream), or none written
+# (run_pretraining.py draws them every epoch).
+STATIC = "static"
+DYNAMIC = "dynamic"
+MASKING_CHOICES = (STATIC, DYNAMIC)
 
 # Records logged in full at the start of the output, as upstream does.
 NUM_EXAMPLES_TO_LOG = 20
@@ -49,8 +51,8 @@ LOG_INTERVAL_SECONDS = 30.0
 
 InstanceParams = collections.namedtuple("InstanceParams", [
     "max_seq_length", "short_seq_prob", "masked_lm_prob",
-    "max_predictions_per_seq", "do_whole_word_mask"
-])
+    "max_predictions_per_seq", "do_whole_word_mask", "masking"
+], defaults=(STATIC,))
 InstanceParams.__doc__ = """How instances are cut and masked (flag values).
 
 Attributes:
@@ -59,6 +61,10 @@ Attributes:
   masked_lm_prob: fraction of an instance's tokens to mask.
   max_predictions_per_seq: cap on masked tokens per instance.
   do_whole_word_mask: mask all wordpieces of a word together.
+  masking: STATIC writes `pretraining_records.MASKED` records; DYNAMIC
+    writes `pretraining_records.UNMASKED` ones, of the same token pairs
+    (the masks are still drawn, so that every later choice sees the same
+    random numbers, and then left out).
 """
 
 
@@ -90,6 +96,9 @@ def validate_params(params, dupe_factor):
         % params.max_predictions_per_seq)
   if dupe_factor < 1:
     raise errors.UserError("--dupe_factor=%d must be at least 1" % dupe_factor)
+  if params.masking not in MASKING_CHOICES:
+    raise errors.UserError("--masking=%s is not one of %s" %
+                           (params.masking, ", ".join(MASKING_CHOICES)))
 
 
 def load_checked_vocab(vocab_file):
@@ -181,6 +190,7 @@ class InstanceMaker(object):
     self._random = rng.random
     self._getrandbits = rng.getrandbits
     self._params = params
+    self._unmasked = params.masking == DYNAMIC
     self._max_num_tokens = params.max_seq_length - 3
     self._encoder = encoder
     codes = encoder.token_codes
@@ -323,6 +333,9 @@ class InstanceMaker(object):
     tokens += tokens_b[b_start:b_end]
     tokens.append(self._sep)
     positions = self._masked_positions(tokens, num_a)
+    if self._unmasked:
+      self._draw_replacements(positions)
+      return self._encoder.encode_unmasked(tokens, num_a, is_random_next)
     output = list(tokens)
     for position in positions:
       if random() < 0.8:
@@ -334,6 +347,13 @@ class InstanceMaker(object):
     return self._encoder.encode(output, num_a, positions,
                                 [tokens[p] for p in positions],
                                 is_random_next)
+
+  def _draw_replacements(self, positions):
+    """The draws of `_record`'s replacement loop, without using them."""
+    random = self._random
+    for _ in positions:
+      if random() >= 0.8 and random() >= 0.5:
+        self._below(len(self._replacements))
 
   def _masked_positions(self, tokens, num_a):
     """As `create_masked_lm_predictions`' choice: positions in draw order."""

@@ -17,6 +17,7 @@ masked CRC32C of those 8 bytes, data, masked CRC32C of data.
 """
 
 import array
+import collections
 import importlib
 import os
 import struct
@@ -35,12 +36,108 @@ def load_numpy():
     np = importlib.import_module("numpy")
   return np
 
-# The order in which protobuf's serializer emits these seven map keys (its
-# hash-table order, fixed for a fixed key set): kept so records are byte-
-# identical to tf.train.Example.SerializeToString().
-SERIALIZED_FEATURE_ORDER = ("masked_lm_ids", "input_ids", "masked_lm_positions",
-                            "next_sentence_labels", "input_mask",
-                            "masked_lm_weights", "segment_ids")
+# ------------------------------------------------------- record schema ----
+# The one description of the pretraining records: what the writer
+# (`ExampleEncoder`), the reader (input_pipeline) and synthetic_data use.
+# A feature's length is a flag's value (SEQ: --max_seq_length, PRED:
+# --max_predictions_per_seq) or a number.
+
+SEQ = "max_seq_length"
+PRED = "max_predictions_per_seq"
+
+RecordFeature = collections.namedtuple("RecordFeature",
+                                       ["name", "dtype", "length"])
+
+RecordKind = collections.namedtuple("RecordKind", [
+    "name", "features", "serialized_order", "description"])
+RecordKind.__doc__ = """One kind of pretraining record.
+
+Attributes:
+  name: what the logs and the `--masking` help call it.
+  features: `RecordFeature`s in upstream's order (the order it builds and
+    logs them in).
+  serialized_order: the same names in the order protobuf's serializer emits
+    them for `features` inserted in that order (its hash-table order),
+    which `ExampleEncoder` follows to stay byte-identical to
+    tf.train.Example.SerializeToString().
+  description: one line for logs.
+"""
+
+MASKED = RecordKind(
+    name="masked",
+    features=(
+        RecordFeature("input_ids", "int64", SEQ),
+        RecordFeature("input_mask", "int64", SEQ),
+        RecordFeature("segment_ids", "int64", SEQ),
+        RecordFeature("masked_lm_positions", "int64", PRED),
+        RecordFeature("masked_lm_ids", "int64", PRED),
+        RecordFeature("masked_lm_weights", "float32", PRED),
+        RecordFeature("next_sentence_labels", "int64", 1),
+    ),
+    serialized_order=("masked_lm_ids", "input_ids", "masked_lm_positions",
+                      "next_sentence_labels", "input_mask",
+                      "masked_lm_weights", "segment_ids"),
+    description="masked (upstream's: create_pretraining_data.py "
+                "--masking=static)")
+
+UNMASKED = RecordKind(
+    name="unmasked",
+    features=MASKED.features[:3] + MASKED.features[-1:],
+    serialized_order=("next_sentence_labels", "input_mask", "input_ids",
+                      "segment_ids"),
+    description="unmasked (create_pretraining_data.py --masking=dynamic)")
+
+# PACKED goes here: several sequences per row of S tokens, with per-token
+# features (the index of the token's sequence in the row, its position
+# within that sequence) and per-sequence ones (the index of each
+# sequence's [CLS], its next-sentence label), masked or unmasked.
+
+RECORD_KINDS = (MASKED, UNMASKED)
+
+
+def feature_length(feature, max_seq_length, max_predictions_per_seq):
+  """The number of values of `feature` (a `RecordFeature`) in a record."""
+  return {SEQ: max_seq_length, PRED: max_predictions_per_seq}.get(
+      feature.length, feature.length)
+
+
+def record_kind_of(feature_names):
+  """The `RecordKind` whose features are exactly `feature_names`, or None."""
+  names = set(feature_names)
+  for kind in RECORD_KINDS:
+    if names == {f.name for f in kind.features}:
+      return kind
+  return None
+
+
+def int_feature(values):
+  """A tf.train.Feature of int64 values (imports TensorFlow)."""
+  import tensorflow.compat.v1 as tf  # pylint: disable=g-import-not-at-top
+  return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
+
+
+def float_feature(values):
+  """A tf.train.Feature of float32 values (imports TensorFlow)."""
+  import tensorflow.compat.v1 as tf  # pylint: disable=g-import-not-at-top
+  return tf.train.Feature(float_list=tf.train.FloatList(value=list(values)))
+
+
+def tf_example(kind, values):
+  """The tf.train.Example of one record of `kind` (imports TensorFlow).
+
+  Args:
+    kind: a `RecordKind`.
+    values: feature name -> sequence of numbers, for each of kind.features.
+
+  Returns:
+    tf.train.Example, features inserted in kind.features' order.
+  """
+  import tensorflow.compat.v1 as tf  # pylint: disable=g-import-not-at-top
+  features = collections.OrderedDict(
+      (f.name, float_feature(values[f.name]) if f.dtype == "float32"
+       else int_feature(values[f.name])) for f in kind.features)
+  return tf.train.Example(features=tf.train.Features(feature=features))
+
 
 _FLOAT_ONE = struct.pack("<f", 1.0)
 _FLOAT_ZERO = struct.pack("<f", 0.0)
@@ -95,7 +192,7 @@ class _EntryCache(dict):
 
 
 class ExampleEncoder(object):
-  """Serializes pretraining instances.
+  """Serializes pretraining instances as `MASKED` or `UNMASKED` records.
 
   Token ids are handled as their varint encodings, `token_codes[id]`: an
   instance's input_ids field is then a single join of its tokens. The
@@ -113,9 +210,9 @@ class ExampleEncoder(object):
     self._max_predictions = max_predictions_per_seq
     self._position_codes = [varint(i) for i in range(max_seq_length)]
     headers = {
-        name: _HeaderCache(name, b"\x12" if name == "masked_lm_weights"
-                           else b"\x1a")
-        for name in SERIALIZED_FEATURE_ORDER}
+        f.name: _HeaderCache(f.name, b"\x12" if f.dtype == "float32"
+                             else b"\x1a")
+        for f in MASKED.features}
     self._input_ids_headers = headers["input_ids"]
     self._masked_ids_headers = headers["masked_lm_ids"]
     self._positions_headers = headers["masked_lm_positions"]
@@ -130,9 +227,30 @@ class ExampleEncoder(object):
                    _FLOAT_ZERO * (max_predictions_per_seq - n)))
     self._segment_ids_header = headers["segment_ids"][max_seq_length]
 
+  def _sequence_entries(self, input_codes, num_a, is_random_next):
+    """The map entries every kind has, by feature name."""
+    num_tokens = len(input_codes)
+    input_ids = b"".join(input_codes) + b"\x00" * (self._seq_length -
+                                                   num_tokens)
+    return {
+        "input_ids": self._input_ids_headers[len(input_ids)] + input_ids,
+        "input_mask": self._input_mask_entries[num_tokens],
+        "segment_ids": b"".join((
+            self._segment_ids_header, b"\x00" * (num_a + 2),
+            b"\x01" * (num_tokens - num_a - 2),
+            b"\x00" * (self._seq_length - num_tokens))),
+        "next_sentence_labels":
+            self._next_sentence_entries[bool(is_random_next)],
+    }
+
+  @staticmethod
+  def _example(kind, entries):
+    features = b"".join([entries[name] for name in kind.serialized_order])
+    return b"\x0a" + varint(len(features)) + features
+
   def encode(self, input_codes, num_a, masked_positions, masked_codes,
              is_random_next):
-    """The serialized tf.train.Example of one instance.
+    """The serialized tf.train.Example of one `MASKED` instance.
 
     Args:
       input_codes: the instance's (masked) tokens as `token_codes`,
@@ -148,27 +266,35 @@ class ExampleEncoder(object):
       masked_lm_weights 1.0 per prediction then 0.0), as
       tf.train.Example.SerializeToString() gives them.
     """
-    num_tokens = len(input_codes)
     num_masked = len(masked_positions)
-    input_ids = b"".join(input_codes) + b"\x00" * (self._seq_length -
-                                                   num_tokens)
     pred_padding = b"\x00" * (self._max_predictions - num_masked)
     masked_ids = b"".join(masked_codes) + pred_padding
     position_codes = self._position_codes
     positions = b"".join([position_codes[p] for p in masked_positions]
                         ) + pred_padding
-    features = b"".join((
-        self._masked_ids_headers[len(masked_ids)], masked_ids,
-        self._input_ids_headers[len(input_ids)], input_ids,
-        self._positions_headers[len(positions)], positions,
-        self._next_sentence_entries[bool(is_random_next)],
-        self._input_mask_entries[num_tokens],
-        self._weights_entries[num_masked],
-        self._segment_ids_header, b"\x00" * (num_a + 2),
-        b"\x01" * (num_tokens - num_a - 2),
-        b"\x00" * (self._seq_length - num_tokens),
-    ))
-    return b"\x0a" + varint(len(features)) + features
+    entries = self._sequence_entries(input_codes, num_a, is_random_next)
+    entries["masked_lm_ids"] = (self._masked_ids_headers[len(masked_ids)] +
+                                masked_ids)
+    entries["masked_lm_positions"] = (
+        self._positions_headers[len(positions)] + positions)
+    entries["masked_lm_weights"] = self._weights_entries[num_masked]
+    return self._example(MASKED, entries)
+
+  def encode_unmasked(self, input_codes, num_a, is_random_next):
+    """The serialized tf.train.Example of one `UNMASKED` instance.
+
+    Args:
+      input_codes: the instance's tokens as `token_codes`,
+        [CLS] A [SEP] B [SEP]; at most S of them.
+      num_a: number of tokens of segment A.
+      is_random_next: whether B is a random segment.
+
+    Returns:
+      The bytes of the Example, as tf.train.Example.SerializeToString()
+      gives them for `UNMASKED.features` inserted in order.
+    """
+    return self._example(
+        UNMASKED, self._sequence_entries(input_codes, num_a, is_random_next))
 
 
 def _read_varint(data, pos):

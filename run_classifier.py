@@ -59,6 +59,7 @@ import distribution
 import input_pipeline
 import modeling
 import optimization
+import pretraining_records
 import throughput
 import tokenization
 import training_setup
@@ -601,7 +602,7 @@ def convert_single_example(ex_index, example, label_list, max_seq_length,
 
 def serialize_features(feature):
   """One `InputFeatures` as the serialized tf.train.Example of the records."""
-  int_feature = input_pipeline.int_feature
+  int_feature = pretraining_records.int_feature
   features = collections.OrderedDict([
       ("input_ids", int_feature(feature.input_ids)),
       ("input_mask", int_feature(feature.input_mask)),

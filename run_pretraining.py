@@ -17,16 +17,23 @@ from absl import logging
 import tensorflow.compat.v1 as tf
 
 import distribution
+import dynamic_masking
 import file_patterns
 import input_pipeline
 import modeling
 import optimization
+import pretraining_instances
+import pretraining_records
 import throughput
 import tokenization
 import training_setup
 from errors import UserError, main_with_user_errors
 
 FLAGS = flags.FLAGS
+
+MASKING_AUTO = "auto"
+MASKING_STATIC = "static"
+MASKING_DYNAMIC = "dynamic"
 
 
 def define_flags():
@@ -46,12 +53,25 @@ def define_flags():
                       "model.safetensors); ignored when output_dir already "
                       "has a checkpoint.")
   flags.DEFINE_string("vocab_file", None,
-                      "Optional: the vocab the data was made with; checked "
-                      "against bert_config's vocab_size.")
+                      "The vocab the data was made with; checked against "
+                      "bert_config's vocab_size. Needed to draw masks (the "
+                      "ids of [CLS], [SEP], [MASK] and the ## pieces).")
+  flags.DEFINE_enum(
+      "masking", MASKING_AUTO, [MASKING_AUTO, MASKING_STATIC, MASKING_DYNAMIC],
+      "auto: the records' own masks (create_pretraining_data.py "
+      "--masking=static), or masks drawn in the input pipeline, anew every "
+      "epoch, for records without masks (--masking=dynamic). static: the "
+      "records' own masks only. dynamic: draw masks for either kind (masked "
+      "records get their original tokens back and new masks).")
+  flags.DEFINE_float("masked_lm_prob", 0.15,
+                     "Drawn masks: fraction of a sequence's tokens masked.")
+  flags.DEFINE_bool("do_whole_word_mask", False,
+                    "Drawn masks: mask all wordpieces of a word together.")
   flags.DEFINE_integer("max_seq_length", 128,
                        "Sequence length of the records (S).")
   flags.DEFINE_integer("max_predictions_per_seq", 20,
-                       "Masked positions per sequence in the records.")
+                       "Masked positions per sequence in the records (or "
+                       "drawn per sequence).")
   flags.DEFINE_bool("do_train", False, "Whether to run training.")
   flags.DEFINE_bool("do_eval", False,
                     "Whether to run eval on the input files.")
@@ -359,11 +379,67 @@ def build_pretraining_variables(bert_config):
                            tf.zeros([1, 1], tf.int32))
 
 
+def masking_for_records(masking, record_kind, vocab_file, max_seq_length,
+                        max_predictions_per_seq, masked_lm_prob,
+                        do_whole_word_mask):
+  """What to mask the records with, from the flags and the records' kind.
+
+  Args:
+    masking: the --masking value.
+    record_kind: the records' pretraining_records.RecordKind.
+    vocab_file: the --vocab_file value (None if not given).
+    max_seq_length, max_predictions_per_seq, masked_lm_prob,
+    do_whole_word_mask: the flags' values.
+
+  Returns:
+    A dynamic_masking.MaskingParams, or None to use the records' masks.
+
+  Raises:
+    UserError: --masking=static on records without masks, a masked_lm_prob
+      the masks cannot follow, or no --vocab_file to draw masks with.
+  """
+  if record_kind is not pretraining_records.MASKED:
+    if masking == MASKING_STATIC:
+      raise UserError(
+          "--masking=static but the --input_file records are %s: they hold "
+          "no masks; drop --masking=static (masks are then drawn in the "
+          "input pipeline) or make the records with create_pretraining_data"
+          ".py --masking=static" % record_kind.name)
+  elif masking != MASKING_DYNAMIC:
+    return None
+  problem = dynamic_masking.check_masked_lm_prob(
+      masked_lm_prob, max_seq_length, max_predictions_per_seq)
+  if problem:
+    raise UserError(problem)
+  if not vocab_file:
+    raise UserError(
+        "--vocab_file is required to draw masks (%s records%s): the ids of "
+        "[CLS], [SEP], [MASK] come from it" % (
+            record_kind.name, ", --masking=dynamic"
+            if record_kind is pretraining_records.MASKED else ""))
+  return dynamic_masking.masking_params_from_vocab(
+      pretraining_instances.load_checked_vocab(vocab_file), max_seq_length,
+      max_predictions_per_seq, masked_lm_prob, do_whole_word_mask)
+
+
+def describe_masking(record_kind, masking):
+  """One log line: the records' kind and where the masks come from."""
+  if masking is None:
+    return "input records: %s; training on the masks they hold" % (
+        record_kind.description)
+  return ("input records: %s; masks drawn in the input pipeline, new every "
+          "epoch: masked_lm_prob %g, at most %d per sequence, %s" % (
+              record_kind.description, masking.masked_lm_prob,
+              masking.max_predictions_per_seq,
+              "whole words" if masking.do_whole_word_mask
+              else "per wordpiece"))
+
+
 def validate_flags():
   """Checks flags and inputs before any long work; returns what they load.
 
   Returns:
-    (bert_config, input_files).
+    (bert_config, input_files, record kind, masking params or None).
   """
   if not FLAGS.do_train and not FLAGS.do_eval:
     raise UserError("At least one of --do_train or --do_eval must be True")
@@ -383,16 +459,20 @@ def validate_flags():
     tokenization.check_vocab_fits_config(FLAGS.vocab_file,
                                          bert_config.vocab_size)
   input_files = file_patterns.expand_file_patterns(FLAGS.input_file)
-  input_pipeline.check_pretraining_records(
+  record_kind = input_pipeline.check_pretraining_records(
       input_files, FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
       vocab_size=bert_config.vocab_size)
-  return bert_config, input_files
+  masking = masking_for_records(
+      FLAGS.masking, record_kind, FLAGS.vocab_file, FLAGS.max_seq_length,
+      FLAGS.max_predictions_per_seq, FLAGS.masked_lm_prob,
+      FLAGS.do_whole_word_mask)
+  return bert_config, input_files, record_kind, masking
 
 
 def main(argv):
   del argv
   logging.set_verbosity(logging.INFO)
-  bert_config, input_files = validate_flags()
+  bert_config, input_files, record_kind, masking = validate_flags()
   setup = training_setup.prepare(training_setup.options_from_flags(
       FLAGS, FLAGS.output_dir, FLAGS.train_batch_size))
   if FLAGS.num_accumulation_steps > 1:
@@ -406,6 +486,7 @@ def main(argv):
     training_setup.check_init_checkpoint(
         FLAGS.init_checkpoint, lambda: build_pretraining_variables(bert_config))
   logging.info("Input files: %d, first %s", len(input_files), input_files[0])
+  logging.info("%s", describe_masking(record_kind, masking))
   if FLAGS.skip_corrupt_records:
     input_files = training_setup.skip_corrupt_records(setup, input_files)
 
@@ -419,11 +500,16 @@ def main(argv):
       FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
       is_training=True, global_batch_size=FLAGS.train_batch_size,
       num_replicas=setup.plan.num_replicas,
-      deterministic=FLAGS.tf_random_seed is not None)
+      deterministic=FLAGS.tf_random_seed is not None,
+      record_kind=record_kind, masking=masking,
+      masking_seed=FLAGS.tf_random_seed,
+      # The chief's directory: horovod's other ranks keep a scratch one.
+      start_step_fn=lambda: input_pipeline.checkpoint_step(FLAGS.output_dir))
   eval_input_fn = input_pipeline.pretraining_input_fn_builder(
       input_files, FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
       is_training=False, global_batch_size=FLAGS.eval_batch_size,
-      num_replicas=1, deterministic=True)
+      num_replicas=1, deterministic=True, record_kind=record_kind,
+      masking=masking)
 
   throughput_summary, result = None, None
   if FLAGS.do_train:

@@ -26,6 +26,8 @@ import pretraining_records
 import upstream_reference as reference
 from conftest import run_program
 
+MASKED_FEATURES = [f.name for f in pretraining_records.MASKED.features]
+
 DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
                         "create_pretraining_data")
 CORPUS = os.path.join(DATA_DIR, "corpus.txt")
@@ -51,7 +53,7 @@ def decode_records(path):
   for raw in tf.io.tf_record_iterator(path):
     example = tf.train.Example.FromString(raw)
     feature = example.features.feature
-    assert sorted(feature.keys()) == sorted(pretraining_instances.FEATURE_NAMES)
+    assert sorted(feature.keys()) == sorted(MASKED_FEATURES)
     record = {name: list(feature[name].int64_list.value)
               for name in INT_FEATURES}
     record["masked_lm_weights"] = list(
@@ -214,7 +216,7 @@ def test_every_record_is_well_formed(tmp_path):
   assert len(records) > 30
   labels = set()
   for r in records:
-    assert [len(r[name]) for name in pretraining_instances.FEATURE_NAMES] == [
+    assert [len(r[name]) for name in MASKED_FEATURES] == [
         seq, seq, seq, preds, preds, preds, 1]
     length = sum(r["input_mask"])
     assert r["input_mask"] == [1] * length + [0] * (seq - length)

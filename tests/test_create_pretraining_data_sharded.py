@@ -35,6 +35,8 @@ import upstream_reference as reference
 from conftest import REPO_ROOT
 from conftest import run_program
 
+MASKED_FEATURES = [f.name for f in pretraining_records.MASKED.features]
+
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 CPD_DIR = os.path.join(TESTS_DIR, "data", "create_pretraining_data")
 CPD_CORPUS = os.path.join(CPD_DIR, "corpus.txt")
@@ -230,7 +232,7 @@ def test_faithful_mode_with_python_backend_equals_upstream_golden(tmp_path):
     for raw in tf.io.tf_record_iterator(path):
       feature = tf.train.Example.FromString(raw).features.feature
       record = {name: list(feature[name].int64_list.value)
-                for name in pretraining_instances.FEATURE_NAMES
+                for name in MASKED_FEATURES
                 if name != "masked_lm_weights"}
       record["masked_lm_weights"] = list(
           feature["masked_lm_weights"].float_list.value)

@@ -73,6 +73,11 @@ def data(tmp_path_factory):
           "--vocab_file=%s" % (d / "vocab.txt"),
           "--max_seq_length=%d" % SEQ, "--max_predictions_per_seq=%d" % PREDS,
           "--dupe_factor=1"])
+  run_ok(["create_pretraining_data.py", "--input_file=%s" % corpus,
+          "--output_file=%s" % (d / "unmasked.tfrecord"),
+          "--vocab_file=%s" % (d / "vocab.txt"),
+          "--max_seq_length=%d" % SEQ, "--max_predictions_per_seq=%d" % PREDS,
+          "--masking=dynamic"])
   with open(d / "config.json", "w") as f:
     json.dump(CONFIG, f)
   records = list(tf.io.tf_record_iterator(str(d / "records.tfrecord")))
@@ -85,6 +90,7 @@ def data(tmp_path_factory):
                                         start + (r + 1) * half]])
       for r in (0, 1)]
   return {"dir": d, "records": str(d / "records.tfrecord"),
+          "unmasked_records": str(d / "unmasked.tfrecord"),
           "counts": [masked_count(r) for r in records],
           "rank_files": rank_files}
 
@@ -135,6 +141,18 @@ IN_PROCESS_RUNS = {
 }
 
 
+# Masks drawn in the input pipeline (create_pretraining_data.py
+# --masking=dynamic records): each example's masks depend on the example and
+# the epoch only, so the replicas' draws are one device's.
+DYNAMIC_RUNS = {"dynamic_" + name: IN_PROCESS_RUNS[name] for name in
+                ("one_device", "mirrored", "multi_worker", "mirrored_k2_fp16")}
+
+
+def dynamic_args(data):
+  return ["--input_file=%s" % data["unmasked_records"],
+          "--vocab_file=%s" % (data["dir"] / "vocab.txt")]
+
+
 def two_worker_run(data, output_dir):
   env = dict(os.environ, PYTHON=sys.executable, NUM_WORKERS="2",
              TF_CPP_MIN_LOG_LEVEL="2")
@@ -172,6 +190,9 @@ def runs(data):
         two_worker_run(data, out)
       elif name == "horovod":
         horovod_run(data, out)
+      elif name in DYNAMIC_RUNS:
+        run_ok(pretrain_args(data, out, *DYNAMIC_RUNS[name]) +
+               dynamic_args(data))
       else:
         run_ok(pretrain_args(data, out, *IN_PROCESS_RUNS[name]))
       started[name] = out
@@ -204,8 +225,24 @@ RUN_NAMES = [
 @pytest.mark.slow
 @pytest.mark.parametrize("name", RUN_NAMES)
 def test_replicas_equal_one_device_with_the_global_batch(runs, name):
-  reference = load_checkpoint(runs("one_device"))
-  actual = load_checkpoint(runs(name))
+  assert_same_weights(runs("one_device"), runs(name), name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [n for n in DYNAMIC_RUNS
+                                  if n != "dynamic_one_device"])
+def test_drawn_masks_replicas_equal_one_device(runs, name):
+  assert_same_weights(runs("dynamic_one_device"), runs(name), name)
+  # Other masks than the records' of create_pretraining_data --masking=static.
+  static = load_checkpoint(runs("one_device"))
+  drawn = load_checkpoint(runs("dynamic_one_device"))
+  assert not np.allclose(static["cls/predictions/output_bias"],
+                         drawn["cls/predictions/output_bias"], atol=1e-6)
+
+
+def assert_same_weights(reference_dir, actual_dir, name):
+  reference = load_checkpoint(reference_dir)
+  actual = load_checkpoint(actual_dir)
   assert set(actual) - {"current_loss_scale", "good_steps"} == set(reference)
   assert actual["global_step"] == reference["global_step"] == STEPS
   diff = max(float(np.abs(actual[n] - reference[n]).max())
@@ -218,8 +255,7 @@ def test_replicas_equal_one_device_with_the_global_batch(runs, name):
     # 6 finite updates, growth every 2: 1024 * 2**3, none skipped.
     assert actual["current_loss_scale"] == 8192
   # The weights moved far beyond the tolerance.
-  start = load_checkpoint(os.path.join(str(runs("one_device")),
-                                       "model.ckpt-0"))
+  start = load_checkpoint(os.path.join(str(reference_dir), "model.ckpt-0"))
   assert max(float(np.abs(reference[n] - start[n]).max())
              for n in start if n.startswith("bert/")) > 1e-3
 

@@ -1,0 +1,420 @@
+"""Masks drawn in the input pipeline (--masking=dynamic), on real text.
+
+Records come from sample_data/corpus.txt through create_vocab.py and
+create_pretraining_data.py, as a user makes them: upstream's (static)
+records and unmasked ones of the same seed.
+"""
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+import dynamic_masking
+import input_pipeline
+import pretraining_records
+import run_pretraining
+import tokenization
+from conftest import REPO_ROOT, TINY_CONFIG, expect_user_error
+from conftest import load_checkpoint, run_ok
+from conftest import run_program
+from errors import UserError
+
+SEQ, PREDS, VOCAB = 64, 10, 1000
+MASKED, UNMASKED = pretraining_records.MASKED, pretraining_records.UNMASKED
+# conftest's tiny BERT (positions for SEQ tokens), with the vocab's size.
+CONFIG = dict(TINY_CONFIG, vocab_size=VOCAB)
+
+
+def create_data_args(d, output, *extra):
+  return ["create_pretraining_data.py",
+          "--input_file=%s" % os.path.join(REPO_ROOT, "sample_data",
+                                            "corpus.txt"),
+          "--output_file=%s" % (d / output),
+          "--vocab_file=%s" % (d / "vocab.txt"),
+          "--max_seq_length=%d" % SEQ,
+          "--max_predictions_per_seq=%d" % PREDS] + list(extra)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+  d = tmp_path_factory.mktemp("dynamic_masking")
+  run_ok(["create_vocab.py",
+          "--input_file=%s" % os.path.join(REPO_ROOT, "sample_data",
+                                            "corpus.txt"),
+          "--output_file=%s" % (d / "vocab.txt"), "--vocab_size=%d" % VOCAB])
+  run_ok(create_data_args(d, "static.tfrecord", "--dupe_factor=1"))
+  # No --dupe_factor: 1 is the default of --masking=dynamic.
+  run_ok(create_data_args(d, "unmasked.tfrecord", "--masking=dynamic"))
+  with open(d / "config.json", "w") as f:
+    json.dump(CONFIG, f)
+  vocab = tokenization.load_vocab(str(d / "vocab.txt"))
+  return {"dir": d, "static": str(d / "static.tfrecord"),
+          "unmasked": str(d / "unmasked.tfrecord"), "vocab": vocab}
+
+
+def parsed(path):
+  return [pretraining_records.parse_example(r)
+          for r in tf.io.tf_record_iterator(path)]
+
+
+def unmask(record):
+  """A static record's input_ids with its masked_lm_ids put back."""
+  ids = list(record["input_ids"])
+  for position, original, weight in zip(record["masked_lm_positions"],
+                                        record["masked_lm_ids"],
+                                        record["masked_lm_weights"]):
+    if weight:
+      ids[position] = original
+  return ids
+
+
+# ------------------------------------------------------------ records ----
+
+
+def test_unmasked_records_hold_the_static_records_token_pairs(data):
+  static, unmasked = parsed(data["static"]), parsed(data["unmasked"])
+  assert len(unmasked) == len(static) > 500
+  for s, u in zip(static, unmasked):
+    assert set(u) == {f.name for f in UNMASKED.features}
+    assert u["input_ids"] == unmask(s)
+    for name in ("input_mask", "segment_ids", "next_sentence_labels"):
+      assert u[name] == s[name]
+
+
+def test_unmasked_records_are_what_tensorflow_serializes(data):
+  for raw in list(tf.io.tf_record_iterator(data["unmasked"]))[:50]:
+    values = pretraining_records.parse_example(raw)
+    assert pretraining_records.tf_example(
+        UNMASKED, values).SerializeToString() == raw
+
+
+def test_sharded_mode_writes_unmasked_records_too(data):
+  outputs = {}
+  for masking in ("static", "dynamic"):
+    run_ok(create_data_args(data["dir"], masking, "--num_workers=2",
+                            "--shard_size_mb=0.05", "--dupe_factor=1",
+                            "--masking=%s" % masking))
+    outputs[masking] = sorted(str(p) for p in data["dir"].glob(
+        masking + "-*"))
+  assert len(outputs["static"]) == len(outputs["dynamic"]) > 1
+  for static_path, unmasked_path in zip(outputs["static"],
+                                        outputs["dynamic"]):
+    static, unmasked = parsed(static_path), parsed(unmasked_path)
+    assert len(static) == len(unmasked)
+    assert [unmask(s) for s in static] == [u["input_ids"] for u in unmasked]
+    assert all(set(u) == {f.name for f in UNMASKED.features}
+               for u in unmasked)
+
+
+def test_the_record_table_is_upstreams_reader_spec():
+  spec = input_pipeline.record_feature_spec(MASKED, 128, 20)
+  assert spec == {
+      "input_ids": tf.FixedLenFeature([128], tf.int64),
+      "input_mask": tf.FixedLenFeature([128], tf.int64),
+      "segment_ids": tf.FixedLenFeature([128], tf.int64),
+      "masked_lm_positions": tf.FixedLenFeature([20], tf.int64),
+      "masked_lm_ids": tf.FixedLenFeature([20], tf.int64),
+      "masked_lm_weights": tf.FixedLenFeature([20], tf.float32),
+      "next_sentence_labels": tf.FixedLenFeature([1], tf.int64),
+  }
+  unmasked_spec = input_pipeline.record_feature_spec(UNMASKED, 128, 20)
+  assert unmasked_spec == {name: spec[name] for name in (
+      "input_ids", "input_mask", "segment_ids", "next_sentence_labels")}
+
+
+# ----------------------------------------------------- drawn in tf.data ----
+
+
+def masking_params(data, whole_word=False, prob=0.15):
+  return dynamic_masking.masking_params_from_vocab(
+      data["vocab"], SEQ, PREDS, prob, whole_word)
+
+
+def read_examples(path, kind, masking, num_examples, batch=8, seed=1,
+                  is_training=True, input_context=None, num_replicas=1):
+  """The first num_examples features the input_fn yields, one dict each."""
+  with tf.Graph().as_default():
+    input_fn = input_pipeline.pretraining_input_fn_builder(
+        [path], SEQ, PREDS, is_training=is_training,
+        global_batch_size=batch, num_replicas=num_replicas,
+        deterministic=True, record_kind=kind, masking=masking,
+        masking_seed=seed)
+    batches = tf.data.make_one_shot_iterator(
+        input_fn(input_context=input_context)).get_next()
+    examples = []
+    with tf.Session() as sess:
+      try:
+        while len(examples) < num_examples:
+          values = sess.run(batches)
+          for i in range(len(values["input_ids"])):
+            examples.append({k: v[i] for k, v in values.items()})
+      except tf.errors.OutOfRangeError:
+        pass
+  return examples[:num_examples]
+
+
+@pytest.fixture(scope="module")
+def two_epochs(data):
+  originals = parsed(data["unmasked"])
+  count = len(originals) // 8 * 8
+  examples = read_examples(data["unmasked"], UNMASKED, masking_params(data),
+                           2 * len(originals))
+  return originals, examples[:count], examples[len(originals):][:count]
+
+
+def check_upstreams_rule(original, drawn, vocab, budget_of=None):
+  """Asserts the masks of one example follow upstream's rule; returns the
+  (original, drawn) token pairs at the masked positions."""
+  ids = original["input_ids"]
+  length = sum(original["input_mask"])
+  weights = list(drawn["masked_lm_weights"])
+  count = int(sum(weights))
+  assert weights == [1.0] * count + [0.0] * (PREDS - count)
+  budget = dynamic_masking.num_to_predict(length, PREDS, 0.15)
+  assert count == (budget if budget_of is None else budget_of(count, budget))
+  positions = list(drawn["masked_lm_positions"])
+  assert positions[count:] == [0] * (PREDS - count)
+  assert list(drawn["masked_lm_ids"][count:]) == [0] * (PREDS - count)
+  chosen = positions[:count]
+  assert chosen == sorted(set(chosen))
+  specials = {vocab["[CLS]"], vocab["[SEP]"]}
+  for p in chosen:
+    assert p < length and ids[p] not in specials
+  assert list(drawn["masked_lm_ids"][:count]) == [ids[p] for p in chosen]
+  for p in range(SEQ):
+    if p not in chosen:
+      assert drawn["input_ids"][p] == ids[p]
+  for name in ("input_mask", "segment_ids", "next_sentence_labels"):
+    assert list(drawn[name]) == list(original[name])
+  return [(ids[p], drawn["input_ids"][p]) for p in chosen]
+
+
+def test_drawn_masks_follow_upstreams_rule(data, two_epochs):
+  originals, first, second = two_epochs
+  vocab = data["vocab"]
+  pairs = []
+  for epoch in (first, second):
+    for original, drawn in zip(originals, epoch):
+      pairs += check_upstreams_rule(original, drawn, vocab)
+  masked = sum(new == vocab["[MASK]"] for _, new in pairs)
+  kept = sum(new == old for old, new in pairs)
+  assert len(pairs) > 8000
+  # 80 % [MASK], 10 % kept, 10 % a random id (which may be the original).
+  assert masked / len(pairs) == pytest.approx(0.8, abs=0.02)
+  assert kept / len(pairs) == pytest.approx(0.1, abs=0.02)
+  assert (len(pairs) - masked - kept) / len(pairs) == pytest.approx(
+      0.1, abs=0.02)
+
+
+def test_every_epoch_draws_new_masks_the_same_for_the_same_seed(
+    data, two_epochs):
+  _, first, second = two_epochs
+  overlap = []
+  for a, b in zip(first, second):
+    pa = set(a["masked_lm_positions"][a["masked_lm_weights"] > 0])
+    pb = set(b["masked_lm_positions"][b["masked_lm_weights"] > 0])
+    overlap.append(len(pa & pb) / len(pa))
+  # Independent draws of ~15 % of the candidates: ~0.17 overlap, not 1.
+  assert 0.1 < np.mean(overlap) < 0.3
+  again = read_examples(data["unmasked"], UNMASKED, masking_params(data), 64)
+  other_seed = read_examples(data["unmasked"], UNMASKED,
+                             masking_params(data), 64, seed=2)
+  for name in ("input_ids", "masked_lm_positions"):
+    assert np.array_equal(np.stack([e[name] for e in again]),
+                          np.stack([e[name] for e in first[:64]]))
+    assert not np.array_equal(np.stack([e[name] for e in other_seed]),
+                              np.stack([e[name] for e in first[:64]]))
+
+
+def test_masks_do_not_depend_on_batching_or_pipelines(data, two_epochs):
+  _, first, _ = two_epochs
+  # Two pipelines (workers) reading every other record of the one file,
+  # per-replica batch 3: example k is pipeline k % 2's (k // 2)-th.
+  per_pipeline = [read_examples(
+      data["unmasked"], UNMASKED, masking_params(data), 48, batch=6,
+      num_replicas=2, input_context=tf.distribute.InputContext(
+          num_input_pipelines=2, input_pipeline_id=i,
+          num_replicas_in_sync=2)) for i in (0, 1)]
+  for k in range(96):
+    for name, value in per_pipeline[k % 2][k // 2].items():
+      assert np.array_equal(value, first[k][name]), (k, name)
+
+
+def test_static_records_are_re_masked(data):
+  static = parsed(data["static"])
+  originals = parsed(data["unmasked"])
+  drawn = read_examples(data["static"], MASKED, masking_params(data), 200)
+  changed = 0
+  for record, original, example in zip(static, originals, drawn):
+    check_upstreams_rule(original, example, data["vocab"])
+    changed += list(example["masked_lm_positions"]) != list(
+        record["masked_lm_positions"])
+  assert changed > 150
+
+
+def test_whole_word_masks_take_whole_words(data):
+  vocab = data["vocab"]
+  continuation = {i for t, i in vocab.items() if t.startswith("##")}
+  originals = parsed(data["unmasked"])
+  drawn = read_examples(data["unmasked"], UNMASKED,
+                        masking_params(data, whole_word=True), 400)
+  multi_piece = 0
+  for original, example in zip(originals, drawn):
+    ids = original["input_ids"]
+    length = sum(original["input_mask"])
+    candidates = [p for p in range(length)
+                  if ids[p] not in (vocab["[CLS]"], vocab["[SEP]"])]
+    words = []
+    for p in candidates:
+      if words and ids[p] in continuation:
+        words[-1].append(p)
+      else:
+        words.append([p])
+    count = int(example["masked_lm_weights"].sum())
+    chosen = set(example["masked_lm_positions"][:count])
+    budget = dynamic_masking.num_to_predict(length, PREDS, 0.15)
+    # Words are taken whole, while they fit: every word left out was
+    # larger than what remained.
+    for word in words:
+      taken = chosen & set(word)
+      assert not taken or taken == set(word), (word, chosen)
+      if not taken:
+        assert len(word) > budget - count
+      multi_piece += len(taken) > 1
+    check_upstreams_rule(original, example, vocab,
+                         budget_of=lambda c, b: c if c <= b else -1)
+  assert multi_piece > 50
+
+
+def test_counts_round_half_to_even_and_respect_the_caps(tmp_path, data):
+  vocab = data["vocab"]
+  word = vocab["the"]
+
+  def record(num_a, num_b):
+    tokens = ([vocab["[CLS]"]] + [word] * num_a + [vocab["[SEP]"]] +
+              [word] * num_b + [vocab["[SEP]"]])
+    pad = [0] * (SEQ - len(tokens))
+    return pretraining_records.tf_example(UNMASKED, {
+        "input_ids": tokens + pad, "input_mask": [1] * len(tokens) + pad,
+        "segment_ids": [0] * (num_a + 2) + [1] * (num_b + 1) + pad,
+        "next_sentence_labels": [0]}).SerializeToString()
+
+  # Lengths 10, 14, 6 at 0.25 are 2.5, 3.5, 1.5 tokens: Python rounds them
+  # to 2, 4, 2. Length 5 (two candidates) at 0.25 wants 1; length 64 wants
+  # 16 > PREDS.
+  shapes = [(4, 3), (6, 5), (2, 1), (1, 1), (30, 31)]
+  path = str(tmp_path / "lengths.tfrecord")
+  with tf.io.TFRecordWriter(path) as writer:
+    for shape in shapes:
+      writer.write(record(*shape))
+  params = masking_params(data, prob=0.25)
+  drawn = read_examples(path, UNMASKED, params, 5, batch=5)
+  counts = [int(e["masked_lm_weights"].sum()) for e in drawn]
+  assert counts == [2, 4, 2, 1, PREDS]
+  params = params._replace(masked_lm_prob=0.9)
+  drawn = read_examples(path, UNMASKED, params, 5, batch=5)
+  # round(4.5) = 4 masks wanted, 2 candidates: both.
+  assert int(drawn[3]["masked_lm_weights"].sum()) == 2
+
+
+def test_eval_masks_are_fixed_whatever_the_training_seed(data, two_epochs):
+  _, first, _ = two_epochs
+  evals = [read_examples(data["unmasked"], UNMASKED, masking_params(data),
+                         64, seed=seed, is_training=False)
+           for seed in (1, 99)]
+  for a, b in zip(*evals):
+    for name in a:
+      assert np.array_equal(a[name], b[name])
+  assert not all(np.array_equal(a["masked_lm_positions"],
+                                t["masked_lm_positions"])
+                 for a, t in zip(evals[0], first))
+
+
+# ------------------------------------------------------ run_pretraining ----
+
+
+def pretrain_args(data, output_dir, input_file, steps, *extra):
+  return ["run_pretraining.py",
+          "--bert_config_file=%s" % (data["dir"] / "config.json"),
+          "--input_file=%s" % input_file, "--output_dir=%s" % output_dir,
+          "--vocab_file=%s" % (data["dir"] / "vocab.txt"), "--do_train",
+          "--max_seq_length=%d" % SEQ, "--max_predictions_per_seq=%d" % PREDS,
+          "--train_batch_size=16", "--num_train_steps=%d" % steps,
+          "--num_warmup_steps=1", "--learning_rate=1e-3",
+          "--save_checkpoints_steps=100", "--log_every_n_steps=1",
+          "--throughput_warmup_steps=1", "--tf_random_seed=7"] + list(extra)
+
+
+@pytest.mark.slow
+def test_a_resumed_run_continues_the_mask_sequence(data, tmp_path):
+  # 40 records: an epoch is 2.5 steps of 16, so resuming at step 3 starts in
+  # the second epoch, 8 records in.
+  small = str(tmp_path / "small.tfrecord")
+  with tf.io.TFRecordWriter(small) as writer:
+    for raw in list(tf.io.tf_record_iterator(data["unmasked"]))[:40]:
+      writer.write(raw)
+  straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+  run_ok(pretrain_args(data, straight, small, 6,
+                       "--save_checkpoints_steps=3"))
+  # As if the run had died after step 3's checkpoint (a run of 3 steps
+  # would not do: the learning rate decays to 0 at --num_train_steps).
+  shutil.copytree(str(straight), str(resumed))
+  for path in resumed.glob("model.ckpt-6.*"):
+    path.unlink()
+  tf.train.update_checkpoint_state(str(resumed),
+                                   str(resumed / "model.ckpt-3"))
+  run_ok(pretrain_args(data, resumed, small, 6, "--save_checkpoints_steps=3"))
+  expected, actual = load_checkpoint(str(straight)), load_checkpoint(
+      str(resumed))
+  assert actual["global_step"] == expected["global_step"] == 6
+  for name, value in expected.items():
+    np.testing.assert_allclose(actual[name], value, rtol=1e-5, atol=1e-7,
+                               err_msg=name)
+
+
+def test_masking_choice_and_its_errors(data):
+  vocab_file = str(data["dir"] / "vocab.txt")
+
+  def choose(masking, kind, vocab=vocab_file, prob=0.15):
+    return run_pretraining.masking_for_records(masking, kind, vocab, SEQ,
+                                               PREDS, prob, False)
+
+  assert choose("auto", MASKED) is None
+  assert choose("static", MASKED) is None
+  assert choose("dynamic", MASKED).mask_id == data["vocab"]["[MASK]"]
+  assert choose("auto", UNMASKED).vocab_size == len(data["vocab"])
+  with pytest.raises(UserError, match="hold no masks"):
+    choose("static", UNMASKED)
+  with pytest.raises(UserError, match=r"--masked_lm_prob=1\.5 is out of"):
+    choose("auto", UNMASKED, prob=1.5)
+  with pytest.raises(UserError, match=r"masks 32 tokens of a 64-token .* "
+                     r"raise --max_predictions_per_seq to 32 or lower "
+                     r"--masked_lm_prob to 0\.1562"):
+    choose("auto", UNMASKED, prob=0.5)
+  with pytest.raises(UserError, match="--vocab_file is required"):
+    choose("dynamic", MASKED, vocab=None)
+  assert "unmasked" in run_pretraining.describe_masking(
+      UNMASKED, choose("auto", UNMASKED))
+
+
+def test_bad_input_records_end_with_one_error_line(data, tmp_path):
+  mixed = run_program(pretrain_args(
+      data, tmp_path / "mixed", "%s,%s" % (data["static"], data["unmasked"]),
+      1))
+  expect_user_error(mixed, "mixes record kinds", data["static"],
+                    data["unmasked"], "masked", "unmasked")
+  other = str(tmp_path / "other.tfrecord")
+  with tf.io.TFRecordWriter(other) as writer:
+    writer.write(tf.train.Example(features=tf.train.Features(feature={
+        "input_ids": pretraining_records.int_feature([1] * SEQ),
+        "label_ids": pretraining_records.int_feature([0])})
+                                 ).SerializeToString())
+  neither = run_program(pretrain_args(data, tmp_path / "neither", other, 1))
+  expect_user_error(neither, other, "label_ids", "neither masked")
+  static_on_unmasked = run_program(pretrain_args(
+      data, tmp_path / "static", data["unmasked"], 1, "--masking=static"))
+  expect_user_error(static_on_unmasked, "--masking=static", "hold no masks")
