@@ -153,3 +153,97 @@ def assign_rows(lengths, max_seq_length, max_sequences_per_pack):
     for _ in range(count):
       rows.append([by_length[length].popleft() for length in strategy])
   return rows
+
+
+# One sequence of a packed row, as data creation makes it: `input_ids` and
+# `segment_ids` of its tokens ([CLS] first), the masked positions (within the
+# sequence) and their original ids, and its next-sentence label.
+Sequence = collections.namedtuple(
+    "Sequence", ["input_ids", "segment_ids", "masked_lm_positions",
+                 "masked_lm_ids", "next_sentence_label"])
+
+
+# The features of a packed row by their width: S tokens, W masks, N sequences.
+TOKEN_FEATURES = ("input_ids", "input_mask", "segment_ids", "sequence_ids",
+                  "position_ids")
+MASK_FEATURES = ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
+SEQUENCE_FEATURES = ("cls_positions", "next_sentence_labels",
+                     "next_sentence_weights")
+
+
+def masked_positions_per_row(max_seq_length, max_predictions_per_seq,
+                             masked_lm_prob, max_sequences_per_pack):
+  """The masked-LM width of packed rows: the most masks a row can hold.
+
+  A sequence of length l gets min(P, max(1, round(l * p))) masks (upstream's
+  rule), at most l * p + 1; the sequences of a row have at most S tokens
+  together, so a row has at most floor(S * p) + N masks, and at most N * P.
+
+  Args:
+    max_seq_length: S.
+    max_predictions_per_seq: P, the masks of one sequence at most.
+    masked_lm_prob: p.
+    max_sequences_per_pack: N.
+
+  Returns:
+    int, the width of a packed row's masked_lm_* features.
+  """
+  return min(max_sequences_per_pack * max_predictions_per_seq,
+             int(max_seq_length * masked_lm_prob) + max_sequences_per_pack)
+
+
+def pack_row(sequences, max_seq_length, max_sequences_per_pack,
+             max_predictions_per_row):
+  """The features of one packed row.
+
+  Args:
+    sequences: list of at most N Sequence whose lengths sum to at most S.
+    max_seq_length: S.
+    max_sequences_per_pack: N.
+    max_predictions_per_row: W, the width of the masked-LM features
+      (`masked_positions_per_row`).
+
+  Returns:
+    dict of lists: per token [S] `input_ids`, `input_mask`, `segment_ids`,
+    `sequence_ids` (1..n, 0 for padding), `position_ids` (restarting at 0
+    for each sequence); per mask [W] `masked_lm_positions` (in the row),
+    `masked_lm_ids`, `masked_lm_weights` (floats); per sequence slot [N]
+    `cls_positions`, `next_sentence_labels`, `next_sentence_weights`
+    (floats, 0.0 for an empty slot).
+
+  Raises:
+    ValueError: the sequences do not fit the row.
+  """
+  if len(sequences) > max_sequences_per_pack:
+    raise ValueError("%d sequences in a row of at most %d" %
+                     (len(sequences), max_sequences_per_pack))
+  row = {name: [] for name in
+         TOKEN_FEATURES + MASK_FEATURES + SEQUENCE_FEATURES}
+  for number, sequence in enumerate(sequences, start=1):
+    start = len(row["input_ids"])
+    length = len(sequence.input_ids)
+    row["input_ids"].extend(sequence.input_ids)
+    row["input_mask"].extend([1] * length)
+    row["segment_ids"].extend(sequence.segment_ids)
+    row["sequence_ids"].extend([number] * length)
+    row["position_ids"].extend(range(length))
+    row["masked_lm_positions"].extend(
+        start + position for position in sequence.masked_lm_positions)
+    row["masked_lm_ids"].extend(sequence.masked_lm_ids)
+    row["masked_lm_weights"].extend([1.0] * len(sequence.masked_lm_ids))
+    row["cls_positions"].append(start)
+    row["next_sentence_labels"].append(sequence.next_sentence_label)
+    row["next_sentence_weights"].append(1.0)
+  if len(row["input_ids"]) > max_seq_length:
+    raise ValueError("sequences of %d tokens in a row of %d" %
+                     (len(row["input_ids"]), max_seq_length))
+  if len(row["masked_lm_ids"]) > max_predictions_per_row:
+    raise ValueError("%d masked positions in a row of at most %d" %
+                     (len(row["masked_lm_ids"]), max_predictions_per_row))
+  for names, width in ((TOKEN_FEATURES, max_seq_length),
+                        (MASK_FEATURES, max_predictions_per_row),
+                        (SEQUENCE_FEATURES, max_sequences_per_pack)):
+    for name in names:
+      padding = 0.0 if name.endswith("weights") else 0
+      row[name].extend([padding] * (width - len(row[name])))
+  return row
