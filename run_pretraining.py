@@ -293,6 +293,16 @@ def pretraining_model(bert_config, features, is_training,
   return masked_lm, next_sentence
 
 
+def batch_counts(features):
+  """(sequences, real tokens) of a batch of rows: more sequences than rows
+  when the rows are packed."""
+  if is_packed(features):
+    sequences = tf.reduce_sum(features["next_sentence_weights"])
+  else:
+    sequences = tf.shape(features["input_ids"])[0]
+  return sequences, tf.reduce_sum(features["input_mask"])
+
+
 def split_micro_batches(features, num_micro_batches):
   """K feature dicts of consecutive [B/K, ...] slices of the [B, ...] ones."""
   if num_micro_batches == 1:
@@ -383,6 +393,7 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
   def model_fn(features, labels, mode, params):
     del labels, params
     if mode == tf.estimator.ModeKeys.TRAIN:
+      throughput.register_batch_counts(*batch_counts(features))
       step = optimization.create_accumulating_optimizer(
           micro_batch_loss_fns(bert_config, features, num_accumulation_steps),
           learning_rate, num_train_steps, num_warmup_steps,

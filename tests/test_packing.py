@@ -156,4 +156,27 @@ def test_masked_positions_per_row_bounds_upstreams_mask_count():
             best[n + 1][used + length] = value
     most = max(max(r) for r in best)
     assert most <= width
-    assert width - most <= per_pack
+    assert width - most <= max(per_pack, per_seq - most)
+
+
+def test_steady_state_counts_sequences_and_real_tokens():
+  import throughput  # pylint: disable=g-import-not-at-top
+  steps = [{"examples": 8, "seconds": 9.0, "saved": False, "sequences": 1,
+            "real_tokens": 1},
+           {"examples": 8, "seconds": 2.0, "saved": False, "sequences": 20,
+            "real_tokens": 400},
+           {"examples": 8, "seconds": 5.0, "saved": True, "sequences": 20,
+            "real_tokens": 400},
+           {"examples": 8, "seconds": 2.0, "saved": False, "sequences": 16,
+            "real_tokens": 300}]
+  result = throughput.steady_state(steps, warmup_steps=1)
+  assert result["examples_per_sec"] == 4.0
+  assert result["sequences_per_sec"] == 9.0
+  assert result["real_tokens_per_sec"] == 175.0
+  assert "9.00 sequences/sec, 175.0 real" in throughput.describe_counts(result)
+  # Without counts (a model_fn that registers none): examples only.
+  plain = throughput.steady_state(
+      [{k: v for k, v in s.items() if k in ("examples", "seconds", "saved")}
+       for s in steps], warmup_steps=1)
+  assert "real_tokens_per_sec" not in plain
+  assert throughput.describe_counts(plain) == ""
