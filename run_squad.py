@@ -25,7 +25,8 @@ Outputs in --output_dir (besides checkpoints and throughput logs):
   eval_results.txt  when --predict_file has gold answers: `name = value`
                     lines of the official evaluation (1.1: exact_match, f1;
                     2.0: exact, f1, HasAns_*, NoAns_*, best_exact(_thresh),
-                    best_f1(_thresh)), plus global_step.
+                    best_f1(_thresh)), plus global_step (of the
+                    checkpoint in --output_dir, when there is one).
 """
 
 import functools
@@ -353,9 +354,10 @@ def evaluate(predict_file, predictions, null_odds, version_2_with_negative):
 
 def main(argv):
   del argv
-  logging.set_verbosity(logging.INFO)
-  if FLAGS.verbose_logging:
-    logging.getLogger().setLevel("DEBUG")  # final-text alignment misses
+  # --verbose_logging: also the answers whose text could not be aligned back
+  # to the original words (squad_predictions.final_text's debug lines).
+  logging.set_verbosity(logging.DEBUG if FLAGS.verbose_logging
+                        else logging.INFO)
   bert_config, train_examples, predict_examples = validate_flags()
   setup = training_setup.prepare(training_setup.options_from_flags(
       FLAGS, FLAGS.output_dir, FLAGS.train_batch_size))
@@ -429,8 +431,11 @@ def main(argv):
       eval_result = evaluate(FLAGS.predict_file, predictions, null_odds,
                              FLAGS.version_2_with_negative)
       if eval_result is not None:
-        eval_result["global_step"] = estimator.get_variable_value(
-            "global_step")
+        # None when predicting straight from --init_checkpoint.
+        latest = tf.train.latest_checkpoint(FLAGS.output_dir)
+        if latest:
+          eval_result["global_step"] = int(
+              tf.train.load_variable(latest, "global_step"))
         training_setup.write_eval_results(FLAGS.output_dir, eval_result)
   if setup.is_chief:
     training_setup.print_run_summary(FLAGS.output_dir, throughput_summary,

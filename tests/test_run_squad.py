@@ -3,6 +3,7 @@
 
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ import squad_data
 import squad_task
 import tokenization
 from conftest import REPO_ROOT, expect_user_error, run_ok, run_program
+from test_run_classifier import save_pretrained_checkpoint
 from errors import UserError
 
 DATA = os.path.join(REPO_ROOT, "tests", "data", "squad")
@@ -192,24 +194,11 @@ def test_tiny_model_learns_the_training_file(workdir, tmp_path):
   assert shapes["cls/squad/output_bias"] == [2]
 
 
-def save_pretrained_checkpoint(config_path, path):
-  """A BertModel-only checkpoint, like a pretraining run's (no head)."""
-  config = modeling.BertConfig.from_json_file(str(config_path))
-  with tf.Graph().as_default():
-    ids = tf.zeros([1, 2], tf.int32)
-    modeling.BertModel(config, False, ids, ids, ids)
-    tf.train.get_or_create_global_step()
-    with tf.Session() as sess:
-      sess.run(tf.global_variables_initializer())
-      tf.train.Saver().save(sess, path)
-
-
 @pytest.mark.slow
 def test_two_cpu_replicas_with_accumulation_train_and_predict_v2(workdir,
                                                                 tmp_path):
   pretrained = tmp_path / "pretrained"
-  save_pretrained_checkpoint(workdir / "tiny.json",
-                             str(pretrained / "model.ckpt"))
+  save_pretrained_checkpoint(workdir, str(pretrained / "model.ckpt"))
   output_dir = tmp_path / "out"
   result = run_ok(squad_args(
       workdir, output_dir, "--do_train", "--do_predict",
@@ -273,3 +262,41 @@ def test_bad_input_is_one_error_line_and_exit_2(workdir, tmp_path, case):
   result = run_program(squad_args(workdir, output_dir, *args))
   expect_user_error(result, *expected)
   assert not (output_dir / "predictions.json").exists()
+
+
+# ---------------------------------------------------------------- the script
+
+
+@pytest.mark.slow
+def test_script_help_documents_every_setting():
+  from test_scripts import run_script
+  result = run_script("run_squad.sh", "--help")
+  assert result.returncode == 0
+  documented = set(re.findall(r"^  ([A-Z_0-9]+) ", result.stdout, re.M))
+  with open(os.path.join(REPO_ROOT, "scripts", "run_squad.sh")) as f:
+    settings = set(re.findall(r"\$\{([A-Z_0-9]+):?-", f.read()))
+  assert "VERSION_2_WITH_NEGATIVE" in settings and "PYTHON" in settings
+  assert documented == settings
+  result = run_script("run_squad.sh", "TRAIN_FILE=/no/such.json")
+  assert result.returncode == 2
+  assert "run_squad.sh: error: TRAIN_FILE=/no/such.json does not exist" in (
+      result.stderr)
+
+
+@pytest.mark.slow
+def test_script_fine_tunes_predicts_and_exports(workdir, tmp_path):
+  from test_scripts import run_ok as run_script_ok
+  result = run_script_ok(
+      "run_squad.sh", "WORK_DIR=%s" % tmp_path, "VOCAB_FILE=%s" % VOCAB,
+      "BERT_CONFIG_FILE=%s" % (workdir / "tiny.json"), "INIT_CHECKPOINT=",
+      "MAX_SEQ_LENGTH=%d" % SEQ, "DOC_STRIDE=%d" % STRIDE,
+      "MAX_QUERY_LENGTH=%d" % QUERY, "TRAIN_BATCH_SIZE=8",
+      "NUM_TRAIN_EPOCHS=1", "EXPORT_FORMAT=huggingface",
+      "--log_every_n_steps=1")
+  output_dir = tmp_path / "squad"
+  assert read_eval_results(output_dir)["global_step"] == 2  # int(23 / 8)
+  assert len(json.loads((output_dir / "predictions.json").read_text())) == 23
+  config = json.loads((output_dir / "export" / "huggingface" /
+                       "config.json").read_text())
+  assert config["architectures"] == ["BertForQuestionAnswering"]
+  assert "eval exact_match = " in result.stdout
