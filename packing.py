@@ -153,3 +153,182 @@ def assign_rows(lengths, max_seq_length, max_sequences_per_pack):
     for _ in range(count):
       rows.append([by_length[length].popleft() for length in strategy])
   return rows
+
+
+# One sequence of a packed row, as data creation makes it: `input_ids` and
+# `segment_ids` of its tokens ([CLS] first), the masked positions (within the
+# sequence) and their original ids, and its next-sentence label.
+Sequence = collections.namedtuple(
+    "Sequence", ["input_ids", "segment_ids", "masked_lm_positions",
+                 "masked_lm_ids", "next_sentence_label"])
+
+
+# The features of a packed row by their width: S tokens, W masks, N sequences.
+TOKEN_FEATURES = ("input_ids", "input_mask", "segment_ids", "sequence_ids",
+                  "position_ids")
+MASK_FEATURES = ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
+SEQUENCE_FEATURES = ("cls_positions", "next_sentence_labels",
+                     "next_sentence_weights")
+
+
+def masked_positions_per_row(max_seq_length, max_predictions_per_seq,
+                             masked_lm_prob, max_sequences_per_pack):
+  """The masked-LM width of packed rows: at least P, and room for the most
+  masks a row can hold.
+
+  A sequence of length l gets min(P, max(1, round(l * p))) masks (upstream's
+  rule), at most l * p + 1; the sequences of a row have at most S tokens
+  together, so a row has at most floor(S * p) + N masks, and at most N * P.
+  At least P so that the usual --max_predictions_per_seq (about S * p + a
+  few, e.g. 80 at 512) is the width of packed rows too.
+
+  Args:
+    max_seq_length: S.
+    max_predictions_per_seq: P, the masks of one sequence at most.
+    masked_lm_prob: p.
+    max_sequences_per_pack: N.
+
+  Returns:
+    int, the width of a packed row's masked_lm_* features.
+  """
+  return max(max_predictions_per_seq,
+             min(max_sequences_per_pack * max_predictions_per_seq,
+                 # (+1e-6: S * p computed as 14.999.. must floor to 15)
+                 int(max_seq_length * masked_lm_prob + 1e-6) +
+                 max_sequences_per_pack))
+
+
+def pack_row(sequences, max_seq_length, max_sequences_per_pack,
+             max_predictions_per_row):
+  """The features of one packed row.
+
+  Args:
+    sequences: list of at most N Sequence whose lengths sum to at most S.
+    max_seq_length: S.
+    max_sequences_per_pack: N.
+    max_predictions_per_row: W, the width of the masked-LM features
+      (`masked_positions_per_row`).
+
+  Returns:
+    dict of lists: per token [S] `input_ids`, `input_mask`, `segment_ids`,
+    `sequence_ids` (1..n, 0 for padding), `position_ids` (restarting at 0
+    for each sequence); per mask [W] `masked_lm_positions` (in the row),
+    `masked_lm_ids`, `masked_lm_weights` (floats); per sequence slot [N]
+    `cls_positions`, `next_sentence_labels`, `next_sentence_weights`
+    (floats, 0.0 for an empty slot).
+
+  Raises:
+    ValueError: the sequences do not fit the row.
+  """
+  if len(sequences) > max_sequences_per_pack:
+    raise ValueError("%d sequences in a row of at most %d" %
+                     (len(sequences), max_sequences_per_pack))
+  row = {name: [] for name in
+         TOKEN_FEATURES + MASK_FEATURES + SEQUENCE_FEATURES}
+  for number, sequence in enumerate(sequences, start=1):
+    start = len(row["input_ids"])
+    length = len(sequence.input_ids)
+    row["input_ids"].extend(sequence.input_ids)
+    row["input_mask"].extend([1] * length)
+    row["segment_ids"].extend(sequence.segment_ids)
+    row["sequence_ids"].extend([number] * length)
+    row["position_ids"].extend(range(length))
+    row["masked_lm_positions"].extend(
+        start + position for position in sequence.masked_lm_positions)
+    row["masked_lm_ids"].extend(sequence.masked_lm_ids)
+    row["masked_lm_weights"].extend([1.0] * len(sequence.masked_lm_ids))
+    row["cls_positions"].append(start)
+    row["next_sentence_labels"].append(sequence.next_sentence_label)
+    row["next_sentence_weights"].append(1.0)
+  if len(row["input_ids"]) > max_seq_length:
+    raise ValueError("sequences of %d tokens in a row of %d" %
+                     (len(row["input_ids"]), max_seq_length))
+  if len(row["masked_lm_ids"]) > max_predictions_per_row:
+    raise ValueError("%d masked positions in a row of at most %d" %
+                     (len(row["masked_lm_ids"]), max_predictions_per_row))
+  for names, width in ((TOKEN_FEATURES, max_seq_length),
+                        (MASK_FEATURES, max_predictions_per_row),
+                        (SEQUENCE_FEATURES, max_sequences_per_pack)):
+    for name in names:
+      padding = 0.0 if name.endswith("weights") else 0
+      row[name].extend([padding] * (width - len(row[name])))
+  return row
+
+
+def sequence_from_features(features):
+  """The Sequence of one unpacked record's features (lists, as
+  pretraining_records.parse_example gives them): its real tokens, its masks
+  (weight > 0) and its next-sentence label."""
+  length = sum(features["input_mask"])
+  masks = [(position, token) for position, token, weight in zip(
+      features["masked_lm_positions"], features["masked_lm_ids"],
+      features["masked_lm_weights"]) if weight > 0]
+  return Sequence(list(features["input_ids"][:length]),
+                  list(features["segment_ids"][:length]),
+                  [position for position, _ in masks],
+                  [token for _, token in masks],
+                  features["next_sentence_labels"][0])
+
+
+PackingReport = collections.namedtuple(
+    "PackingReport", ["sequences", "rows", "padding_before", "padding_after"])
+
+
+def pack_sequences(sequences, max_seq_length, max_sequences_per_pack,
+                   max_predictions_per_row, rng):
+  """Packs sequences into rows, in a shuffled row order.
+
+  Args:
+    sequences: list of Sequence.
+    max_seq_length: S.
+    max_sequences_per_pack: N.
+    max_predictions_per_row: W (`masked_positions_per_row`).
+    rng: random.Random that shuffles the rows (SPFHP emits them grouped by
+      pack strategy: all long sequences first).
+
+  Returns:
+    (rows, PackingReport): the rows' features (`pack_row`) and the padding
+    fraction of the sequences unpacked and packed.
+  """
+  lengths = [len(sequence.input_ids) for sequence in sequences]
+  rows = assign_rows(lengths, max_seq_length, max_sequences_per_pack)
+  rng.shuffle(rows)
+  histogram = length_histogram(lengths, max_seq_length)
+  report = PackingReport(
+      len(sequences), len(rows), padding_fraction(histogram, max_seq_length),
+      padding_fraction(histogram, max_seq_length, len(rows)))
+  return [pack_row([sequences[i] for i in row], max_seq_length,
+                   max_sequences_per_pack, max_predictions_per_row)
+          for row in rows], report
+
+
+def describe(report):
+  """One log line of a PackingReport."""
+  return ("packed %d sequences into %d rows (%.3gx fewer): padding %.1f %% "
+          "of the tokens unpacked, %.1f %% packed" % (
+              report.sequences, report.rows,
+              report.sequences / float(max(report.rows, 1)),
+              100 * report.padding_before, 100 * report.padding_after))
+
+
+def pack_records(records, max_seq_length, max_sequences_per_pack,
+                 max_predictions_per_row, rng, encode, parse):
+  """Packs serialized unpacked records into serialized packed rows.
+
+  Args:
+    records: iterable of unpacked records (bytes), in the order to pack.
+    max_seq_length: S.
+    max_sequences_per_pack: N.
+    max_predictions_per_row: W (`masked_positions_per_row`).
+    rng: random.Random that shuffles the rows.
+    encode: the row features of `pack_row` -> record bytes.
+    parse: record bytes -> dict of feature lists.
+
+  Returns:
+    (list of packed record bytes, PackingReport).
+  """
+  sequences = [sequence_from_features(parse(record)) for record in records]
+  rows, report = pack_sequences(sequences, max_seq_length,
+                               max_sequences_per_pack,
+                               max_predictions_per_row, rng)
+  return [encode(row) for row in rows], report

@@ -104,3 +104,79 @@ def test_rejects_bad_arguments():
     packing.pack_histogram([1, 0], 2, 0)
   with pytest.raises(ValueError, match="outside"):
     packing.length_histogram([3], 2)
+
+
+def test_pack_row_features():
+  first = packing.Sequence([1, 7, 2, 8, 2], [0, 0, 0, 1, 1], [1, 3], [9, 10],
+                           1)
+  second = packing.Sequence([1, 5, 2], [0, 0, 1], [1], [11], 0)
+  row = packing.pack_row([first, second], 10, 3, 5)
+  assert row == {
+      "input_ids": [1, 7, 2, 8, 2, 1, 5, 2, 0, 0],
+      "input_mask": [1, 1, 1, 1, 1, 1, 1, 1, 0, 0],
+      "segment_ids": [0, 0, 0, 1, 1, 0, 0, 1, 0, 0],
+      "sequence_ids": [1, 1, 1, 1, 1, 2, 2, 2, 0, 0],
+      "position_ids": [0, 1, 2, 3, 4, 0, 1, 2, 0, 0],
+      "masked_lm_positions": [1, 3, 6, 0, 0],
+      "masked_lm_ids": [9, 10, 11, 0, 0],
+      "masked_lm_weights": [1.0, 1.0, 1.0, 0.0, 0.0],
+      "cls_positions": [0, 5, 0],
+      "next_sentence_labels": [1, 0, 0],
+      "next_sentence_weights": [1.0, 1.0, 0.0]}
+  with pytest.raises(ValueError, match="tokens"):
+    packing.pack_row([first, second], 7, 3, 5)
+  with pytest.raises(ValueError, match="masked positions"):
+    packing.pack_row([first, second], 10, 3, 2)
+  with pytest.raises(ValueError, match="sequences in a row"):
+    packing.pack_row([first, second], 10, 1, 5)
+
+
+def test_masked_positions_per_row_bounds_upstreams_mask_count():
+  # Upstream's count per sequence: min(P, max(1, round(l * p))). The width
+  # must hold any pack of up to N sequences of at most S tokens together.
+  for seq_length, per_seq, prob, per_pack in [(128, 20, 0.15, 3),
+                                              (512, 80, 0.15, 3),
+                                              (64, 10, 0.15, 12),
+                                              (32, 4, 0.15, 3)]:
+    width = packing.masked_positions_per_row(seq_length, per_seq, prob,
+                                             per_pack)
+    def masks(length):
+      return min(per_seq, max(1, int(round(length * prob))))
+    # The most masks n sequences of total length <= S can have, by dynamic
+    # programming over (sequences used, tokens used).
+    best = [[-1] * (seq_length + 1) for _ in range(per_pack + 1)]
+    best[0][0] = 0
+    for n in range(per_pack):
+      for used in range(seq_length + 1):
+        if best[n][used] < 0:
+          continue
+        for length in range(1, seq_length - used + 1):
+          value = best[n][used] + masks(length)
+          if value > best[n + 1][used + length]:
+            best[n + 1][used + length] = value
+    most = max(max(r) for r in best)
+    assert most <= width
+    assert width - most <= max(per_pack, per_seq - most)
+
+
+def test_steady_state_counts_sequences_and_real_tokens():
+  import throughput  # pylint: disable=g-import-not-at-top
+  steps = [{"examples": 8, "seconds": 9.0, "saved": False, "sequences": 1,
+            "real_tokens": 1},
+           {"examples": 8, "seconds": 2.0, "saved": False, "sequences": 20,
+            "real_tokens": 400},
+           {"examples": 8, "seconds": 5.0, "saved": True, "sequences": 20,
+            "real_tokens": 400},
+           {"examples": 8, "seconds": 2.0, "saved": False, "sequences": 16,
+            "real_tokens": 300}]
+  result = throughput.steady_state(steps, warmup_steps=1)
+  assert result["examples_per_sec"] == 4.0
+  assert result["sequences_per_sec"] == 9.0
+  assert result["real_tokens_per_sec"] == 175.0
+  assert "9.00 sequences/sec, 175.0 real" in throughput.describe_counts(result)
+  # Without counts (a model_fn that registers none): examples only.
+  plain = throughput.steady_state(
+      [{k: v for k, v in s.items() if k in ("examples", "seconds", "saved")}
+       for s in steps], warmup_steps=1)
+  assert "real_tokens_per_sec" not in plain
+  assert throughput.describe_counts(plain) == ""
