@@ -61,7 +61,7 @@ def url_filesystem(url, flag_name="input_file"):
   except ImportError as e:
     raise errors.UserError(
         "--%s %s: %s (the fsspec package for %s:// URLs is missing)" % (
-            flag_name, url, e, url.split("://", 1)[0])) from None
+            flag_name, url, e, fsspec.core.split_protocol(url)[0])) from None
   except ValueError as e:
     raise errors.UserError("--%s %s: %s; expected a local path or a URL "
                            "fsspec knows" % (flag_name, url, e)) from None
