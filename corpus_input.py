@@ -159,27 +159,34 @@ def _piece_end(piece):
   return piece.end if is_splittable(piece.path) else float("inf")
 
 
+def _lines_starting_at(f, start):
+  """(offset, raw line) of the lines of binary file `f` from the first line
+  that starts at or after byte `start`."""
+  offset = start
+  if start > 0:
+    f.seek(start - 1)
+    offset += len(f.readline()) - 1
+  for raw in f:
+    yield offset, raw
+    offset += len(raw)
+
+
 def _iter_text_lines(piece):
   """(stripped line, bytes) of a text piece; "" ends a document."""
   end = _piece_end(piece)
   with open_binary(piece.path) as f:
-    offset = piece.start
+    lines = _lines_starting_at(f, piece.start)
     if piece.start > 0:
-      # Move to the first line starting at or after `start`, then past the
-      # first blank line from there: documents before it belong to the
+      # Past the first blank line: documents before it belong to the
       # previous piece.
-      f.seek(piece.start - 1)
-      offset += len(f.readline()) - 1
-      for raw in f:
-        line_start, offset = offset, offset + len(raw)
+      for line_start, raw in lines:
         if _is_blank(raw):
           break
       else:
         return
       if line_start >= end:
         return
-    for raw in f:
-      line_start, offset = offset, offset + len(raw)
+    for line_start, raw in lines:
       line = _decode_line(raw, piece.path, line_start).strip()
       if not line and line_start >= end:
         return
@@ -241,12 +248,7 @@ def _iter_jsonl_lines(piece, text_field):
   split_sentences = _segmenter()
   end = _piece_end(piece)
   with open_binary(piece.path) as f:
-    offset = piece.start
-    if piece.start > 0:
-      f.seek(piece.start - 1)
-      offset += len(f.readline()) - 1
-    for raw in f:
-      line_start, offset = offset, offset + len(raw)
+    for line_start, raw in _lines_starting_at(f, piece.start):
       if line_start >= end:
         return
       if _is_blank(raw):

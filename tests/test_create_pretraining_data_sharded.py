@@ -872,3 +872,28 @@ def test_peak_memory_stays_flat_as_the_corpus_grows(tmp_path):
                           ["--%s=%s" % item for item in sorted(flags.items())])
               for path, name in ((small, "s.tfrecord"), (large, "l.tfrecord"))]
   assert faithful[1] > 1.2 * faithful[0], faithful
+
+
+FAILING_INITIALIZER = """
+import sys
+sys.path.insert(0, %r)
+import pretraining_instances, pretraining_shards, tokenization
+settings = pretraining_shards.ShardSettings(
+    tokenization.load_vocab(%r), True, "fast", None, 1, 1)  # params None
+progress = pretraining_instances.Progress(sys.stderr, 1, num_shards=1)
+try:
+  list(pretraining_shards.run_local(settings, [(0, (), "unused")], 2,
+                                    progress))
+except AttributeError as e:
+  print("raised:", e)
+"""
+
+
+def test_a_failing_worker_initializer_fails_the_run_instead_of_respawning():
+  # Raised in a pool initializer, the error used to make the pool start a
+  # new worker, which failed the same way, forever.
+  result = subprocess.run(
+      [sys.executable, "-c", FAILING_INITIALIZER % (REPO_ROOT, CPD_VOCAB)],
+      capture_output=True, text=True, timeout=120)
+  assert "raised: 'NoneType' object has no attribute" in result.stdout, (
+      result.stderr[-2000:])
