@@ -13,6 +13,7 @@ import tensorflow.compat.v1 as tf
 
 import input_pipeline
 import modeling
+import pretraining_records
 
 OUTPUT_WEIGHTS = "cls/squad/output_weights"
 OUTPUT_BIAS = "cls/squad/output_bias"
@@ -92,7 +93,7 @@ def feature_spec(seq_length, is_training):
 
 def serialize_feature(feature, is_training):
   """One squad_data.InputFeatures as upstream's FeatureWriter writes it."""
-  int_feature = input_pipeline.int_feature
+  int_feature = pretraining_records.int_feature
   features = collections.OrderedDict([
       ("unique_ids", int_feature([feature.unique_id])),
       ("input_ids", int_feature(feature.input_ids)),
