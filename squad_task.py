@@ -11,7 +11,6 @@ import collections
 
 import tensorflow.compat.v1 as tf
 
-import input_pipeline
 import modeling
 import pretraining_records
 
