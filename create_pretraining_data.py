@@ -107,6 +107,17 @@ def define_flags():
       "Worker memory grows with the shard size; next-sentence negatives come "
       "from the same shard.")
   flags.DEFINE_bool(
+      "pack_sequences", False,
+      "Pack the instances into rows of --max_seq_length, at most "
+      "--max_sequences_per_pack to a row (packing.py: shortest-pack-first "
+      "histogram packing), so that training computes little padding. The "
+      "records then also say which sequence each token belongs to, its "
+      "position in it, and each sequence's [CLS] index and next-sentence "
+      "label; run_pretraining.py recognises them.")
+  flags.DEFINE_integer(
+      "max_sequences_per_pack", 3,
+      "With --pack_sequences: the most sequences in one row.")
+  flags.DEFINE_bool(
       "resume", True,
       "Sharded mode: skip shards whose output file already exists (files get "
       "their final name only once complete). --noresume rewrites every shard.")
@@ -243,7 +254,7 @@ def _example_logger(vocab):
 
 def run_faithful_mode(input_file, output_file, vocab_file, do_lower_case,
                       params, random_seed, dupe_factor,
-                      tokenizer_backend="fast"):
+                      tokenizer_backend="fast", max_sequences_per_pack=None):
   """Faithful mode, from flag values to written output files.
 
   Args:
@@ -255,6 +266,8 @@ def run_faithful_mode(input_file, output_file, vocab_file, do_lower_case,
     random_seed: seed of the one `random.Random` behind every choice.
     dupe_factor: passes over the data, each masked differently.
     tokenizer_backend: "fast" or "python" (same tokens).
+    max_sequences_per_pack: pack the instances, at most this many to a row
+      (None: upstream's records, one instance each).
 
   Returns:
     The number of records written.
@@ -283,7 +296,8 @@ def run_faithful_mode(input_file, output_file, vocab_file, do_lower_case,
   num_records = pretraining_instances.write_instances(
       documents, random.Random(random_seed), vocab, params, dupe_factor,
       output_files, progress.add, pass_work=input_bytes,
-      log_example=_example_logger(vocab))
+      log_example=_example_logger(vocab),
+      max_sequences_per_pack=max_sequences_per_pack)
   progress.close()
   logging.info("done: %s", progress.line())
   logging.info("Wrote %d total instances to %s", num_records,
@@ -300,6 +314,13 @@ def main(argv):
       masked_lm_prob=FLAGS.masked_lm_prob,
       max_predictions_per_seq=FLAGS.max_predictions_per_seq,
       do_whole_word_mask=FLAGS.do_whole_word_mask)
+  max_sequences_per_pack = None
+  if FLAGS.pack_sequences:
+    if FLAGS.max_sequences_per_pack < 1:
+      raise errors.UserError(
+          "--max_sequences_per_pack=%d must be at least 1"
+          % FLAGS.max_sequences_per_pack)
+    max_sequences_per_pack = FLAGS.max_sequences_per_pack
   if FLAGS.num_workers is not None or FLAGS.output_dir is not None:
     try:
       output = pretraining_shards.run_sharded(
@@ -307,7 +328,8 @@ def main(argv):
           FLAGS.vocab_file, FLAGS.do_lower_case, params, FLAGS.random_seed,
           FLAGS.dupe_factor, num_workers=FLAGS.num_workers,
           shard_size_mb=FLAGS.shard_size_mb,
-          tokenizer_backend=FLAGS.tokenizer_backend, resume=FLAGS.resume)
+          tokenizer_backend=FLAGS.tokenizer_backend, resume=FLAGS.resume,
+          max_sequences_per_pack=max_sequences_per_pack)
     except KeyboardInterrupt:
       print("\ninterrupted: complete shard files are kept; rerun the same "
             "command to make the others", file=sys.stderr, flush=True)
@@ -324,7 +346,8 @@ def main(argv):
   run_faithful_mode(FLAGS.input_file, FLAGS.output_file, FLAGS.vocab_file,
                     FLAGS.do_lower_case, params, FLAGS.random_seed,
                     FLAGS.dupe_factor,
-                    tokenizer_backend=FLAGS.tokenizer_backend)
+                    tokenizer_backend=FLAGS.tokenizer_backend,
+                    max_sequences_per_pack=max_sequences_per_pack)
 
 
 if __name__ == "__main__":

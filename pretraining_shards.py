@@ -66,8 +66,8 @@ boundary and never split a document.
 
 ShardSettings = collections.namedtuple("ShardSettings", [
     "vocab", "do_lower_case", "tokenizer_backend", "params", "random_seed",
-    "dupe_factor"
-])
+    "dupe_factor", "max_sequences_per_pack"
+], defaults=(None,))
 ShardSettings.__doc__ = """What every worker needs to turn a shard into records.
 
 Attributes:
@@ -433,7 +433,8 @@ def _write_shard(task):
   num_instances = pretraining_instances.write_instances(
       documents, random.Random(shard_seed(settings.random_seed, shard_index)),
       settings.vocab, settings.params, settings.dupe_factor, [output_path],
-      report, pass_work=sum(p.end - p.start for p in pieces))
+      report, pass_work=sum(p.end - p.start for p in pieces),
+      max_sequences_per_pack=settings.max_sequences_per_pack)
   report.flush()
   return ShardResult(shard_index, num_documents, num_instances)
 
@@ -441,7 +442,7 @@ def _write_shard(task):
 def _manifest(settings, shards, shard_bytes):
   """What a run's shard files depend on (inputs and flags), as JSON data."""
   vocab_text = "\n".join("%s\t%d" % item for item in settings.vocab.items())
-  return {
+  manifest = {
       "format": MANIFEST_FORMAT_VERSION,
       "vocab_crc32": zlib.crc32(vocab_text.encode("utf-8")),
       "do_lower_case": settings.do_lower_case,
@@ -451,6 +452,9 @@ def _manifest(settings, shards, shard_bytes):
       "shard_bytes": shard_bytes,
       "shards": [[list(piece) for piece in pieces] for pieces in shards],
   }
+  if settings.max_sequences_per_pack is not None:
+    manifest["max_sequences_per_pack"] = settings.max_sequences_per_pack
+  return manifest
 
 
 def _read_json(path):
@@ -557,7 +561,8 @@ def _run_pool(settings, tasks, num_workers, progress, prefix):
 def run_sharded(input_file, output_file, output_dir, vocab_file,
                 do_lower_case, params, random_seed, dupe_factor,
                 num_workers=None, shard_size_mb=16.0,
-                tokenizer_backend="fast", resume=True):
+                tokenizer_backend="fast", resume=True,
+                max_sequences_per_pack=None):
   """Sharded mode: see the module docstring.
 
   Args:
@@ -574,6 +579,8 @@ def run_sharded(input_file, output_file, output_dir, vocab_file,
     shard_size_mb: the largest input size of a shard, in MB (1e6 bytes).
     tokenizer_backend: "fast" or "python" (same tokens).
     resume: skip shards whose output file exists.
+    max_sequences_per_pack: pack each shard's instances, at most this many
+      to a row (None: one instance per record).
 
   Returns:
     A `ShardedOutput`.
@@ -602,7 +609,7 @@ def run_sharded(input_file, output_file, output_dir, vocab_file,
                                  max(1, int(shard_size_mb * 1e6)))
   shards = plan_shards(files, shard_bytes)
   settings = ShardSettings(vocab, do_lower_case, tokenizer_backend, params,
-                           random_seed, dupe_factor)
+                           random_seed, dupe_factor, max_sequences_per_pack)
   todo = prepare_output(prefix, _manifest(settings, shards, shard_bytes),
                         resume)
   paths = shard_paths(prefix, len(shards))
