@@ -252,3 +252,21 @@ def test_throughput_counts_sequences_and_real_tokens(data, runs):
     summary = json.load(f)
   assert summary["sequences_per_sec"] > summary["examples_per_sec"]
   assert "real (non-padding) tokens/sec" in result.stdout
+
+
+def test_sharded_mode_packs_each_shards_instances(data, tmp_path):
+  for kind, extra in (("unpacked", []), ("packed", ["--pack_sequences"])):
+    args = create_args(data["dir"], "unused", "--num_workers=2", *extra)
+    args[args.index("--output_file=unused")] = "--output_dir=%s" % (
+        tmp_path / kind)
+    run_ok(args)
+  shards = sorted(p for p in os.listdir(tmp_path / "packed")
+                  if p.endswith(".tfrecord"))
+  assert shards and shards == sorted(
+      p for p in os.listdir(tmp_path / "unpacked") if p.endswith(".tfrecord"))
+  for name in shards:
+    rows = read_records(tmp_path / "packed" / name)
+    unpacked = read_records(tmp_path / "unpacked" / name)
+    assert (collections.Counter(map(key, sequences_of_packed(rows))) ==
+            collections.Counter(map(key, sequences_of_unpacked(unpacked))))
+    assert len(rows) < len(unpacked)
