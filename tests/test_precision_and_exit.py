@@ -25,9 +25,11 @@ from errors import UserError
 
 SEQ, PREDS = 32, 5
 ONEDNN_ON = {"TF_ENABLE_ONEDNN_OPTS": "1"}
-# Far above the 1-3 s a run takes from its last step to exit, far below the
-# 10-25 s a lost tf.data autotuning wake-up added (docs/benchmarks.md).
-EXIT_BOUND_SECONDS = 15.0
+# From the end of the last step to the exit: 1-3 s on a quiet machine, 10-17 s
+# for the tiny model with 13 runnable processes per core; a lost tf.data
+# autotuning wake-up added up to 60 s more (docs/benchmarks.md). The cause
+# itself is guarded by test_input_pipelines_run_without_the_autotuning_thread.
+EXIT_BOUND_SECONDS = 30.0
 
 
 @pytest.fixture(scope="module")
