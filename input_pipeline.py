@@ -14,6 +14,7 @@ import struct
 import tensorflow.compat.v1 as tf
 
 import dynamic_masking
+import packing
 import pretraining_records
 from errors import UserError
 
@@ -27,6 +28,17 @@ def record_feature_spec(kind, max_seq_length, max_predictions_per_seq):
                                               max_predictions_per_seq)],
           tf.as_dtype(f.dtype))
       for f in kind.features}
+
+
+def packed_feature_spec(max_seq_length, max_predictions_per_seq,
+                        max_sequences_per_pack):
+  """The tf.io parsing spec of packed rows of up to `max_sequences_per_pack`
+  sequences (create_pretraining_data --pack_sequences)."""
+  return {name: tf.FixedLenFeature([length], tf.as_dtype(
+      packing.feature_dtype(name)))
+          for name, length in packing.feature_lengths(
+              max_seq_length, max_predictions_per_seq,
+              max_sequences_per_pack).items()}
 
 
 def decode_record(record, feature_spec):
@@ -233,7 +245,9 @@ def check_pretraining_records(input_files, max_seq_length,
     vocab_size: if given, token ids must be below it.
 
   Returns:
-    The `pretraining_records.RecordKind` of the records.
+    (kind, N): the `pretraining_records.RecordKind` of the records, and the
+    sequence slots of packed rows (create_pretraining_data
+    --pack_sequences; their kind is MASKED) or None for unpacked records.
 
   Raises:
     UserError: naming the file, the feature, its length and the flag; or
@@ -245,14 +259,22 @@ def check_pretraining_records(input_files, max_seq_length,
   for path in input_files:
     check_tfrecord_framing(path)
     features = first_example(path).features.feature
-    kind = _kind_of_file(path, features)
-    kinds.setdefault(kind.name, (kind, path))
+    slots = packed_row_slots(features)
+    if slots is not None:
+      kind, name = pretraining_records.MASKED, (
+          "packed rows of up to %d sequences" % slots)
+    else:
+      kind = _kind_of_file(path, features)
+      name = "%s records" % kind.name
+    kinds.setdefault(name, (kind, slots, path))
     if len(kinds) > 1:
-      (first, first_path), (second, second_path) = kinds.values()
       raise UserError(
-          "--input_file mixes record kinds: %s holds %s records, %s holds "
-          "%s records; train on one kind at a time" % (
-              first_path, first.name, second_path, second.name))
+          "--input_file mixes record kinds: %s" % "; ".join(
+              "%s holds %s" % (p, n) for n, (_, _, p) in kinds.items()))
+    if slots is not None:
+      _check_record_features(path, features, max_seq_length,
+                             max_predictions_per_seq, slots, vocab_size)
+      continue
     for feature in kind.features:
       length = pretraining_records.feature_length(
           feature, max_seq_length, max_predictions_per_seq)
@@ -271,8 +293,8 @@ def check_pretraining_records(input_files, max_seq_length,
             "%s: token id %d is outside the model's vocab_size %d; the data "
             "was made with a larger vocab than bert_config.json declares" %
             (path, top, vocab_size))
-  (kind, _), = kinds.values()
-  return kind
+  (kind, slots, _), = kinds.values()
+  return kind, slots
 
 
 def checkpoint_step(model_dir):
@@ -283,13 +305,89 @@ def checkpoint_step(model_dir):
   return int(tf.train.load_variable(latest, "global_step"))
 
 
+def packed_row_slots(features):
+  """N, the sequence slots of a packed row, from a record's features (a
+  tf.train.Features map); None for an unpacked record."""
+  if packing.PACKED_ONLY_FEATURE not in features:
+    return None
+  slots = features.get("cls_positions")
+  return len(slots.int64_list.value) if slots is not None else 0
+
+
+def _check_record_features(path, features, max_seq_length,
+                           max_predictions_per_seq, max_sequences_per_pack,
+                           vocab_size):
+  """Checks one record's features and lengths against the flags."""
+  flag_lengths = {"--max_seq_length": max_seq_length,
+                  "--max_predictions_per_seq": max_predictions_per_seq}
+  if max_sequences_per_pack is None:
+    expected = {"input_ids": "--max_seq_length",
+                "input_mask": "--max_seq_length",
+                "segment_ids": "--max_seq_length",
+                "masked_lm_positions": "--max_predictions_per_seq",
+                "masked_lm_ids": "--max_predictions_per_seq",
+                "masked_lm_weights": "--max_predictions_per_seq",
+                "next_sentence_labels": None}
+    flag_lengths[None] = 1
+  else:
+    expected = dict(
+        [(name, "--max_seq_length") for name in packing.TOKEN_FEATURES] +
+        [(name, "--max_predictions_per_seq")
+         for name in packing.MASK_FEATURES] +
+        [(name, None) for name in packing.SEQUENCE_FEATURES])
+    flag_lengths[None] = max_sequences_per_pack
+  for name, flag in expected.items():
+    if name not in features:
+      raise UserError("%s: feature %r is missing; is this a "
+                      "create_pretraining_data.py output?" % (path, name))
+    kind = features[name].WhichOneof("kind")
+    values = getattr(features[name], kind).value
+    length = flag_lengths[flag]
+    if len(values) != length:
+      if flag is None:
+        raise UserError("%s: feature %s has length %d, expected %d; "
+                        "recreate the data" % (path, name, len(values),
+                                               length))
+      raise UserError(
+          "%s: feature %s has length %d but %s=%d; recreate the data or "
+          "pass %s=%d" % (path, name, len(values), flag, length, flag,
+                          len(values)))
+  if vocab_size is not None:
+    top = max(features["input_ids"].int64_list.value)
+    if top >= vocab_size:
+      raise UserError(
+          "%s: token id %d is outside the model's vocab_size %d; the data "
+          "was made with a larger vocab than bert_config.json declares" %
+          (path, top, vocab_size))
+
+
+def _with_fixed_tuning(dataset):
+  """`dataset` without tf.data's autotuning model thread.
+
+  With autotuning on (TensorFlow's default), every iterator runs a model
+  thread that re-tunes the pipeline at doubling intervals of up to 60 s.
+  Destroying the iterator, which the Estimator does inside Session.close()
+  at the end of training, evaluation and prediction, waits for that thread;
+  in TF 2.15 its wake-up can be lost, and close() then blocks for the rest of
+  the thread's interval: 10-25 s after a run of a minute or more, in about
+  one run of three (docs/benchmarks.md). The parallelism left at AUTOTUNE
+  resolves to fixed defaults (interleave: cycle_length; prefetch: the
+  buffer-growing prefetch autotuner, which needs no thread).
+  """
+  options = tf.data.Options()
+  options.autotune.enabled = False
+  return dataset.with_options(options)
+
+
+
 def pretraining_input_fn_builder(input_files, max_seq_length,
                                  max_predictions_per_seq, is_training,
                                  global_batch_size, num_replicas,
                                  deterministic=False, num_cpu_threads=4,
                                  record_kind=pretraining_records.MASKED,
                                  masking=None, masking_seed=None,
-                                 start_step_fn=None):
+                                 start_step_fn=None,
+                                 max_sequences_per_pack=None):
   """Returns an Estimator input_fn over pretraining TFRecords.
 
   Records are read epoch after epoch, each tagged with its epoch (from 0),
@@ -317,17 +415,27 @@ def pretraining_input_fn_builder(input_files, max_seq_length,
       dynamic_masking.EVAL_SEED).
     start_step_fn: returns the global step training resumes from (called
       when the input_fn is); None: always from the start.
+    max_sequences_per_pack: N, for packed rows (check_pretraining_records
+      tells); None for upstream's records.
 
   Returns:
     input_fn(params, input_context=None) -> tf.data.Dataset of feature dicts
-    with int32 [B, S] / [B, P] tensors, B = per-replica batch.
+    with int32 [B, S] / [B, P] (and, packed, [B, N]) tensors, B = per-replica
+    batch of rows.
   """
   if masking is None and record_kind is not pretraining_records.MASKED:
     raise ValueError("%s records hold no masks: pass `masking`" %
                      record_kind.name)
   per_replica_batch = global_batch_size // num_replicas
-  feature_spec = record_feature_spec(record_kind, max_seq_length,
-                                     max_predictions_per_seq)
+  if max_sequences_per_pack is not None:
+    if masking is not None:
+      raise ValueError("masks are not drawn for packed rows")
+    feature_spec = packed_feature_spec(max_seq_length,
+                                       max_predictions_per_seq,
+                                       max_sequences_per_pack)
+  else:
+    feature_spec = record_feature_spec(record_kind, max_seq_length,
+                                       max_predictions_per_seq)
   if is_training:
     stream = dynamic_masking.TRAIN_STREAM
     seed = (dynamic_masking.DEFAULT_SEED if masking_seed is None
@@ -410,7 +518,7 @@ def pretraining_input_fn_builder(input_files, max_seq_length,
       # On whole batches: far fewer op runs than example by example, and
       # every row's masks depend on that row's draws only.
       dataset = dataset.map(mask, num_parallel_calls=num_cpu_threads)
-    return dataset.prefetch(tf.data.AUTOTUNE)
+    return _with_fixed_tuning(dataset.prefetch(tf.data.AUTOTUNE))
 
   return input_fn
 
@@ -471,6 +579,6 @@ def classifier_input_fn_builder(input_file, seq_length, is_training,
       dataset = dataset.repeat().shuffle(buffer_size=100, seed=shuffle_seed)
     dataset = dataset.map(lambda r: decode_record(r, feature_spec))
     dataset = dataset.batch(per_replica_batch, drop_remainder=drop_remainder)
-    return dataset.prefetch(tf.data.AUTOTUNE)
+    return _with_fixed_tuning(dataset.prefetch(tf.data.AUTOTUNE))
 
   return input_fn

@@ -22,6 +22,7 @@ import file_patterns
 import input_pipeline
 import modeling
 import optimization
+import packing
 import pretraining_instances
 import pretraining_records
 import throughput
@@ -258,11 +259,7 @@ def pretraining_metrics(masked_lm_example_loss, masked_lm_log_probs,
 
 def is_packed(features):
   """Whether a feature dict holds packed rows (several sequences per row)."""
-  return PACKED_SEQUENCE_FEATURE in features
-
-
-# The per-token feature only packed rows carry.
-PACKED_SEQUENCE_FEATURE = "sequence_ids"
+  return packing.PACKED_ONLY_FEATURE in features
 
 
 def pretraining_model(bert_config, features, is_training,
@@ -533,7 +530,8 @@ def validate_flags():
   """Checks flags and inputs before any long work; returns what they load.
 
   Returns:
-    (bert_config, input_files, record kind, masking params or None).
+    (bert_config, input_files, record kind, masking params or None, N: the
+    sequence slots of packed rows or None for unpacked records).
   """
   if not FLAGS.do_train and not FLAGS.do_eval:
     raise UserError("At least one of --do_train or --do_eval must be True")
@@ -553,20 +551,29 @@ def validate_flags():
     tokenization.check_vocab_fits_config(FLAGS.vocab_file,
                                          bert_config.vocab_size)
   input_files = file_patterns.expand_file_patterns(FLAGS.input_file)
-  record_kind = input_pipeline.check_pretraining_records(
-      input_files, FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
-      vocab_size=bert_config.vocab_size)
-  masking = masking_for_records(
-      FLAGS.masking, record_kind, FLAGS.vocab_file, FLAGS.max_seq_length,
-      FLAGS.max_predictions_per_seq, FLAGS.masked_lm_prob,
-      FLAGS.do_whole_word_mask)
-  return bert_config, input_files, record_kind, masking
+  record_kind, max_sequences_per_pack = (
+      input_pipeline.check_pretraining_records(
+          input_files, FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
+          vocab_size=bert_config.vocab_size))
+  masking = None
+  if max_sequences_per_pack is None:
+    masking = masking_for_records(
+        FLAGS.masking, record_kind, FLAGS.vocab_file, FLAGS.max_seq_length,
+        FLAGS.max_predictions_per_seq, FLAGS.masked_lm_prob,
+        FLAGS.do_whole_word_mask)
+  elif FLAGS.masking == MASKING_DYNAMIC:
+    raise UserError("--masking=dynamic: masks are not drawn for packed rows "
+                    "(create_pretraining_data --pack_sequences); train on "
+                    "their own masks")
+  return (bert_config, input_files, record_kind, masking,
+          max_sequences_per_pack)
 
 
 def main(argv):
   del argv
   logging.set_verbosity(logging.INFO)
-  bert_config, input_files, record_kind, masking = validate_flags()
+  (bert_config, input_files, record_kind, masking,
+   max_sequences_per_pack) = validate_flags()
   setup = training_setup.prepare(training_setup.options_from_flags(
       FLAGS, FLAGS.output_dir, FLAGS.train_batch_size))
   if FLAGS.num_accumulation_steps > 1:
@@ -580,7 +587,11 @@ def main(argv):
     training_setup.check_init_checkpoint(
         FLAGS.init_checkpoint, lambda: build_pretraining_variables(bert_config))
   logging.info("Input files: %d, first %s", len(input_files), input_files[0])
-  logging.info("%s", describe_masking(record_kind, masking))
+  if max_sequences_per_pack is not None:
+    logging.info("packed records: up to %d sequences per row; "
+                 "--train_batch_size counts rows", max_sequences_per_pack)
+  else:
+    logging.info("%s", describe_masking(record_kind, masking))
   if FLAGS.skip_corrupt_records:
     input_files = training_setup.skip_corrupt_records(setup, input_files)
 
@@ -598,12 +609,13 @@ def main(argv):
       record_kind=record_kind, masking=masking,
       masking_seed=FLAGS.tf_random_seed,
       # The chief's directory: horovod's other ranks keep a scratch one.
-      start_step_fn=lambda: input_pipeline.checkpoint_step(FLAGS.output_dir))
+      start_step_fn=lambda: input_pipeline.checkpoint_step(FLAGS.output_dir),
+      max_sequences_per_pack=max_sequences_per_pack)
   eval_input_fn = input_pipeline.pretraining_input_fn_builder(
       input_files, FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
       is_training=False, global_batch_size=FLAGS.eval_batch_size,
       num_replicas=1, deterministic=True, record_kind=record_kind,
-      masking=masking)
+      masking=masking, max_sequences_per_pack=max_sequences_per_pack)
 
   throughput_summary, result = None, None
   if FLAGS.do_train:

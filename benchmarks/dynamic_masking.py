@@ -61,7 +61,7 @@ def rule_figures(args, masking, vocab):
     originals = originals[:args.max_sequences]
   batch = 64
   num_read = 2 * len(input_pipeline.record_frames(path))
-  kind = input_pipeline.check_pretraining_records(
+  kind, _ = input_pipeline.check_pretraining_records(
       [path], args.max_seq_length, args.max_predictions_per_seq)
   specials = {vocab["[CLS]"], vocab["[SEP]"]}
   counts = {"[MASK]": 0, "kept": 0, "random id": 0}
@@ -124,9 +124,9 @@ def examples_per_sec(path, kind, masking, args):
 
 
 def speed_figures(args, masking):
-  static_kind = input_pipeline.check_pretraining_records(
+  static_kind, _ = input_pipeline.check_pretraining_records(
       [args.static], args.max_seq_length, args.max_predictions_per_seq)
-  unmasked_kind = input_pipeline.check_pretraining_records(
+  unmasked_kind, _ = input_pipeline.check_pretraining_records(
       [args.unmasked], args.max_seq_length, args.max_predictions_per_seq)
   static, drawn, ratios = [], [], []
   for round_index in range(args.rounds):
