@@ -15,6 +15,7 @@ import tensorflow.compat.v1 as tf
 
 import dynamic_masking
 import input_pipeline
+import packing
 import pretraining_records
 import run_pretraining
 import tokenization
@@ -418,3 +419,20 @@ def test_bad_input_records_end_with_one_error_line(data, tmp_path):
   static_on_unmasked = run_program(pretrain_args(
       data, tmp_path / "static", data["unmasked"], 1, "--masking=static"))
   expect_user_error(static_on_unmasked, "--masking=static", "hold no masks")
+
+
+def test_packed_rows_get_no_drawn_masks(data, tmp_path):
+  both = run_program(create_data_args(
+      data["dir"], "never.tfrecord", "--pack_sequences", "--masking=dynamic"))
+  expect_user_error(both, "--pack_sequences", "--masking=dynamic")
+  assert not os.path.exists(data["dir"] / "never.tfrecord")
+  packed = str(tmp_path / "packed.tfrecord")
+  run_ok(create_data_args(data["dir"], "packed.tfrecord", "--pack_sequences",
+                          "--max_sequences_per_pack=3", "--dupe_factor=1",
+                          "--output_file=%s" % packed))
+  width = packing.masked_positions_per_row(SEQ, PREDS, 0.15, 3)
+  args = pretrain_args(data, tmp_path / "out", packed, 1, "--masking=dynamic")
+  args[args.index("--max_predictions_per_seq=%d" % PREDS)] = (
+      "--max_predictions_per_seq=%d" % width)
+  expect_user_error(run_program(args), "--masking=dynamic",
+                    "not drawn for packed rows")
