@@ -226,17 +226,18 @@ def read_documents(input_files, tokenize, report=lambda work, instances: None):
 
 
 def _example_logger(vocab):
-  """A function that logs one record as upstream logs its first examples."""
+  """A function that logs one record as upstream logs its first examples
+  (at DEBUG: shown with -v 1)."""
   inv_vocab = {i: t for t, i in vocab.items()}
 
   def log_example(record):
     features = pretraining_records.parse_example(record)
     length = sum(features["input_mask"])
-    logging.info("*** Example ***")
-    logging.info("tokens: %s", " ".join(
+    logging.debug("*** Example ***")
+    logging.debug("tokens: %s", " ".join(
         inv_vocab[i] for i in features["input_ids"][:length]))
     for name in pretraining_instances.FEATURE_NAMES:
-      logging.info("%s: %s", name, " ".join(str(x) for x in features[name]))
+      logging.debug("%s: %s", name, " ".join(str(x) for x in features[name]))
 
   return log_example
 
@@ -293,7 +294,6 @@ def run_faithful_mode(input_file, output_file, vocab_file, do_lower_case,
 
 def main(argv):
   del argv  # Unused.
-  logging.set_verbosity(logging.INFO)
   params = pretraining_instances.InstanceParams(
       max_seq_length=FLAGS.max_seq_length,
       short_seq_prob=FLAGS.short_seq_prob,

@@ -1,8 +1,10 @@
 """Masked LM and next-sentence pretraining of BERT with tf.estimator.
 
 Upstream's flags (TPU ones dropped) plus the distribution flags of
-distribution.py: the Estimator gets a MirroredStrategy or
-MultiWorkerMirroredStrategy through its RunConfig, or runs on one device.
+distribution.py: the Estimator gets a MirroredStrategy,
+MultiWorkerMirroredStrategy or CentralStorageStrategy through its RunConfig,
+runs on one device, or runs as one horovod rank of several
+(--distribution_strategy=horovod, launched by horovodrun).
 `--train_batch_size` is the global batch over all replicas, per update: with
 `--num_accumulation_steps K` each replica runs K micro-batches of
 train_batch_size / (replicas * K) examples, then the summed gradient makes
@@ -10,6 +12,13 @@ one all-reduce and one update (one global step).
 """
 
 import functools
+import sys
+
+import console
+
+# Before TensorFlow is imported: its C++ runtime reads its log level then.
+console.quiet_native_logs(sys.argv)
+# pylint: disable=g-import-not-at-top,wrong-import-position
 
 from absl import app
 from absl import flags
@@ -391,7 +400,6 @@ def validate_flags():
 
 def main(argv):
   del argv
-  logging.set_verbosity(logging.INFO)
   bert_config, input_files = validate_flags()
   setup = training_setup.prepare(training_setup.options_from_flags(
       FLAGS, FLAGS.output_dir, FLAGS.train_batch_size))

@@ -45,7 +45,7 @@ def allow_xla_on_cpu():
   a CPU. The flag only widens what a session with global_jit_level ON_1
   compiles, so it changes nothing for runs without --use_xla. TensorFlow reads
   TF_XLA_FLAGS once, early (absl's app.run already triggers it), hence this
-  runs when the module is imported.
+  runs from define_flags, before app.run.
   """
   current = os.environ.get("TF_XLA_FLAGS", "")
   if "--tf_xla_cpu_global_jit" not in current.split():
@@ -150,7 +150,7 @@ def check_output_dir(output_dir):
     message = getattr(e, "message", None) or str(e)
     raise UserError("--output_dir %s is not writable: %s" %
                     (output_dir, message.splitlines()[0]))
-  if "://" not in output_dir:
+  if not atomic_io.is_url(output_dir):
     free = shutil.disk_usage(output_dir).free
     if free < MIN_FREE_DISK_BYTES:
       raise UserError("--output_dir %s: only %.1f MB free on its disk; "
@@ -272,7 +272,7 @@ def input_files_for_this_worker(setup, input_files):
   return input_files
 
 
-def record_shard_for_this_worker(setup):
+def record_shard_for_this_worker():
   """(num_shards, index) of the records this process reads from one file.
 
   Horovod ranks have no tf.distribute input_context, so without this every
@@ -343,14 +343,16 @@ def check_init_checkpoint(init_checkpoint, build_variables_fn):
                 if name in ckpt_shapes and list(ckpt_shapes[name]) != shape]
   if mismatched:
     name, model_shape, ckpt_shape = mismatched[0]
+    # Named as the user gave it: a Hugging Face directory's converted
+    # checkpoint is a private file in a temporary directory.
     raise UserError(
         "--init_checkpoint %s does not fit --bert_config_file: %d variable(s) "
-        "differ in shape, e.g. %s is %s in the checkpoint but %s in the model"
-        % (path, len(mismatched), name, ckpt_shape, model_shape))
+        "differ in shape, first %s: %s in the checkpoint but %s in the model"
+        % (init_checkpoint, len(mismatched), name, ckpt_shape, model_shape))
   loaded = [n for n in model_shapes if n in ckpt_shapes]
   fresh = [n for n in model_shapes if n not in ckpt_shapes]
   logging.info("--init_checkpoint %s: %d variable(s) loaded, %d initialised "
-               "fresh%s", path, len(loaded), len(fresh),
+               "fresh%s", init_checkpoint, len(loaded), len(fresh),
                (": " + ", ".join(fresh[:10])) if fresh else "")
 
 

@@ -99,7 +99,8 @@ def test_records_equal_upstream_golden(tmp_path, golden_name):
 
 
 def test_logs_first_20_examples_and_total(tmp_path, caplog):
-  caplog.set_level(logging.INFO, logger="absl")
+  # The examples at DEBUG (-v 1), the rest at INFO.
+  caplog.set_level(logging.DEBUG, logger="absl")
   outputs = run_in_process(tmp_path)
   messages = [r.getMessage() for r in caplog.records]
   assert messages.count("*** Example ***") == 20
