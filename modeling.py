@@ -233,8 +233,18 @@ class BertModel(object):
                input_mask=None,
                token_type_ids=None,
                use_one_hot_embeddings=False,
-               scope=None):
+               scope=None,
+               sequence_ids=None,
+               position_ids=None,
+               cls_positions=None):
     """Builds the model in the default graph.
+
+    Packed rows (several sequences in one row, see packing.py) pass
+    `sequence_ids`, `position_ids` and `cls_positions`: a token then attends
+    only to the tokens of its own sequence, its position embedding is that of
+    its position within its sequence, and the pooler reads each sequence's
+    own [CLS]; each sequence computes what it computes alone in a row. No
+    variable is added.
 
     Args:
       config: a BertConfig.
@@ -247,6 +257,14 @@ class BertModel(object):
       use_one_hot_embeddings: look up word embeddings with a one-hot matmul
         instead of tf.gather.
       scope: variable scope; defaults to "bert".
+      sequence_ids: optional int32 Tensor [B, S] for packed rows: which
+        sequence of its row a token belongs to (1, 2, ...; 0 for padding).
+        Attention is then block-diagonal (`input_mask` is not used).
+      position_ids: optional int32 Tensor [B, S], each token's position
+        within its sequence (restarting at 0); default 0..S-1.
+      cls_positions: optional int32 Tensor [B, N], the index of each
+        sequence's [CLS] in its row (any index for empty slots); the pooled
+        output is then [B, N, H] instead of [B, H].
 
     Raises:
       ValueError: the config or the input shapes are inconsistent.
@@ -281,11 +299,16 @@ class BertModel(object):
             position_embedding_name="position_embeddings",
             initializer_range=config.initializer_range,
             max_position_embeddings=config.max_position_embeddings,
-            dropout_prob=config.hidden_dropout_prob)
+            dropout_prob=config.hidden_dropout_prob,
+            position_ids=position_ids)
 
       with tf.variable_scope("encoder"):
-        attention_mask = create_attention_mask_from_input_mask(
-            input_ids, input_mask)
+        if sequence_ids is None:
+          attention_mask = create_attention_mask_from_input_mask(
+              input_ids, input_mask)
+        else:
+          attention_mask = create_attention_mask_from_sequence_ids(
+              sequence_ids)
         self.all_encoder_layers = transformer_model(
             input_tensor=self.embedding_output,
             attention_mask=attention_mask,
@@ -303,7 +326,11 @@ class BertModel(object):
       # The pooler maps the [CLS] token's final hidden state through a tanh
       # layer; sentence-level heads (next sentence, classifiers) read it.
       with tf.variable_scope("pooler"):
-        first_token_tensor = self.sequence_output[:, 0]
+        if cls_positions is None:
+          first_token_tensor = self.sequence_output[:, 0]
+        else:
+          first_token_tensor = tf.gather(self.sequence_output, cls_positions,
+                                         batch_dims=1)  # [B, N, H]
         self.pooled_output = tf.layers.dense(
             first_token_tensor,
             config.hidden_size,
@@ -311,7 +338,8 @@ class BertModel(object):
             kernel_initializer=create_initializer(config.initializer_range))
 
   def get_pooled_output(self):
-    """Returns the pooled [CLS] representation, float Tensor [B, H]."""
+    """Returns the pooled [CLS] representation, float Tensor [B, H] ([B, N, H]
+    with `cls_positions`: one per packed sequence)."""
     return self.pooled_output
 
   def get_sequence_output(self):
@@ -617,7 +645,8 @@ def embedding_postprocessor(input_tensor,
                             position_embedding_name="position_embeddings",
                             initializer_range=0.02,
                             max_position_embeddings=512,
-                            dropout_prob=0.1):
+                            dropout_prob=0.1,
+                            position_ids=None):
   """Adds token type and position embeddings, then layer norm and dropout.
 
   Args:
@@ -631,6 +660,8 @@ def embedding_postprocessor(input_tensor,
     initializer_range: stddev of the tables' initializer.
     max_position_embeddings: rows of the position table; S must not exceed it.
     dropout_prob: dropout probability applied to the output.
+    position_ids: optional int32 Tensor [B, S] of positions (packed rows:
+      restarting at 0 for each sequence); default 0..S-1 in every row.
 
   Returns:
     float Tensor [B, S, H].
@@ -667,9 +698,15 @@ def embedding_postprocessor(input_tensor,
         name=position_embedding_name,
         shape=[max_position_embeddings, width],
         initializer=create_initializer(initializer_range))
-    # Positions are 0..S-1 in every example, so the first S rows of the table
-    # broadcast over the batch; no per-token lookup is needed.
-    output += tf.slice(full_position_embeddings, [0, 0], [seq_length, -1])
+    if position_ids is None:
+      # Positions are 0..S-1 in every example, so the first S rows of the
+      # table broadcast over the batch; no per-token lookup is needed.
+      output += tf.slice(full_position_embeddings, [0, 0], [seq_length, -1])
+    else:
+      # From the table's value, as embedding_lookup does (a sparse read would
+      # make the variable copy-on-read).
+      output += tf.gather(tf.convert_to_tensor(full_position_embeddings),
+                          position_ids)
 
   return layer_norm_and_dropout(output, dropout_prob)
 
@@ -694,6 +731,24 @@ def create_attention_mask_from_input_mask(from_tensor, to_mask):
                     tf.float32)
   return tf.broadcast_to(to_mask,
                          [batch_size, from_seq_length, to_seq_length])
+
+
+def create_attention_mask_from_sequence_ids(sequence_ids):
+  """Builds the block-diagonal attention mask of packed rows.
+
+  A token attends only to the tokens of its own sequence; padding (id 0)
+  attends to padding, whose outputs are ignored downstream.
+
+  Args:
+    sequence_ids: int32 Tensor [B, S], the sequence of its row each token
+      belongs to (1, 2, ...; 0 for padding).
+
+  Returns:
+    float32 Tensor [B, S, S]: mask[b, f, t] = 1 if sequence_ids[b, f] ==
+    sequence_ids[b, t], else 0.
+  """
+  return tf.cast(tf.equal(tf.expand_dims(sequence_ids, 2),
+                          tf.expand_dims(sequence_ids, 1)), tf.float32)
 
 
 def attention_layer(from_tensor,

@@ -146,20 +146,55 @@ def get_next_sentence_output(bert_config, input_tensor, labels):
   Returns:
     (loss scalar, per_example_loss [B], log_probs [B, 2]).
   """
+  logits, log_probs = _next_sentence_logits(bert_config, input_tensor)
+  per_example_loss = tf.nn.sparse_softmax_cross_entropy_with_logits(
+      labels=tf.reshape(labels, [-1]), logits=logits)
+  loss = tf.reduce_mean(per_example_loss)
+  return loss, per_example_loss, log_probs
+
+
+def get_packed_next_sentence_output(bert_config, input_tensor, labels,
+                                    weights, loss_denominator=None):
+  """Next-sentence loss of packed rows: one prediction per packed sequence.
+
+  Args:
+    bert_config: BertConfig.
+    input_tensor: [B, N, H] pooled output at each sequence's own [CLS]
+      (BertModel with `cls_positions`).
+    labels: [B, N] int32, 1 = segment B is a random sentence.
+    weights: [B, N] float32, 1.0 for a sequence, 0.0 for an empty slot.
+    loss_denominator: divides the weighted loss sum instead of this batch's
+      number of sequences, sum(weights): in training, the global batch's, so
+      the loss is the mean over the sequences of the global batch whatever
+      the rows they came in.
+
+  Returns:
+    (loss scalar, per_example_loss [B*N], log_probs [B*N, 2]).
+  """
+  hidden_size = modeling.get_shape_list(input_tensor, expected_rank=3)[2]
+  logits, log_probs = _next_sentence_logits(
+      bert_config, tf.reshape(input_tensor, [-1, hidden_size]))
+  per_example_loss = tf.nn.sparse_softmax_cross_entropy_with_logits(
+      labels=tf.reshape(labels, [-1]), logits=logits)
+  weights = tf.reshape(weights, [-1])
+  if loss_denominator is None:
+    loss_denominator = tf.reduce_sum(weights)
+  loss = tf.reduce_sum(weights * per_example_loss) / loss_denominator
+  return loss, per_example_loss, log_probs
+
+
+def _next_sentence_logits(bert_config, pooled):
+  """The next-sentence classifier: (logits [X, 2], log_probs [X, 2]) of the
+  pooled [X, H]."""
   with tf.variable_scope("cls/seq_relationship"):
     output_weights = tf.get_variable(
         "output_weights", shape=[2, bert_config.hidden_size],
         initializer=modeling.create_initializer(bert_config.initializer_range))
     output_bias = tf.get_variable("output_bias", shape=[2],
                                   initializer=tf.zeros_initializer())
-    logits = tf.matmul(input_tensor, output_weights, transpose_b=True)
+    logits = tf.matmul(pooled, output_weights, transpose_b=True)
     logits = tf.nn.bias_add(logits, output_bias)
-    log_probs = tf.nn.log_softmax(logits, axis=-1)
-    labels = tf.reshape(labels, [-1])
-    per_example_loss = tf.nn.sparse_softmax_cross_entropy_with_logits(
-        labels=labels, logits=logits)
-    loss = tf.reduce_mean(per_example_loss)
-  return loss, per_example_loss, log_probs
+  return logits, tf.nn.log_softmax(logits, axis=-1)
 
 
 def gather_indexes(sequence_tensor, positions):
@@ -184,14 +219,17 @@ def gather_indexes(sequence_tensor, positions):
 def pretraining_metrics(masked_lm_example_loss, masked_lm_log_probs,
                         masked_lm_ids, masked_lm_weights,
                         next_sentence_example_loss, next_sentence_log_probs,
-                        next_sentence_labels):
-  """Upstream's four eval metrics."""
+                        next_sentence_labels, next_sentence_weights=None):
+  """Upstream's four eval metrics (packed rows: `next_sentence_weights` [B, N]
+  leaves out the empty sequence slots)."""
   masked_lm_predictions = tf.argmax(masked_lm_log_probs, axis=-1,
                                     output_type=tf.int32)
   masked_lm_ids = tf.reshape(masked_lm_ids, [-1])
   masked_lm_weights = tf.reshape(masked_lm_weights, [-1])
   next_sentence_predictions = tf.argmax(next_sentence_log_probs, axis=-1,
                                         output_type=tf.int32)
+  if next_sentence_weights is not None:
+    next_sentence_weights = tf.reshape(next_sentence_weights, [-1])
   return {
       "masked_lm_accuracy": tf.metrics.accuracy(
           labels=masked_lm_ids, predictions=masked_lm_predictions,
@@ -200,39 +238,78 @@ def pretraining_metrics(masked_lm_example_loss, masked_lm_log_probs,
                                         weights=masked_lm_weights),
       "next_sentence_accuracy": tf.metrics.accuracy(
           labels=tf.reshape(next_sentence_labels, [-1]),
-          predictions=next_sentence_predictions),
-      "next_sentence_loss": tf.metrics.mean(values=next_sentence_example_loss),
+          predictions=next_sentence_predictions,
+          weights=next_sentence_weights),
+      "next_sentence_loss": tf.metrics.mean(values=next_sentence_example_loss,
+                                            weights=next_sentence_weights),
   }
 
 
+def is_packed(features):
+  """Whether a feature dict holds packed rows (several sequences per row)."""
+  return PACKED_SEQUENCE_FEATURE in features
+
+
+# The per-token feature only packed rows carry.
+PACKED_SEQUENCE_FEATURE = "sequence_ids"
+
+
 def pretraining_model(bert_config, features, is_training,
-                      masked_lm_loss_denominator=None):
+                      masked_lm_loss_denominator=None,
+                      next_sentence_loss_denominator=None):
   """BERT with both pretraining heads on a batch of features.
+
+  Packed rows (features with `sequence_ids`, `position_ids`, `cls_positions`
+  and `next_sentence_weights`) get one next-sentence prediction per packed
+  sequence; see get_packed_next_sentence_output.
 
   Args:
     bert_config: BertConfig.
     features: dict of the input_fn's [B, ...] tensors.
     is_training: dropout on if True.
     masked_lm_loss_denominator: see get_masked_lm_output.
+    next_sentence_loss_denominator: packed rows only, see
+      get_packed_next_sentence_output.
 
   Returns:
     (masked_lm, next_sentence): the (loss, per_example_loss, log_probs)
-    triples of get_masked_lm_output and get_next_sentence_output.
+    triples of get_masked_lm_output and get_next_sentence_output (or
+    get_packed_next_sentence_output).
   """
+  packed = is_packed(features)
   # An explicit variable scope: with the default one, the model built again
   # for a second micro-batch would look for its variables under bert_1/.
   model = modeling.BertModel(
       config=bert_config, is_training=is_training,
       input_ids=features["input_ids"], input_mask=features["input_mask"],
       token_type_ids=features["segment_ids"], use_one_hot_embeddings=False,
-      scope="bert")
+      scope="bert", sequence_ids=features.get("sequence_ids"),
+      position_ids=features.get("position_ids"),
+      cls_positions=features.get("cls_positions"))
   masked_lm = get_masked_lm_output(
       bert_config, model.get_sequence_output(), model.get_embedding_table(),
       features["masked_lm_positions"], features["masked_lm_ids"],
       features["masked_lm_weights"], masked_lm_loss_denominator)
-  next_sentence = get_next_sentence_output(
-      bert_config, model.get_pooled_output(), features["next_sentence_labels"])
+  if packed:
+    next_sentence = get_packed_next_sentence_output(
+        bert_config, model.get_pooled_output(),
+        features["next_sentence_labels"], features["next_sentence_weights"],
+        next_sentence_loss_denominator)
+  else:
+    next_sentence = get_next_sentence_output(
+        bert_config, model.get_pooled_output(),
+        features["next_sentence_labels"])
   return masked_lm, next_sentence
+
+
+def batch_counts(features):
+  """(sequences, real tokens) of a batch of rows: more sequences than rows
+  when the rows are packed."""
+  if is_packed(features):
+    sequences = tf.reduce_sum(features["next_sentence_weights"])
+  else:
+    sequences = tf.shape(features["input_ids"])[0]
+  return sequences, tf.reduce_sum(features["input_mask"])
 
 
 def split_micro_batches(features, num_micro_batches):
@@ -258,7 +335,9 @@ def micro_batch_loss_fns(bert_config, features, num_micro_batches):
       stays one batched op;
     - next sentence: micro-batches and replicas hold equally many examples,
       so its mean counts 1/K, divided by the number of replicas
-      (`distribution.replica_share`).
+      (`distribution.replica_share`). Packed rows hold varying numbers of
+      sequences: each micro-batch divides its sum over its sequences by the
+      global batch's number of sequences, all-reduced with the masked count.
 
   Args:
     bert_config: BertConfig.
@@ -269,10 +348,20 @@ def micro_batch_loss_fns(bert_config, features, num_micro_batches):
     K functions without arguments, each building the model on one
     micro-batch and returning its part of this replica's loss share.
   """
+  packed = is_packed(features)
   # stop_gradient: a normaliser, not a function of the weights (the
   # all-reduce has no gradient).
-  denominator = distribution.global_sum(tf.stop_gradient(
-      tf.reduce_sum(features["masked_lm_weights"]))) + 1e-5
+  masked_count = tf.stop_gradient(tf.reduce_sum(features["masked_lm_weights"]))
+  if packed:
+    # Packed rows hold varying numbers of sequences: the next-sentence mean
+    # is over the global batch's sequences, counted in the same all-reduce.
+    masked_count, sequence_count = distribution.sum_across_replicas(
+        [masked_count, tf.stop_gradient(
+            tf.reduce_sum(features["next_sentence_weights"]))],
+        compress=False)
+  else:
+    masked_count = distribution.global_sum(masked_count)
+  denominator = masked_count + 1e-5
 
   def loss_fn(index, micro_batch):
     # reuse=True from the second micro-batch on: a variable name that changed
@@ -282,7 +371,10 @@ def micro_batch_loss_fns(bert_config, features, num_micro_batches):
                            auxiliary_name_scope=False):
       (masked_lm_loss, _, _), (next_sentence_loss, _, _) = pretraining_model(
           bert_config, micro_batch, is_training=True,
-          masked_lm_loss_denominator=denominator)
+          masked_lm_loss_denominator=denominator,
+          next_sentence_loss_denominator=(sequence_count if packed else None))
+    if packed:
+      return masked_lm_loss + next_sentence_loss
     return masked_lm_loss + distribution.replica_share(
         next_sentence_loss / float(num_micro_batches))
 
@@ -310,6 +402,7 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
   def model_fn(features, labels, mode, params):
     del labels, params
     if mode == tf.estimator.ModeKeys.TRAIN:
+      throughput.register_batch_counts(*batch_counts(features))
       step = optimization.create_accumulating_optimizer(
           micro_batch_loss_fns(bert_config, features, num_accumulation_steps),
           learning_rate, num_train_steps, num_warmup_steps,
@@ -330,7 +423,8 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
           masked_lm_example_loss, masked_lm_log_probs,
           features["masked_lm_ids"], features["masked_lm_weights"],
           next_sentence_example_loss, next_sentence_log_probs,
-          features["next_sentence_labels"])
+          features["next_sentence_labels"],
+          features.get("next_sentence_weights"))
       # Eval runs unreplicated: report the mean loss itself.
       return tf.estimator.EstimatorSpec(
           mode, loss=masked_lm_loss + next_sentence_loss,

@@ -67,6 +67,45 @@ def register_step_metrics(step):
   return reported
 
 
+# Graph -> the BatchCounts of each local replica's batch (register_batch_counts).
+_BATCH_COUNTS = weakref.WeakKeyDictionary()
+
+# What a step's global batch holds besides its rows: sequences (more than the
+# rows when rows are packed) and real, non-padding tokens.
+BatchCounts = collections.namedtuple("BatchCounts",
+                                     ["sequences", "real_tokens"])
+
+
+def register_batch_counts(sequences, real_tokens):
+  """The TRAIN model_fn's count of what one replica's batch holds.
+
+  The hook then also logs sequences/sec and real tokens/sec (the figure
+  packing improves). Called once per replica, in a replica context. The
+  counts of the replicas of this process are summed; with several processes
+  (multi_worker, horovod) they are scaled by replicas / local replicas, an
+  estimate of the global batch's (exact with one process).
+
+  Args:
+    sequences: scalar, the sequences in this replica's batch.
+    real_tokens: scalar, its tokens that are not padding.
+  """
+  scale = (distribution.num_replicas_in_sync() /
+           float(distribution.num_local_replicas()))
+  _BATCH_COUNTS.setdefault(tf.get_default_graph(), []).append(BatchCounts(
+      sequences=tf.cast(sequences, tf.float32) * scale,
+      real_tokens=tf.cast(real_tokens, tf.float32) * scale))
+
+
+def batch_counts():
+  """BatchCounts of the default graph's global batch, or None if the model_fn
+  registered none."""
+  entries = _BATCH_COUNTS.get(tf.get_default_graph())
+  if not entries:
+    return None
+  return BatchCounts(sequences=tf.add_n([e.sequences for e in entries]),
+                     real_tokens=tf.add_n([e.real_tokens for e in entries]))
+
+
 def step_metrics():
   """The StepMetrics of the default graph's training step, for the hooks.
 
@@ -93,20 +132,28 @@ def steady_state(step_records, warmup_steps):
 
   Returns:
     dict with examples_per_sec (None if no step qualifies), steps_counted,
-    steps_excluded_warmup, steps_excluded_checkpoint.
+    steps_excluded_warmup, steps_excluded_checkpoint; sequences_per_sec and
+    real_tokens_per_sec too when every record has "sequences" and
+    "real_tokens".
   """
   counted = step_records[warmup_steps:]
   excluded_ckpt = sum(1 for r in counted if r["saved"])
   counted = [r for r in counted if not r["saved"]]
   seconds = sum(r["seconds"] for r in counted)
-  examples = sum(r["examples"] for r in counted)
-  return {
-      "examples_per_sec": examples / seconds if counted and seconds > 0
-                          else None,
+  result = {
       "steps_counted": len(counted),
       "steps_excluded_warmup": min(warmup_steps, len(step_records)),
       "steps_excluded_checkpoint": excluded_ckpt,
   }
+  for key in ("examples",) + COUNTED:
+    if key == "examples" or all(key in r for r in step_records):
+      result[key + "_per_sec"] = (sum(r[key] for r in counted) / seconds
+                                  if counted and seconds > 0 else None)
+  return result
+
+
+# Per-step counts recorded when the model_fn registers BatchCounts.
+COUNTED = BatchCounts._fields
 
 
 class CheckpointMarker(tf.estimator.CheckpointSaverListener):
@@ -156,6 +203,9 @@ class ThroughputHook(tf.train.SessionRunHook):
                      "learning_rate": metrics.learning_rate}
     if metrics.loss_scale is not None:
       self._fetches["loss_scale"] = metrics.loss_scale
+    counts = batch_counts()
+    if counts is not None:
+      self._fetches.update(counts._asdict())
     self._jsonl = None
     self._writer = None
     if self._is_chief:
@@ -179,12 +229,13 @@ class ThroughputHook(tf.train.SessionRunHook):
     now = time.time()
     # A save requested by the step before happens between its after_run and
     # this step's before_run, so it falls in this step's interval.
-    self.step_records.append({"examples": self._global_batch,
-                              "seconds": now - self._last_time,
-                              "saved": self._saved_since_last_step})
+    results = run_values.results
+    self.step_records.append(dict(
+        {"examples": self._global_batch, "seconds": now - self._last_time,
+         "saved": self._saved_since_last_step},
+        **{key: float(results[key]) for key in COUNTED if key in results}))
     self._saved_since_last_step = False
     self._last_time = now
-    results = run_values.results
     steps_run = len(self.step_records)
     if steps_run % self._log_every == 0:
       self._log(results, steps_run, now)
@@ -203,9 +254,15 @@ class ThroughputHook(tf.train.SessionRunHook):
     for key in ("loss", "learning_rate", "loss_scale"):
       if key in results:
         record[key] = float(results[key])
+    counted = ""
+    if all(key in r for r in window for key in COUNTED) and seconds > 0:
+      for key in COUNTED:
+        record[key + "_per_sec"] = round(sum(r[key] for r in window) /
+                                         seconds, 3)
+      counted = describe_counts(record)
     logging.info(
-        "step %d/%d: %.1f examples/sec (%.1f per replica), loss %s, "
-        "ETA %s", step, self._max_steps, eps, eps / self._replicas,
+        "step %d/%d: %.1f examples/sec (%.1f per replica)%s, loss %s, "
+        "ETA %s", step, self._max_steps, eps, eps / self._replicas, counted,
         "%.4f" % record["loss"] if "loss" in record else "n/a",
         _format_seconds(eta))
     if self._is_chief:
@@ -218,7 +275,10 @@ class ThroughputHook(tf.train.SessionRunHook):
                            simple_value=eps / self._replicas)] + [
               tf.Summary.Value(tag="train/" + k, simple_value=record[k])
               for k in ("loss", "learning_rate", "loss_scale")
-              if k in record])
+              if k in record] + [
+                  tf.Summary.Value(tag="throughput/%s_per_sec" % k,
+                                   simple_value=record[k + "_per_sec"])
+                  for k in COUNTED if k + "_per_sec" in record])
       self._writer.add_summary(summary, step)
 
   def end(self, session):
@@ -242,11 +302,11 @@ class ThroughputHook(tf.train.SessionRunHook):
                    self._warmup_steps)
     else:
       logging.info(
-          "Throughput (steady state): %.2f examples/sec, %.2f per replica, "
+          "Throughput (steady state): %.2f examples/sec, %.2f per replica%s, "
           "over %d steps; excluded %d warm-up step(s) and %d step(s) with a "
           "checkpoint save", result["examples_per_sec"],
-          result["examples_per_sec_per_replica"], result["steps_counted"],
-          result["steps_excluded_warmup"],
+          result["examples_per_sec_per_replica"], describe_counts(result),
+          result["steps_counted"], result["steps_excluded_warmup"],
           result["steps_excluded_checkpoint"])
     if self._is_chief:
       self._jsonl.close()
@@ -254,6 +314,15 @@ class ThroughputHook(tf.train.SessionRunHook):
       with atomic_io.atomic_open(os.path.join(self._output_dir,
                                               "throughput_summary.json")) as f:
         f.write(json.dumps(result, indent=2, sort_keys=True) + "\n")
+
+
+def describe_counts(summary):
+  """", S sequences/sec, T real tokens/sec" of a steady-state summary, or ""
+  without those figures."""
+  if not summary.get("real_tokens_per_sec"):
+    return ""
+  return ", %.2f sequences/sec, %.1f real (non-padding) tokens/sec" % (
+      summary["sequences_per_sec"], summary["real_tokens_per_sec"])
 
 
 def _format_seconds(seconds):

@@ -530,11 +530,12 @@ def print_run_summary(output_dir, throughput_summary, eval_result):
   if throughput_summary:
     eps = throughput_summary.get("examples_per_sec")
     lines.append(
-        "throughput: %s (%s per replica), %s x%d, steps %d..%d; excluded %d "
-        "warm-up step(s) and %d with a checkpoint save" % (
+        "throughput: %s (%s per replica)%s, %s x%d, steps %d..%d; excluded "
+        "%d warm-up step(s) and %d with a checkpoint save" % (
             "%.2f examples/sec" % eps if eps else "n/a (too few steps)",
             "%.2f" % (eps / throughput_summary["num_replicas"]) if eps
-            else "n/a", throughput_summary.get("strategy"),
+            else "n/a", throughput.describe_counts(throughput_summary),
+            throughput_summary.get("strategy"),
             throughput_summary["num_replicas"],
             throughput_summary["first_step"],
             throughput_summary["final_step"],
