@@ -536,7 +536,8 @@ def main(argv):
     result = estimator.evaluate(input_fn=eval_input_fn,
                                 steps=FLAGS.max_eval_steps)
     if setup.is_chief:
-      training_setup.write_eval_results(FLAGS.output_dir, result)
+      # The run summary below prints the metrics.
+      training_setup.write_eval_results(FLAGS.output_dir, result, log=False)
   if setup.is_chief:
     training_setup.print_run_summary(FLAGS.output_dir, throughput_summary,
                                      result)

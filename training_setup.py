@@ -333,6 +333,10 @@ def check_init_checkpoint(init_checkpoint, build_variables_fn):
     UserError: a variable both have differs in shape.
   """
   path = resolve_checkpoint(init_checkpoint)
+  # A Hugging Face directory's converted checkpoint is a private file in a
+  # temporary directory: the messages name the directory the user gave.
+  shown = (init_checkpoint if checkpoint_formats.is_hf_dir(init_checkpoint)
+           else path)
   with tf.Graph().as_default():
     build_variables_fn()
     model_shapes = {v.op.name: v.shape.as_list()
@@ -343,16 +347,14 @@ def check_init_checkpoint(init_checkpoint, build_variables_fn):
                 if name in ckpt_shapes and list(ckpt_shapes[name]) != shape]
   if mismatched:
     name, model_shape, ckpt_shape = mismatched[0]
-    # Named as the user gave it: a Hugging Face directory's converted
-    # checkpoint is a private file in a temporary directory.
     raise UserError(
         "--init_checkpoint %s does not fit --bert_config_file: %d variable(s) "
         "differ in shape, first %s: %s in the checkpoint but %s in the model"
-        % (init_checkpoint, len(mismatched), name, ckpt_shape, model_shape))
+        % (shown, len(mismatched), name, ckpt_shape, model_shape))
   loaded = [n for n in model_shapes if n in ckpt_shapes]
   fresh = [n for n in model_shapes if n not in ckpt_shapes]
   logging.info("--init_checkpoint %s: %d variable(s) loaded, %d initialised "
-               "fresh%s", init_checkpoint, len(loaded), len(fresh),
+               "fresh%s", shown, len(loaded), len(fresh),
                (": " + ", ".join(fresh[:10])) if fresh else "")
 
 
@@ -513,13 +515,16 @@ def _stop_message(setup, step):
   return preemption.stop_message(step, checkpoint, setup.is_chief)
 
 
-def write_eval_results(output_dir, result):
-  """Logs eval metrics and writes eval_results.txt as upstream does."""
+def write_eval_results(output_dir, result, log=True):
+  """Writes eval_results.txt as upstream does, and logs the metrics unless
+  `log` is False (a run summary that prints them follows)."""
   path = os.path.join(output_dir, "eval_results.txt")
-  logging.info("***** Eval results *****")
+  if log:
+    logging.info("***** Eval results *****")
   with atomic_io.atomic_open(path, "w") as writer:
     for key in sorted(result.keys()):
-      logging.info("  %s = %s", key, str(result[key]))
+      if log:
+        logging.info("  %s = %s", key, str(result[key]))
       writer.write("%s = %s\n" % (key, str(result[key])))
   return path
 

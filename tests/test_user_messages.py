@@ -55,6 +55,7 @@ def test_pretraining_prints_progress_and_summary_and_no_tensorflow_noise(
   assert "step 3/4: " in quiet.stderr and "examples/sec" in quiet.stderr
   assert "***** Run summary: " in quiet.stdout
   assert "eval masked_lm_accuracy = " in quiet.stdout
+  assert "Eval results" not in quiet.stderr  # printed once, in the summary
   # Setup, progress, eval and the summary: a screenful.
   assert len(output.splitlines()) <= 30, output
 
