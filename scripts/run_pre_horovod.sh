@@ -123,7 +123,8 @@ echo "[run_pre_horovod] ${CMD[*]}"
 # horovodrun passes each rank's lines on with a [rank]<stream>: prefix and,
 # when a rank exits non-zero, ends with a Python traceback of its own under
 # the ranks' clear `error:` line (which every rank prints). So the ranks'
-# lines go through as they come, except their error lines, kept for the end;
+# lines go through as they come, on their own stream, except their error
+# lines, kept for the end;
 # horovodrun's own lines after a rank's non-zero exit code (its report of the
 # failure) are dropped; the script ends with the error line, once, and exits
 # with the ranks' code.
@@ -136,7 +137,8 @@ set +e
     if (!($0 in seen)) { seen[$0] = 1; errors[++num_errors] = $0 }
     next
   }
-  /^\[[0-9]+\]<std(out|err)>:/ { print; fflush(); next }
+  /^\[[0-9]+\]<stderr>:/ { print > "/dev/stderr"; fflush("/dev/stderr"); next }
+  /^\[[0-9]+\]<stdout>:/ { print; fflush(); next }
   /^Process [0-9]+ exit with status code [0-9]+\.$/ {
     code = $NF; sub(/\.$/, "", code)
     if (code != 0 && rank_code == "") rank_code = code
