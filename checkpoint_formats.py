@@ -27,6 +27,12 @@ from errors import UserError
 
 PRETRAINING = "pretraining"
 CLASSIFIER = "classifier"
+SQUAD = "squad"
+
+# Hugging Face's class for each head.
+HF_ARCHITECTURES = {PRETRAINING: "BertForPreTraining",
+                    CLASSIFIER: "BertForSequenceClassification",
+                    SQUAD: "BertForQuestionAnswering"}
 
 HF_CONFIG = "config.json"
 HF_WEIGHTS = "model.safetensors"
@@ -62,13 +68,16 @@ def weight_table(config, head, num_labels=None):
   Args:
     config: modeling.BertConfig.
     head: PRETRAINING (masked LM + next sentence, `cls/...`), CLASSIFIER
-      (run_classifier's top-level `output_weights` / `output_bias`), or None
-      for the encoder alone.
+      (run_classifier's top-level `output_weights` / `output_bias`), SQUAD
+      (run_squad's `cls/squad/output_weights` [2, H] / `output_bias` [2]),
+      or None for the encoder alone.
     num_labels: C, for CLASSIFIER.
 
   Returns:
     A list of (tf_name, hf_name, tf_shape, transpose) in model order;
-    `transpose` says the HF array is the transposed TF array.
+    `transpose` says the HF array is the transposed TF array. hf_name is
+    None for a weight the Hugging Face class does not have (the pooler of
+    BertForQuestionAnswering).
   """
   h, i = config.hidden_size, config.intermediate_size
   table = [
@@ -99,7 +108,13 @@ def weight_table(config, head, num_labels=None):
                     h)
     table += _layer_norm(tf_layer + "/output/LayerNorm",
                          hf_layer + ".output.LayerNorm", h)
-  table += _dense("bert/pooler/dense", "bert.pooler.dense", h, h)
+  pooler = _dense("bert/pooler/dense", "bert.pooler.dense", h, h)
+  if head == SQUAD:
+    # Upstream's SQuAD model has the pooler (BertModel always builds it);
+    # BertForQuestionAnswering has none.
+    pooler = [(tf_name, None, shape, transpose)
+              for tf_name, _, shape, transpose in pooler]
+  table += pooler
   if head == PRETRAINING:
     table += _dense("cls/predictions/transform/dense",
                     "cls.predictions.transform.dense", h, h)
@@ -119,6 +134,12 @@ def weight_table(config, head, num_labels=None):
   elif head == CLASSIFIER:
     table += [("output_weights", "classifier.weight", [num_labels, h], False),
               ("output_bias", "classifier.bias", [num_labels], False)]
+  elif head == SQUAD:
+    # [2, H]: row 0 gives the start logits, row 1 the end logits, as in
+    # qa_outputs (a Linear(H, 2)) split into start and end.
+    table += [("cls/squad/output_weights", "qa_outputs.weight", [2, h],
+               False),
+              ("cls/squad/output_bias", "qa_outputs.bias", [2], False)]
   return table
 
 
@@ -129,18 +150,22 @@ def detect_head(checkpoint_shapes):
     checkpoint_shapes: {name: shape} of a checkpoint's variables.
 
   Returns:
-    (PRETRAINING, None) or (CLASSIFIER, C).
+    (PRETRAINING, None), (CLASSIFIER, C) or (SQUAD, None).
 
   Raises:
-    UserError: neither head is there.
+    UserError: no head is there.
   """
   if "cls/seq_relationship/output_weights" in checkpoint_shapes:
     return PRETRAINING, None
+  if "cls/squad/output_weights" in checkpoint_shapes:
+    return SQUAD, None
   if "output_weights" in checkpoint_shapes:
     return CLASSIFIER, int(checkpoint_shapes["output_weights"][0])
-  raise UserError("the checkpoint has neither a pretraining head "
-                  "(cls/seq_relationship/output_weights) nor a run_classifier "
-                  "head (output_weights); it is not a model of this toolkit")
+  raise UserError("the checkpoint has no pretraining head "
+                  "(cls/seq_relationship/output_weights), run_classifier "
+                  "head (output_weights) or run_squad head "
+                  "(cls/squad/output_weights); it is not a model of this "
+                  "toolkit")
 
 
 def model_weights(checkpoint, table):
@@ -180,6 +205,8 @@ def to_hf_state(weights, table):
   """{hf_name: contiguous float32 ndarray} of Hugging Face's layout."""
   state = collections.OrderedDict()
   for tf_name, hf_name, _, transpose in table:
+    if hf_name is None:
+      continue
     value = weights[tf_name]
     state[hf_name] = np.ascontiguousarray(value.T if transpose else value)
   return state
@@ -207,7 +234,7 @@ def hf_config(bert_config, head, labels=None):
 
   Args:
     bert_config: modeling.BertConfig.
-    head: PRETRAINING or CLASSIFIER.
+    head: PRETRAINING, CLASSIFIER or SQUAD.
     labels: the class names (CLASSIFIER), in output order.
 
   Returns:
@@ -221,8 +248,7 @@ def hf_config(bert_config, head, labels=None):
     raise UserError("hidden_act %r has no Hugging Face equivalent (known: %s)"
                     % (act, ", ".join(sorted(HF_ACTIVATIONS))))
   config = {"model_type": "bert",
-            "architectures": ["BertForPreTraining" if head == PRETRAINING
-                              else "BertForSequenceClassification"],
+            "architectures": [HF_ARCHITECTURES[head]],
             "hidden_act": HF_ACTIVATIONS[act.lower()],
             "layer_norm_eps": 1e-12,
             "pad_token_id": 0,
@@ -317,10 +343,11 @@ def read_hf_weights(hf_dir):
   num_labels = len(config.get("id2label") or {}) or 2
   shape_config = _Shapes(config)
   by_hf_name = {}
-  for head in (PRETRAINING, CLASSIFIER):
+  for head in (PRETRAINING, CLASSIFIER, SQUAD):
     for tf_name, hf_name, _, transpose in weight_table(shape_config, head,
                                                        num_labels):
-      by_hf_name[hf_name] = (tf_name, transpose)
+      if hf_name is not None:
+        by_hf_name[hf_name] = (tf_name, transpose)
   weights = collections.OrderedDict()
   try:
     with safe_open(path, framework="np") as f:

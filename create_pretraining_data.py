@@ -19,18 +19,23 @@ text), but not the instances: each is serialized as soon as it is made
 (pretraining_instances.InstanceMaker) and waits in a scratch file for the
 final shuffle, so memory does not grow with --dupe_factor.
 
-Sharded (--num_workers and/or --output_dir): for corpora of any size, on
-every core; see pretraining_shards.py. Each shard is upstream's algorithm
-over that shard, so the records differ from faithful mode's.
+Sharded (--num_workers, --output_dir or --dask_scheduler): for corpora of
+any size, on every core or on a Dask cluster; see pretraining_shards.py.
+Each shard is upstream's algorithm over that shard, so the records differ
+from faithful mode's.
+
+Both modes read local paths and URLs (through fsspec), in upstream's text
+format, JSONL or Parquet (see corpus_input.py).
 
 --tokenizer_backend=fast (the default) tokenizes with
 fast_tokenization.FastTokenizer, which gives exactly
 tokenization.FullTokenizer's tokens (so the same records) several times
 faster; --tokenizer_backend=python runs tokenization.py itself.
 
-TensorFlow is imported only to read or write non-local paths (gs://...).
+TensorFlow is imported only to write non-local paths (gs://...).
 Unlike upstream, bad input (a glob matching nothing, a file that is not
-UTF-8, an unusable vocab or flag value, an unwritable output directory) ends
+UTF-8 or a JSONL line that is not JSON, an unusable vocab or flag value, an
+unwritable output directory, an unreachable Dask scheduler) ends
 the program with one `error:` line, and output files only appear under
 their final names once completely written.
 """
@@ -44,6 +49,7 @@ from absl import flags
 from absl import logging
 
 import atomic_io
+import corpus_input
 import errors
 import file_patterns
 import pretraining_instances
@@ -61,7 +67,20 @@ def define_flags():
   tests can import several programs into one process)."""
   flags.DEFINE_string("input_file", None,
                       "Input raw text file (or comma-separated list of files). "
-                      "Each item may be a glob.")
+                      "Each item may be a glob, a directory (sharded mode) or "
+                      "a URL fsspec serves (s3://, gs://, hdfs://, ... with "
+                      "the matching fsspec package installed).")
+  flags.DEFINE_string(
+      "input_format", "auto",
+      "auto: by file name (.jsonl/.ndjson[.gz|.zst]: jsonl, .parquet: "
+      "parquet, else text). text: one sentence per line, a blank line "
+      "between documents. jsonl: one JSON object per line holding a "
+      "document in --text_field. parquet: one document per row in column "
+      "--text_field. JSONL/Parquet documents are split into sentences by "
+      "blingfire.")
+  flags.DEFINE_string(
+      "text_field", corpus_input.DEFAULT_TEXT_FIELD,
+      "The JSON field (jsonl) or column (parquet) holding a document's text.")
   flags.DEFINE_string(
       "output_file", None,
       "Output TF example file (or comma-separated list of files).")
@@ -92,8 +111,14 @@ def define_flags():
       "(upstream's code). Same tokens, so the same records.")
   flags.DEFINE_integer(
       "num_workers", None,
-      "Sharded mode (see pretraining_shards.py): number of worker processes "
-      "(default when --output_dir is given: one per core).")
+      "Sharded mode (see pretraining_shards.py): number of local worker "
+      "processes (default when --output_dir is given: one per core).")
+  flags.DEFINE_string(
+      "dask_scheduler", None,
+      "Sharded mode on a Dask cluster: the scheduler's address, "
+      "tcp://HOST:PORT (as `dask scheduler` prints it). Its workers must "
+      "import this repository, read --input_file and write the output "
+      "directory at the same paths.")
   flags.DEFINE_string(
       "output_dir", None,
       "Sharded mode: directory for the shard files "
@@ -151,74 +176,31 @@ def check_output_files(output_files):
              getattr(e, "message", None) or e)) from None
 
 
-def _file_size(path):
-  if atomic_io.is_url(path):
-    return atomic_io.gfile().stat(path).length
-  return os.path.getsize(path)
-
-
-def _read_lines(input_file):
-  """Yields (line_number, text, size in bytes) for each line of a UTF-8 file.
-
-  Lines end at "\\n" only, as upstream's `GFile.readline` does: other Unicode
-  line breaks stay inside the line (and `strip` or the tokenizer handle them).
-
-  Raises:
-    errors.UserError: the file cannot be read or is not valid UTF-8.
-  """
-  try:
-    with atomic_io.open_file(input_file, "rb") as reader:
-      for line_number, raw in enumerate(reader, start=1):
-        try:
-          yield line_number, raw.decode("utf-8"), len(raw)
-        except UnicodeDecodeError as e:
-          raise errors.UserError(
-              "input file %s line %d is not valid UTF-8 (bad byte 0x%02x at "
-              "byte %d of the line); expected UTF-8 text" % (
-                  input_file, line_number, raw[e.start], e.start + 1)) from None
-  except OSError as e:
-    raise errors.UserError(
-        "cannot read input file %s: %s" % (input_file, e.strerror)) from None
-
-
-def read_documents(input_files, tokenize, report=lambda work, instances: None):
-  """Reads and tokenizes documents.
-
-  Each stripped, non-empty line whose tokens are not empty is one segment of
-  the current document; an empty line starts a new document. As upstream,
-  a file boundary does not: a file not ending in a blank line continues its
-  last document into the next file.
+def read_corpus_documents(input_files, tokenize, report, text_field):
+  """Faithful mode's reading: every input file, documents as upstream's.
 
   Args:
-    input_files: paths, read in this order.
+    input_files: `corpus_input.InputFile`s, read in this order.
     tokenize: text -> list of tokens (in any representation).
-    report: called as report(num_bytes, 0) as lines are read.
+    report: called as report(num_bytes, 0) as input is read.
+    text_field: the JSON field / Parquet column of JSONL/Parquet files.
 
   Returns:
     The non-empty documents, each a list of segments (lists of tokens).
 
   Raises:
-    errors.UserError: a file is unreadable or not UTF-8, or no document
+    errors.UserError: a file is unreadable or malformed, or no document
       holds any token.
   """
-  documents = [[]]
-  for input_file in input_files:
-    num_lines = 0
-    for num_lines, line, num_bytes in _read_lines(input_file):
-      report(num_bytes, 0)
-      line = line.strip()
-      if not line:
-        documents.append([])
-        continue
-      tokens = tokenize(line)
-      if tokens:
-        documents[-1].append(tokens)
-    logging.info("Read %d lines from %s", num_lines, input_file)
-  documents = [d for d in documents if d]
+  pieces = [corpus_input.ShardPiece(f.path, 0, f.size, f.format)
+            for f in input_files]
+  documents = corpus_input.read_documents(pieces, tokenize, report,
+                                          text_field,
+                                          files_end_documents=False)
   if not documents:
     raise errors.UserError(
         "no usable document in --input_file %s: every line is empty or "
-        "tokenizes to nothing" % ",".join(input_files))
+        "tokenizes to nothing" % ",".join(f.path for f in input_files))
   logging.info("Read %d documents (%d sentences) from %d file(s)",
                len(documents), sum(len(d) for d in documents),
                len(input_files))
@@ -244,11 +226,12 @@ def _example_logger(vocab):
 
 def run_faithful_mode(input_file, output_file, vocab_file, do_lower_case,
                       params, random_seed, dupe_factor,
-                      tokenizer_backend="fast"):
+                      tokenizer_backend="fast", input_format="auto",
+                      text_field=corpus_input.DEFAULT_TEXT_FIELD):
   """Faithful mode, from flag values to written output files.
 
   Args:
-    input_file: comma-separated input files or globs.
+    input_file: comma-separated input files, globs or URLs.
     output_file: comma-separated output files.
     vocab_file: the vocab file.
     do_lower_case: lower-case the input (uncased models).
@@ -256,6 +239,8 @@ def run_faithful_mode(input_file, output_file, vocab_file, do_lower_case,
     random_seed: seed of the one `random.Random` behind every choice.
     dupe_factor: passes over the data, each masked differently.
     tokenizer_backend: "fast" or "python" (same tokens).
+    input_format: "auto" (by file name), "text", "jsonl" or "parquet".
+    text_field: the JSON field / Parquet column holding a document.
 
   Returns:
     The number of records written.
@@ -267,20 +252,21 @@ def run_faithful_mode(input_file, output_file, vocab_file, do_lower_case,
   output_files = file_patterns.split_file_list(output_file, "output_file")
   check_output_files(output_files)
   vocab = pretraining_instances.load_checked_vocab(vocab_file)
-  input_files = file_patterns.expand_file_patterns(input_file)
+  input_files = corpus_input.expand_inputs(input_file, input_format,
+                                          read_directories=False)
   logging.info("*** Reading from input files ***")
-  for path in input_files:
-    logging.info("  %s", path)
+  for f in input_files:
+    logging.info("  %s (%s)", f.path, f.format)
 
   tokenize_to_ids = pretraining_instances.make_tokenizer(
       vocab, do_lower_case, tokenizer_backend).tokenize_to_ids
   codes = pretraining_instances.make_encoder(vocab, params).token_codes
-  input_bytes = sum(_file_size(path) for path in input_files)
+  input_bytes = sum(f.size for f in input_files)
   progress = pretraining_instances.Progress(sys.stderr,
                                             input_bytes * (1 + dupe_factor))
-  documents = read_documents(
+  documents = read_corpus_documents(
       input_files, lambda text: [codes[i] for i in tokenize_to_ids(text)],
-      progress.add)
+      progress.add, text_field)
   num_records = pretraining_instances.write_instances(
       documents, random.Random(random_seed), vocab, params, dupe_factor,
       output_files, progress.add, pass_work=input_bytes,
@@ -300,14 +286,17 @@ def main(argv):
       masked_lm_prob=FLAGS.masked_lm_prob,
       max_predictions_per_seq=FLAGS.max_predictions_per_seq,
       do_whole_word_mask=FLAGS.do_whole_word_mask)
-  if FLAGS.num_workers is not None or FLAGS.output_dir is not None:
+  if (FLAGS.num_workers is not None or FLAGS.output_dir is not None or
+      FLAGS.dask_scheduler is not None):
     try:
       output = pretraining_shards.run_sharded(
           FLAGS.input_file, FLAGS.output_file, FLAGS.output_dir,
           FLAGS.vocab_file, FLAGS.do_lower_case, params, FLAGS.random_seed,
           FLAGS.dupe_factor, num_workers=FLAGS.num_workers,
           shard_size_mb=FLAGS.shard_size_mb,
-          tokenizer_backend=FLAGS.tokenizer_backend, resume=FLAGS.resume)
+          tokenizer_backend=FLAGS.tokenizer_backend, resume=FLAGS.resume,
+          input_format=FLAGS.input_format, text_field=FLAGS.text_field,
+          dask_scheduler=FLAGS.dask_scheduler)
     except KeyboardInterrupt:
       print("\ninterrupted: complete shard files are kept; rerun the same "
             "command to make the others", file=sys.stderr, flush=True)
@@ -319,12 +308,14 @@ def main(argv):
     return
   if not FLAGS.output_file:
     raise errors.UserError(
-        "--output_file is required (or --output_dir/--num_workers for "
-        "sharded mode)")
+        "--output_file is required (or --output_dir/--num_workers/"
+        "--dask_scheduler for sharded mode)")
   run_faithful_mode(FLAGS.input_file, FLAGS.output_file, FLAGS.vocab_file,
                     FLAGS.do_lower_case, params, FLAGS.random_seed,
                     FLAGS.dupe_factor,
-                    tokenizer_backend=FLAGS.tokenizer_backend)
+                    tokenizer_backend=FLAGS.tokenizer_backend,
+                    input_format=FLAGS.input_format,
+                    text_field=FLAGS.text_field)
 
 
 if __name__ == "__main__":

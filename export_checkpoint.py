@@ -1,8 +1,8 @@
 """Exports a trained model for use outside this toolkit.
 
-From a checkpoint of run_pretraining.py or run_classifier.py (the head is
-read from its variables), writes each requested format to its own
-sub-directory of --output_dir:
+From a checkpoint of run_pretraining.py, run_classifier.py or run_squad.py
+(the head is read from its variables), writes each requested format to its
+own sub-directory of --output_dir:
 
   google/        bert_model.ckpt.{index,data-*} with the model's weights only
                  (no optimizer slots, loss scale or step counter),
@@ -10,12 +10,14 @@ sub-directory of --output_dir:
                  models, for upstream's run_classifier, --init_checkpoint and
                  Hugging Face's load_tf_weights_in_bert.
   huggingface/   config.json, model.safetensors, vocab.txt and the tokenizer
-                 files: `from_pretrained` loads it as BertForPreTraining or
-                 BertForSequenceClassification, no conversion step.
+                 files: `from_pretrained` loads it as BertForPreTraining,
+                 BertForSequenceClassification or BertForQuestionAnswering,
+                 no conversion step.
   saved_model/   a TF SavedModel whose `serving_default` signature takes int32
                  input_ids, input_mask, segment_ids [B, S] and returns
                  pooled_output [B, H] + sequence_output [B, S, H]
-                 (pretraining) or probabilities [B, C] (classifier).
+                 (pretraining), probabilities [B, C] (classifier) or
+                 start_logits + end_logits [B, S] (SQuAD).
 
 Everything is built in a temporary directory next to --output_dir and renamed
 to it when complete. Needs NumPy and safetensors, not PyTorch.
@@ -42,6 +44,7 @@ import checkpoint_formats
 import checkpoints
 import modeling
 import run_classifier
+import squad_task
 import tokenization
 from errors import UserError, main_with_user_errors
 
@@ -95,10 +98,10 @@ def class_labels(labels, head, num_labels):
   Raises:
     UserError: --labels given for a pretraining model, or of the wrong count.
   """
-  if head == checkpoint_formats.PRETRAINING:
+  if head != checkpoint_formats.CLASSIFIER:
     if labels:
       raise UserError("--labels is for classifier checkpoints; this one has "
-                      "the pretraining head")
+                      "the %s head" % head)
     return None
   if not labels:
     return ["LABEL_%d" % i for i in range(num_labels)]
@@ -173,6 +176,11 @@ def write_saved_model(directory, weights, bert_config, head, num_labels):
           inputs["segment_ids"], tf.zeros_like(inputs["input_ids"][:, 0]),
           num_labels)
       outputs = {"probabilities": probabilities}
+    elif head == checkpoint_formats.SQUAD:
+      start_logits, end_logits = squad_task.create_model(
+          bert_config, False, inputs["input_ids"], inputs["input_mask"],
+          inputs["segment_ids"])
+      outputs = {"start_logits": start_logits, "end_logits": end_logits}
     else:
       model = modeling.BertModel(
           config=bert_config, is_training=False,
@@ -251,9 +259,8 @@ def export(checkpoint, bert_config_file, vocab_file, do_lower_case,
     if "huggingface" in formats:
       write_huggingface(os.path.join(building, "huggingface"), weights, table,
                         bert_config, head, labels, vocab_file, do_lower_case)
-      logging.info("Wrote huggingface/ (%s)", "BertForPreTraining"
-                   if head == checkpoint_formats.PRETRAINING
-                   else "BertForSequenceClassification")
+      logging.info("Wrote huggingface/ (%s)",
+                   checkpoint_formats.HF_ARCHITECTURES[head])
     if "saved_model" in formats:
       write_saved_model(os.path.join(building, "saved_model"), weights,
                         bert_config, head, num_labels)

@@ -4,6 +4,9 @@ Every program reads its input files through `expand_file_patterns`: a
 comma-separated list whose items are file names or globs, each expanded to
 its sorted matches, item after item. Local paths use the glob module (no
 TensorFlow); other paths (gs://...) tf.io.gfile, imported only then.
+create_pretraining_data's corpora go through `expand_corpus_files`, the same
+expansion with sizes, whose URLs are served by fsspec (s3://, gs://,
+hdfs://, memory://, ... whatever fsspec package is installed).
 """
 
 import glob
@@ -42,6 +45,89 @@ def files_under(directory):
     dirs[:] = sorted(d for d in dirs if not d.startswith("."))
     found.extend(os.path.join(root, f) for f in sorted(files)
                  if not f.startswith("."))
+  return found
+
+
+def url_filesystem(url, flag_name="input_file"):
+  """fsspec's file system for `url`, and the path within it.
+
+  Raises:
+    errors.UserError: the scheme is unknown, or its fsspec package is not
+      installed (the message names the package).
+  """
+  import fsspec.core  # pylint: disable=g-import-not-at-top
+  try:
+    return fsspec.core.url_to_fs(url)
+  except ImportError as e:
+    raise errors.UserError(
+        "--%s %s: %s (the fsspec package for %s:// URLs is missing)" % (
+            flag_name, url, e, fsspec.core.split_protocol(url)[0])) from None
+  except ValueError as e:
+    raise errors.UserError("--%s %s: %s; expected a local path or a URL "
+                           "fsspec knows" % (flag_name, url, e)) from None
+
+
+def _expand_url(pattern, flag_name, read_directories):
+  """(URL, size) of the files a URL, URL glob or URL directory names."""
+  fs, path = url_filesystem(pattern, flag_name)
+  try:
+    matches = sorted(fs.glob(path)) if glob.has_magic(path) else (
+        [path] if fs.exists(path) else [])
+    found = []
+    for match in matches:
+      if fs.isdir(match) and not read_directories:
+        raise errors.UserError(
+            "--%s %s is a directory; expected files (use a glob such as "
+            "%s/*)" % (flag_name, fs.unstrip_protocol(match),
+                       fs.unstrip_protocol(match).rstrip("/")))
+      if fs.isdir(match):
+        files = sorted(
+            name for name, info in fs.find(match, detail=True).items()
+            if info["type"] == "file" and not any(
+                part.startswith(".") for part in
+                name[len(match.rstrip("/")):].split("/")))
+        if not files:
+          raise errors.UserError("--%s directory %s holds no (non-hidden) "
+                                 "file" % (flag_name, pattern))
+        found.extend((f, fs.size(f)) for f in files)
+      else:
+        found.append((match, fs.size(match)))
+  except OSError as e:
+    raise errors.UserError("--%s %s: cannot list it: %s" % (
+        flag_name, pattern, e)) from None
+  return [(fs.unstrip_protocol(f), size) for f, size in found]
+
+
+def expand_corpus_files(value, flag_name="input_file", read_directories=True):
+  """Expands a corpus flag: files, globs, directories, local or URLs.
+
+  Args:
+    value: comma-separated items; each a file, a glob (matches sorted) or a
+      directory (its non-hidden files, recursively, sorted); local paths or
+      URLs (fsspec).
+    flag_name: the flag's name, for error messages.
+    read_directories: whether a directory stands for its files (else it is
+      an error).
+
+  Returns:
+    The list of (path or URL, size in bytes), in order.
+
+  Raises:
+    errors.UserError: an item matches nothing, a directory holds no file,
+      or a URL's scheme is unknown or its fsspec package not installed.
+  """
+  found = []
+  for pattern in split_file_list(value, flag_name):
+    if atomic_io.is_url(pattern):
+      files = _expand_url(pattern, flag_name, read_directories)
+      if not files:
+        raise errors.UserError(
+            "--%s pattern %s matches no file" % (flag_name, pattern))
+      found.extend(files)
+    else:
+      found.extend((path, os.path.getsize(path)) for path in
+                   expand_file_patterns(pattern, flag_name,
+                                        read_directories=read_directories))
   return found
 
 

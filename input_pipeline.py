@@ -345,7 +345,7 @@ def classifier_feature_spec(seq_length):
 def classifier_input_fn_builder(input_file, seq_length, is_training,
                                 drop_remainder, global_batch_size,
                                 num_replicas=1, shuffle_seed=None,
-                                record_shard=None):
+                                record_shard=None, feature_spec=None):
   """Returns an Estimator input_fn over one file of classifier records.
 
   Args:
@@ -362,14 +362,17 @@ def classifier_input_fn_builder(input_file, seq_length, is_training,
     record_shard: (num_shards, index): read only every num_shards-th record
       from index on (horovod ranks); None reads all, or what input_context
       gives this worker under a strategy.
+    feature_spec: the records' parsing spec if they are not the classifier's
+      (run_squad.py's, squad_task.feature_spec).
 
   Returns:
     input_fn(params, input_context=None) -> tf.data.Dataset of feature dicts:
     int32 input_ids / input_mask / segment_ids [B, S], label_ids and
-    is_real_example [B], B = per-replica batch.
+    is_real_example [B] (or what feature_spec names), B = per-replica batch.
   """
   per_replica_batch = global_batch_size // num_replicas
-  feature_spec = classifier_feature_spec(seq_length)
+  if feature_spec is None:
+    feature_spec = classifier_feature_spec(seq_length)
 
   def input_fn(params=None, input_context=None):
     del params

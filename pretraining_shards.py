@@ -1,25 +1,35 @@
 # coding=utf-8
-"""create_pretraining_data's sharded mode: corpora of any size, every core.
+"""create_pretraining_data's sharded mode: corpora of any size, every core, a cluster.
 
-Used when --num_workers or --output_dir is given. The input (globs, comma
-lists, directories, read recursively) is cut into shards: consecutive small
-files are packed together, a large file is split into byte ranges that are
-moved to document boundaries (blank lines). The shard size comes from the
-corpus size (`plan_shard_bytes`): about TARGET_NUM_SHARDS shards, none
-smaller than MIN_SHARD_BYTES nor larger than --shard_size_mb, so a corpus
-of a few MB already keeps many workers busy, and memory does not grow with
-the corpus. The plan never depends on --num_workers.
+Used when --num_workers, --output_dir or --dask_scheduler is given. The input
+(local paths, globs, directories read recursively, or URLs through fsspec;
+text, JSONL or Parquet: see corpus_input.py) is cut into shards: consecutive
+small files are packed together, a large file is split into byte ranges
+(moved to document boundaries when read; a compressed file stays whole). The
+shard size comes from the input sizes alone (`plan_shard_bytes`): about
+TARGET_NUM_SHARDS shards, none smaller than MIN_SHARD_BYTES nor larger than
+--shard_size_mb, so a corpus of a few MB already keeps many workers busy, and
+memory does not grow with the corpus. Nothing is read to plan but file sizes.
+The plan never depends on the workers.
 
-Each shard is processed by one of --num_workers processes with upstream's
-algorithm, as if it were the whole corpus, drawing from its own
-`random.Random(shard_seed(random_seed, shard_index))`; so:
+Each shard is one task, `make_shard`, run by one engine:
+  * local (--num_workers=N, the default): N forked worker processes
+    (a multiprocessing pool; a Dask LocalCluster cost more to start than
+    this whole job on a 4 MB corpus, docs/benchmarks_data.md);
+  * Dask (--dask_scheduler=tcp://host:port): the workers of an existing Dask
+    cluster; a task whose worker died is rerun elsewhere by Dask.
+The task is the same in both: upstream's algorithm over the shard, as if it
+were the whole corpus, drawing from its own
+`random.Random(shard_seed(random_seed, shard_index))`, written by the worker
+under a temporary name and renamed when complete; so:
   * random next-sentence segments come from documents of the same shard, and
     instances are shuffled within the shard;
   * a document ends at the end of its file (faithful mode, like upstream,
     continues it into the next file when the file lacks a final blank line);
-  * the output is deterministic whatever --num_workers is, and shard i's
-    file depends only on its own input (flags, seed, shard index): it equals
-    the faithful output for that text with --random_seed=shard_seed(...);
+  * the output is deterministic whatever the engine and number of workers,
+    and shard i's file depends only on its own input (flags, seed, shard
+    index): it equals the faithful output for that text with
+    --random_seed=shard_seed(...);
   * memory is bounded by the shard size, not by the corpus size or
     dupe_factor: a worker holds its shard's tokenized documents (about 3.5 x
     the shard's text) on top of ~50 MB of code (and, with the fast
@@ -29,16 +39,22 @@ algorithm, as if it were the whole corpus, drawing from its own
   * one output file per shard, `<prefix>-00003-of-00012.tfrecord`, where
     the prefix is `<output_dir>/part`, or --output_file minus a `.tfrecord`
     suffix. run_pretraining.py reads them with a glob, e.g.
-    --input_file='<output_dir>/*.tfrecord';
+    --input_file='<output_dir>/*.tfrecord'. With Dask the output directory
+    must be the same path on every worker (a shared file system);
   * a shard file gets its final name only once complete, and a rerun skips
-    shards whose file exists (--resume, on by default). `<prefix>.manifest.json`
-    records the inputs and flags; resuming into an output whose manifest
-    differs is refused (use --noresume to start over);
-  * local files only, and TensorFlow is never imported: workers stay small.
+    shards whose file exists (--resume, on by default).
+    `<prefix>.manifest.json` records the inputs, flags and complete shards;
+    resuming into an output whose inputs or flags differ is refused (use
+    --noresume to start over);
+  * workers never import TensorFlow: they stay small.
 """
 
+import asyncio
 import collections
+import concurrent.futures
+import contextlib
 import json
+import logging as std_logging
 import multiprocessing
 import os
 import random
@@ -50,30 +66,24 @@ import zlib
 from absl import logging
 
 import atomic_io
+import corpus_input
 import errors
 import file_patterns
 import pretraining_instances
 import pretraining_records
 
-ShardPiece = collections.namedtuple("ShardPiece", ["path", "start", "end"])
-ShardPiece.__doc__ = """The documents of `path` beginning in bytes [start, end).
-
-A piece starting inside a file owns the documents after the first blank line
-at or after `start`; it ends at the first blank line at or after `end` (the
-next piece's start), so consecutive pieces cut a file exactly once at each
-boundary and never split a document.
-"""
+ShardPiece = corpus_input.ShardPiece
 
 ShardSettings = collections.namedtuple("ShardSettings", [
     "vocab", "do_lower_case", "tokenizer_backend", "params", "random_seed",
-    "dupe_factor"
-])
+    "dupe_factor", "text_field"
+], defaults=(corpus_input.DEFAULT_TEXT_FIELD,))
 ShardSettings.__doc__ = """What every worker needs to turn a shard into records.
 
 Attributes:
   vocab: token -> id mapping (already checked).
-  do_lower_case, tokenizer_backend, params, random_seed, dupe_factor: the
-    flag values.
+  do_lower_case, tokenizer_backend, params, random_seed, dupe_factor,
+    text_field: the flag values.
 """
 
 ShardResult = collections.namedtuple(
@@ -92,16 +102,17 @@ Attributes:
 
 SHARD_NAME_FORMAT = "%s-%05d-of-%05d.tfrecord"
 DEFAULT_OUTPUT_BASENAME = "part"
-MANIFEST_FORMAT_VERSION = 1
+MANIFEST_FORMAT_VERSION = 2
 # Shard planning (see plan_shard_bytes): enough shards to keep the cores of
 # a large machine busy and to balance the load, but none so small that its
 # next-sentence negatives come from a handful of documents.
 TARGET_NUM_SHARDS = 32
 MIN_SHARD_BYTES = 250000
-# How often workers report progress (and check that the parent is alive).
+# How often workers report progress (and check that the parent is alive),
+# and the client rewrites the manifest's list of complete shards.
 PROGRESS_INTERVAL_SECONDS = 0.5
-# The shell's status for a command ended by Ctrl-C (128 + SIGINT).
-EXIT_INTERRUPTED = 130
+# How long to try to reach a Dask scheduler, at the start and after losing it.
+DASK_CONNECT_SECONDS = 10
 
 
 def shard_seed(random_seed, shard_index):
@@ -148,30 +159,6 @@ def output_prefix(output_file, output_dir):
   return root if extension == ".tfrecord" else output_file
 
 
-def expand_sharded_inputs(input_file):
-  """Expands --input_file for sharded mode: globs, lists, directories.
-
-  Args:
-    input_file: comma-separated files, globs (matches sorted) or
-      directories (their non-hidden files, recursively, sorted).
-
-  Returns:
-    The list of (path, size in bytes), in order.
-
-  Raises:
-    errors.UserError: an item matches nothing, a directory holds no file,
-      or a path is not local.
-  """
-  for pattern in file_patterns.split_file_list(input_file, "input_file"):
-    if atomic_io.is_url(pattern):
-      raise errors.UserError(
-          "--input_file %s: sharded mode reads local files only; copy the "
-          "corpus locally or use faithful mode (no --num_workers/--output_dir)"
-          % pattern)
-  paths = file_patterns.expand_file_patterns(input_file, read_directories=True)
-  return [(path, os.path.getsize(path)) for path in paths]
-
-
 def plan_shard_bytes(total_bytes, max_shard_bytes):
   """The shard size for a corpus: from its size, at most `max_shard_bytes`.
 
@@ -195,12 +182,12 @@ def plan_shards(files, shard_bytes):
   """Cuts the input into shards of about `shard_bytes` bytes.
 
   Consecutive files smaller than `shard_bytes` are packed into one shard; a
-  larger file gets ceil(size / shard_bytes) shards of equal byte ranges. The
-  plan depends only on the files and `shard_bytes`, never on the number of
-  workers.
+  larger file gets ceil(size / shard_bytes) shards of equal byte ranges
+  (unless compressed: one shard). The plan depends only on the files and
+  `shard_bytes`, never on the number of workers.
 
   Args:
-    files: list of (path, size), in order.
+    files: list of `corpus_input.InputFile`s, in order.
     shard_bytes: target shard size in bytes (> 0).
 
   Returns:
@@ -209,135 +196,97 @@ def plan_shards(files, shard_bytes):
   shards = []
   pack = []
   pack_bytes = 0
-  for path, size in files:
-    if size > shard_bytes:
+  for path, size, file_format in files:
+    if size > shard_bytes and corpus_input.is_splittable(path):
       if pack:
         shards.append(tuple(pack))
         pack, pack_bytes = [], 0
       num_chunks = -(-size // shard_bytes)
       bounds = [size * i // num_chunks for i in range(num_chunks + 1)]
-      shards.extend((ShardPiece(path, start, end),)
+      shards.extend((ShardPiece(path, start, end, file_format),)
                     for start, end in zip(bounds, bounds[1:]))
       continue
     if pack and pack_bytes + size > shard_bytes:
       shards.append(tuple(pack))
       pack, pack_bytes = [], 0
-    pack.append(ShardPiece(path, 0, size))
+    pack.append(ShardPiece(path, 0, size, file_format))
     pack_bytes += size
   if pack:
     shards.append(tuple(pack))
   return shards
 
 
-def _line_number(path, offset):
-  """1-based number of the line that starts at byte `offset` of `path`."""
-  count = 0
-  with open(path, "rb") as f:
-    remaining = offset
-    while remaining > 0:
-      block = f.read(min(remaining, 1 << 20))
-      if not block:
-        break
-      count += block.count(b"\n")
-      remaining -= len(block)
-  return count + 1
-
-
-def _decode_line(raw, path, line_start):
-  try:
-    return raw.decode("utf-8")
-  except UnicodeDecodeError as e:
-    raise errors.UserError(
-        "input file %s line %d is not valid UTF-8 (bad byte 0x%02x at byte "
-        "%d of the line); expected UTF-8 text" % (
-            path, _line_number(path, line_start), raw[e.start], e.start + 1)
-    ) from None
-
-
-def _is_blank(raw):
-  # Lenient decoding: a bad line is reported by the piece that owns it.
-  return not raw.decode("utf-8", "replace").strip()
-
-
-def iter_piece_lines(piece):
-  """Yields the stripped lines of the documents a `ShardPiece` owns.
-
-  Args:
-    piece: the `ShardPiece`.
-
-  Yields:
-    (stripped text, size of the line in bytes); an empty text is a document
-    boundary.
-
-  Raises:
-    errors.UserError: a line is not valid UTF-8 (names file and line).
-  """
-  with open(piece.path, "rb") as f:
-    offset = piece.start
-    if piece.start > 0:
-      # Move to the first line starting at or after `start`, then past the
-      # first blank line from there: documents before it belong to the
-      # previous piece.
-      f.seek(piece.start - 1)
-      offset += len(f.readline()) - 1
-      for raw in f:
-        line_start, offset = offset, offset + len(raw)
-        if _is_blank(raw):
-          break
-      else:
-        return
-      if line_start >= piece.end:
-        return
-    for raw in f:
-      line_start, offset = offset, offset + len(raw)
-      line = _decode_line(raw, piece.path, line_start).strip()
-      if not line and line_start >= piece.end:
-        return
-      yield line, len(raw)
-
-
-def read_shard_documents(pieces, tokenize, report):
-  """Reads and tokenizes the documents of a shard.
-
-  As create_pretraining_data.read_documents, except that every piece (file)
-  ends a document.
-
-  Args:
-    pieces: the shard's `ShardPiece`s.
-    tokenize: text -> list of tokens (in any representation).
-    report: called as report(num_bytes, 0) with the bytes read since its
-      previous call.
-
-  Returns:
-    The non-empty documents: lists of segments (lists of tokens).
-  """
-  documents = []
-  for piece in pieces:
-    documents.append([])
-    # Progress counts the piece's own bytes: the lines skipped at its start
-    # are added at its end, those read past its end (to finish its last
-    # document) are not, so that progress adds up to the input size.
-    unreported = piece.end - piece.start
-    for line, num_bytes in iter_piece_lines(piece):
-      if not line:
-        documents.append([])
-      else:
-        tokens = tokenize(line)
-        if tokens:
-          documents[-1].append(tokens)
-      num_bytes = min(num_bytes, unreported)
-      unreported -= num_bytes
-      report(num_bytes, 0)
-    report(unreported, 0)
-  return [d for d in documents if d]
-
-
-# The state of a worker process, set once by _init_worker.
+# What a worker builds once for the run's settings (the tokenizer, ...):
+# the settings it was built for, and the tools.
+_tools = {}
+# The state of a local pool worker, set once by _init_pool_worker.
 _worker = {}
 
 
-def _init_worker(settings, progress_queue, parent_pid):
-  """Pool initializer: builds the tokenizer once per worker process."""
+def _shard_tools(settings):
+  """The tokenize function for `settings`, built once per worker process.
+
+  Returns:
+    text -> list of token codes (see pretraining_instances.make_encoder).
+  """
+  if _tools.get("settings") is not settings:
+    pretraining_records.load_numpy()
+    tokenizer = pretraining_instances.make_tokenizer(
+        settings.vocab, settings.do_lower_case, settings.tokenizer_backend)
+    codes = pretraining_instances.make_encoder(settings.vocab,
+                                               settings.params).token_codes
+    tokenize_to_ids = tokenizer.tokenize_to_ids
+    _tools.clear()
+    _tools.update(settings=settings,
+                  tokenize=lambda text: [codes[i] for i in
+                                         tokenize_to_ids(text)])
+  return _tools["tokenize"]
+
+
+def make_shard(settings, task, report):
+  """The task of every engine: one shard's records, written to its file.
+
+  The file is written under a temporary name and renamed when complete
+  (pretraining_instances.write_instances), so that a worker killed mid-task
+  leaves at most a `*.partial-*` file, never a truncated shard.
+
+  Args:
+    settings: the run's `ShardSettings`.
+    task: (shard index, tuple of `ShardPiece`s, output path).
+    report: called as report(work, num_instances) as the work progresses.
+
+  Returns:
+    A `ShardResult`.
+
+  Raises:
+    errors.UserError: the shard's input is unreadable or malformed.
+  """
+  shard_index, pieces, output_path = task
+  documents = corpus_input.read_documents(
+      pieces, _shard_tools(settings), report, settings.text_field)
+  num_documents = len(documents)
+  num_instances = pretraining_instances.write_instances(
+      documents, random.Random(shard_seed(settings.random_seed, shard_index)),
+      settings.vocab, settings.params, settings.dupe_factor, [output_path],
+      report, pass_work=sum(p.end - p.start for p in pieces))
+  return ShardResult(shard_index, num_documents, num_instances)
+
+
+def shard_work(pieces, dupe_factor):
+  """The progress units of a shard: its bytes, once read and per pass."""
+  return sum(p.end - p.start for p in pieces) * (1 + dupe_factor)
+
+
+# ------------------------------------------------------------ local ----
+
+
+def _init_pool_worker(settings, progress_queue, parent_pid):
+  """Pool initializer: signals, then the tokenizer, once per worker process.
+
+  An exception here would make the pool start a new worker, which fails
+  the same way, forever: it is kept and raised by the first task instead,
+  which ends the run with its message.
+  """
   # Ctrl-C goes to the whole process group: the parent alone handles it and
   # stops the workers with SIGTERM, which unwinds them (removing any
   # partial file) instead of killing them mid-write.
@@ -350,23 +299,22 @@ def _init_worker(settings, progress_queue, parent_pid):
   # threads anyway.
   os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
   signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-  pretraining_records.load_numpy()
-  tokenizer = pretraining_instances.make_tokenizer(
-      settings.vocab, settings.do_lower_case, settings.tokenizer_backend)
-  encoder = pretraining_instances.make_encoder(settings.vocab, settings.params)
+  _worker.update(settings=settings, progress_queue=progress_queue,
+                 parent_pid=parent_pid, init_error=None)
+  try:
+    _shard_tools(settings)
+  except Exception as e:  # pylint: disable=broad-except
+    _worker["init_error"] = e
   signal.signal(signal.SIGTERM, _exit_on_signal)
   signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
-  _worker.update(settings=settings, tokenizer=tokenizer,
-                 token_codes=encoder.token_codes,
-                 progress_queue=progress_queue, parent_pid=parent_pid)
 
 
 def _exit_on_signal(signum, frame):
   """SIGTERM in a worker: unwind a running task, else leave at once.
 
-  Inside make_shard the SystemExit unwinds the task, whose context managers
-  remove its partial file. Anywhere else (idle, or already exiting when the
-  pool is stopped) there is nothing to clean up, and a SystemExit raised in
+  Inside a task the SystemExit unwinds it, whose context managers remove
+  its partial file. Anywhere else (idle, or already exiting when the pool
+  is stopped) there is nothing to clean up, and a SystemExit raised in
   threading's or logging's shutdown would print a traceback.
   """
   del frame  # Unused.
@@ -404,42 +352,209 @@ class _Reporter(object):
     self._last_sent = time.monotonic()
 
 
-def make_shard(task):
-  """Worker task: one shard's records, written to its output file.
-
-  Args:
-    task: (shard index, tuple of `ShardPiece`s, output path).
-
-  Returns:
-    A `ShardResult`.
-  """
+def pool_task(task):
+  """make_shard in a local pool worker (SIGTERM unwinds it)."""
+  if _worker["init_error"] is not None:
+    raise _worker["init_error"]
   _worker["in_task"] = True
   try:
-    return _write_shard(task)
+    report = _Reporter(_worker["progress_queue"], _worker["parent_pid"])
+    result = make_shard(_worker["settings"], task, report)
+    report.flush()
+    return result
   finally:
     _worker["in_task"] = False
 
 
-def _write_shard(task):
-  """make_shard's work, while SIGTERM unwinds it (see _exit_on_signal)."""
-  shard_index, pieces, output_path = task
-  settings = _worker["settings"]
-  report = _Reporter(_worker["progress_queue"], _worker["parent_pid"])
-  tokenize_to_ids = _worker["tokenizer"].tokenize_to_ids
-  codes = _worker["token_codes"]
-  documents = read_shard_documents(
-      pieces, lambda text: [codes[i] for i in tokenize_to_ids(text)], report)
-  num_documents = len(documents)
-  num_instances = pretraining_instances.write_instances(
-      documents, random.Random(shard_seed(settings.random_seed, shard_index)),
-      settings.vocab, settings.params, settings.dupe_factor, [output_path],
-      report, pass_work=sum(p.end - p.start for p in pieces))
-  report.flush()
-  return ShardResult(shard_index, num_documents, num_instances)
+def run_local(settings, tasks, num_workers, progress):
+  """The local engine: `make_shard` over `tasks` in forked processes.
+
+  On any exception (a worker's UserError, KeyboardInterrupt) the workers are
+  stopped before it propagates.
+
+  Args:
+    settings: the `ShardSettings`.
+    tasks: (shard index, pieces, output path) tuples.
+    num_workers: worker processes.
+    progress: a `pretraining_instances.Progress`.
+
+  Yields:
+    The `ShardResult`s, in completion order.
+  """
+  # Forked workers start at once (no interpreter to start, nothing to
+  # re-import) and need no resource-tracker process: the program's process
+  # holds only the plan and the vocab (~20 MB; neither TensorFlow nor
+  # numpy). A process that loaded TensorFlow (a test, a notebook) has
+  # native threads that a fork could catch holding a lock: spawn there.
+  context = multiprocessing.get_context(
+      "spawn" if "tensorflow" in sys.modules else "fork")
+  # A SimpleQueue writes synchronously: a worker's progress is in the pipe
+  # before its result is sent.
+  progress_queue = context.SimpleQueue()
+  pool = context.Pool(min(num_workers, len(tasks)),
+                      initializer=_init_pool_worker,
+                      initargs=(settings, progress_queue, os.getpid()))
+  try:
+    pending = pool.imap_unordered(pool_task, tasks)
+    for _ in tasks:
+      while True:
+        try:
+          result = pending.next(timeout=0.1)
+          break
+        except multiprocessing.TimeoutError:
+          pass
+        finally:
+          while not progress_queue.empty():
+            progress.add(*progress_queue.get())
+      yield result
+    pool.close()
+  except BaseException:
+    pool.terminate()
+    pool.join()
+    raise
+  pool.join()
+
+
+# ------------------------------------------------------------- Dask ----
+
+
+def dask_task(settings, task):
+  """make_shard on a Dask worker (progress is counted per finished shard)."""
+  return make_shard(settings, task, lambda work, num_instances: None)
+
+
+def _quiet_dask_client_log(package_dir):
+  """Drops the log records of distributed's code in this process.
+
+  Its client logs each reconnection attempt with tracebacks (through the
+  loggers of whatever module failed: distributed's, tornado's, asyncio's),
+  which would bury the one line this program prints when the scheduler is
+  lost.
+  """
+  std_logging.getLogger("distributed").setLevel(std_logging.CRITICAL)
+  from_dask = lambda record: not record.pathname.startswith(package_dir)
+  for handler in std_logging.getLogger().handlers:
+    handler.addFilter(from_dask)
+
+
+def _connect_dask(address):
+  """A distributed.Client of the scheduler at `address`.
+
+  Raises:
+    errors.UserError: the scheduler cannot be reached.
+  """
+  import distributed  # pylint: disable=g-import-not-at-top
+  if not address:
+    raise errors.UserError(
+        "--dask_scheduler=%r: expected the address `dask scheduler` prints, "
+        "tcp://HOST:PORT" % address)
+  try:
+    return distributed.Client(address, timeout=DASK_CONNECT_SECONDS,
+                              set_as_default=False)
+  except (OSError, ValueError, TypeError) as e:
+    raise errors.UserError(
+        "--dask_scheduler=%s: cannot reach a Dask scheduler there (%s); "
+        "expected the address `dask scheduler` prints, tcp://HOST:PORT" % (
+            address, e)) from None
+
+
+def _dask_result(future, address):
+  """The `ShardResult` of a finished Dask future, or its task's error.
+
+  Raises:
+    errors.UserError: the scheduler or workers cannot import this
+      repository, or the task's own UserError.
+  """
+  try:
+    return future.result()
+  except ModuleNotFoundError as e:
+    raise errors.UserError(
+        "the Dask workers of %s cannot import %s: start them with this "
+        "repository on PYTHONPATH" % (address, e.name)) from None
+  except RuntimeError as e:
+    # The scheduler unpickles each task, whose function lives here.
+    if "deserialization of the task graph" not in str(e):
+      raise
+    raise errors.UserError(
+        "the Dask scheduler at %s cannot import this repository's modules: "
+        "start `dask scheduler` (and the workers) with this repository on "
+        "PYTHONPATH" % address) from None
+
+
+def _scheduler_alive(client):
+  try:
+    client.scheduler_info()
+    client.run_on_scheduler(os.getpid)
+    return True
+  except Exception:  # pylint: disable=broad-except
+    return False
+
+
+def run_dask(settings, tasks, address, progress):
+  """The Dask engine: `make_shard` over `tasks` on a Dask cluster.
+
+  Every worker must import this repository (pretraining_shards and what it
+  imports), read the input at the same path or URL and write the output
+  directory at the same path. A worker that dies mid-task: Dask reruns its
+  tasks on the others (the rerun writes the same bytes).
+
+  Args:
+    settings: the `ShardSettings` (sent to every worker once).
+    tasks: (shard index, pieces, output path) tuples.
+    address: the scheduler, tcp://HOST:PORT.
+    progress: a `pretraining_instances.Progress`.
+
+  Yields:
+    The `ShardResult`s, in completion order.
+
+  Raises:
+    errors.UserError: the scheduler is unreachable, or the workers cannot
+      import this repository, or a task's input is bad.
+    errors.TrainingFailed: the scheduler was lost during the run.
+  """
+  import distributed  # pylint: disable=g-import-not-at-top
+  _quiet_dask_client_log(os.path.dirname(distributed.__file__))
+  client = _connect_dask(address)
+  futures = []
+  try:
+    logging.info("Dask scheduler %s: %d worker(s)", address,
+                 len(client.scheduler_info()["workers"]))
+    shared_settings = client.scatter(settings, broadcast=True, hash=False)
+    run_id = "%016x" % random.getrandbits(64)
+    futures = [client.submit(dask_task, shared_settings, task, pure=False,
+                             key="shard-%05d-%s" % (task[0], run_id))
+               for task in tasks]
+    work = {f.key: shard_work(task[1], settings.dupe_factor)
+            for f, task in zip(futures, tasks)}
+    lost = errors.TrainingFailed(
+        "lost the Dask scheduler at %s during the run; complete shard files "
+        "are kept: rerun the same command (with a running scheduler, or "
+        "--num_workers) to make the others" % address)
+    try:
+      for future in distributed.as_completed(futures, loop=client.loop):
+        if future.status == "cancelled" or client.status != "running":
+          raise lost
+        result = _dask_result(future, address)
+        progress.add(work[future.key], result.num_instances)
+        yield result
+    except (OSError, concurrent.futures.CancelledError, asyncio.CancelledError,
+            asyncio.TimeoutError) as e:
+      # A task's own OSError (a full disk) comes with a live scheduler.
+      if client.status == "running" and _scheduler_alive(client):
+        raise
+      raise lost from e
+  finally:
+    if client.status == "running":
+      client.cancel(futures)
+    client.close()
 
 
 def _manifest(settings, shards, shard_bytes):
-  """What a run's shard files depend on (inputs and flags), as JSON data."""
+  """What a run's shard files depend on (inputs and flags), as JSON data.
+
+  The written manifest also lists the complete shards ("complete", see
+  `CompletedShards`), which is not part of what a run depends on.
+  """
   vocab_text = "\n".join("%s\t%d" % item for item in settings.vocab.items())
   return {
       "format": MANIFEST_FORMAT_VERSION,
@@ -448,6 +563,7 @@ def _manifest(settings, shards, shard_bytes):
       "params": settings.params._asdict(),
       "random_seed": settings.random_seed,
       "dupe_factor": settings.dupe_factor,
+      "text_field": settings.text_field,
       "shard_bytes": shard_bytes,
       "shards": [[list(piece) for piece in pieces] for pieces in shards],
   }
@@ -489,6 +605,8 @@ def prepare_output(prefix, manifest, resume):
     raise errors.UserError("output directory %s does not exist" % directory)
   manifest_path = prefix + ".manifest.json"
   previous = _read_json(manifest_path)
+  if previous is not None:
+    previous.pop("complete", None)
   if previous is not None and previous != manifest:
     if resume:
       raise errors.UserError(
@@ -499,69 +617,57 @@ def prepare_output(prefix, manifest, resume):
       if os.path.exists(path):
         os.remove(path)
   remove_partial_files(prefix)  # Left by a killed run.
+  paths = shard_paths(prefix, len(manifest["shards"]))
+  complete = [i for i, path in enumerate(paths)
+              if resume and os.path.exists(path)]
   try:
-    with atomic_io.atomic_open(manifest_path, "w") as f:
-      json.dump(manifest, f, indent=1)
+    write_manifest(manifest_path, manifest, complete)
   except OSError as e:
     raise errors.UserError("cannot write to output directory %s: %s" % (
         directory, e.strerror)) from None
-  paths = shard_paths(prefix, len(manifest["shards"]))
-  return [i for i, path in enumerate(paths)
-          if not (resume and os.path.exists(path))]
+  return [i for i in range(len(paths)) if i not in set(complete)]
 
 
-def _run_pool(settings, tasks, num_workers, progress, prefix):
-  """Runs `make_shard` over `tasks` in worker processes.
+def write_manifest(path, manifest, complete):
+  """Writes the manifest with the sorted list of complete shard indices."""
+  with atomic_io.atomic_open(path, "w") as f:
+    json.dump(dict(manifest, complete=sorted(complete)), f, indent=1)
 
-  On any exception (a worker's UserError, KeyboardInterrupt) the workers are
-  stopped and the partial files of `prefix` removed before it propagates.
 
-  Returns:
-    The `ShardResult`s, in completion order.
+class CompletedShards(object):
+  """Records complete shards in the manifest as their results arrive.
+
+  A shard's file is complete as soon as it has its final name (that is what
+  a rerun checks); the manifest's list says the same for whoever watches a
+  run, rewritten at most every PROGRESS_INTERVAL_SECONDS and at the end.
   """
-  # Forked workers start at once (no interpreter to start, nothing to
-  # re-import) and need no resource-tracker process: the program's process
-  # holds only the plan and the vocab (~20 MB; neither TensorFlow nor
-  # numpy). A process that loaded TensorFlow (a test, a notebook) has
-  # native threads that a fork could catch holding a lock: spawn there.
-  context = multiprocessing.get_context(
-      "spawn" if "tensorflow" in sys.modules else "fork")
-  # A SimpleQueue writes synchronously: a worker's progress is in the pipe
-  # before its result is sent.
-  progress_queue = context.SimpleQueue()
-  pool = context.Pool(min(num_workers, len(tasks)), initializer=_init_worker,
-                      initargs=(settings, progress_queue, os.getpid()))
-  results = []
-  try:
-    pending = pool.imap_unordered(make_shard, tasks)
-    while len(results) < len(tasks):
-      try:
-        result = pending.next(timeout=0.1)
-      except multiprocessing.TimeoutError:
-        result = None
-      while not progress_queue.empty():
-        progress.add(*progress_queue.get())
-      if result is not None:
-        results.append(result)
-        progress.shard_done()
-    pool.close()
-  except BaseException:
-    pool.terminate()
-    pool.join()
-    remove_partial_files(prefix)
-    raise
-  pool.join()
-  return results
+
+  def __init__(self, path, manifest, complete):
+    self._path = path
+    self._manifest = manifest
+    self._complete = set(complete)
+    self._written = time.monotonic()
+
+  def add(self, index):
+    self._complete.add(index)
+    if time.monotonic() - self._written >= PROGRESS_INTERVAL_SECONDS:
+      self.write()
+
+  def write(self):
+    write_manifest(self._path, self._manifest, self._complete)
+    self._written = time.monotonic()
 
 
 def run_sharded(input_file, output_file, output_dir, vocab_file,
                 do_lower_case, params, random_seed, dupe_factor,
                 num_workers=None, shard_size_mb=16.0,
-                tokenizer_backend="fast", resume=True):
+                tokenizer_backend="fast", resume=True, input_format="auto",
+                text_field=corpus_input.DEFAULT_TEXT_FIELD,
+                dask_scheduler=None):
   """Sharded mode: see the module docstring.
 
   Args:
-    input_file: comma-separated files, globs or directories.
+    input_file: comma-separated files, globs, directories or URLs.
     output_file: the shards' prefix (a `.tfrecord` suffix is dropped), or
       None with `output_dir`.
     output_dir: directory for part-SSSSS-of-NNNNN.tfrecord, or None.
@@ -570,16 +676,22 @@ def run_sharded(input_file, output_file, output_dir, vocab_file,
     params: an `InstanceParams`.
     random_seed: base of every shard's seed (`shard_seed`).
     dupe_factor: passes over each shard's documents.
-    num_workers: worker processes (None: one per core).
+    num_workers: local worker processes (None: one per core); unused with
+      `dask_scheduler`.
     shard_size_mb: the largest input size of a shard, in MB (1e6 bytes).
     tokenizer_backend: "fast" or "python" (same tokens).
     resume: skip shards whose output file exists.
+    input_format: "auto" (from file names), "text", "jsonl" or "parquet".
+    text_field: the JSON field / Parquet column holding a document.
+    dask_scheduler: tcp://HOST:PORT of a Dask scheduler to run the shards
+      on, or None for local workers.
 
   Returns:
     A `ShardedOutput`.
 
   Raises:
     errors.UserError: on bad input.
+    errors.TrainingFailed: the Dask scheduler was lost mid-run.
   """
   pretraining_instances.validate_params(params, dupe_factor)
   if num_workers is None:
@@ -597,35 +709,61 @@ def run_sharded(input_file, output_file, output_dir, vocab_file,
       raise errors.UserError("cannot create --output_dir %s: %s" % (
           output_dir, e.strerror)) from None
   vocab = pretraining_instances.load_checked_vocab(vocab_file)
-  files = expand_sharded_inputs(input_file)
-  shard_bytes = plan_shard_bytes(sum(size for _, size in files),
+  files = corpus_input.expand_inputs(input_file, input_format)
+  shard_bytes = plan_shard_bytes(sum(f.size for f in files),
                                  max(1, int(shard_size_mb * 1e6)))
   shards = plan_shards(files, shard_bytes)
   settings = ShardSettings(vocab, do_lower_case, tokenizer_backend, params,
-                           random_seed, dupe_factor)
-  todo = prepare_output(prefix, _manifest(settings, shards, shard_bytes),
-                        resume)
+                           random_seed, dupe_factor, text_field)
+  manifest = _manifest(settings, shards, shard_bytes)
+  todo = prepare_output(prefix, manifest, resume)
   paths = shard_paths(prefix, len(shards))
   logging.info("%d input file(s), %d shard(s) of <= %.2f MB; %d to make, %d "
-               "already complete; %d worker(s)", len(files), len(shards),
+               "already complete; %s", len(files), len(shards),
                shard_bytes / 1e6, len(todo), len(shards) - len(todo),
-               min(num_workers, max(len(todo), 1)))
+               "Dask scheduler %s" % dask_scheduler
+               if dask_scheduler is not None else
+               "%d local worker(s)" % min(num_workers, max(len(todo), 1)))
   pattern = shard_pattern(prefix, len(shards))
   if not todo:
     return ShardedOutput(paths, pattern, 0)
-  todo_bytes = sum(p.end - p.start for i in todo for p in shards[i])
   progress = pretraining_instances.Progress(
-      sys.stderr, todo_bytes * (1 + dupe_factor), num_shards=len(todo))
-  results = _run_pool(settings, [(i, shards[i], paths[i]) for i in todo],
-                      num_workers, progress, prefix)
+      sys.stderr, sum(shard_work(shards[i], dupe_factor) for i in todo),
+      num_shards=len(todo))
+  tasks = [(i, shards[i], paths[i]) for i in todo]
+  if dask_scheduler is not None:
+    results = run_dask(settings, tasks, dask_scheduler, progress)
+  else:
+    results = run_local(settings, tasks, num_workers, progress)
+  completed = CompletedShards(prefix + ".manifest.json", manifest,
+                              set(range(len(shards))) - set(todo))
+  finished = []
+  try:
+    with contextlib.closing(results):
+      for result in results:
+        finished.append(result)
+        completed.add(result.index)
+        progress.shard_done()
+  except errors.TrainingFailed:
+    # Dask workers may still be writing: their files are complete or
+    # temporary, and a rerun removes the temporary ones.
+    completed.write()
+    raise
+  except BaseException:
+    completed.write()
+    remove_partial_files(prefix)
+    raise
+  completed.write()
+  # Left by workers that died mid-task (their shards were made again).
+  remove_partial_files(prefix)
   progress.close()
-  for result in results:
+  for result in finished:
     if not result.num_documents:
       logging.warning("shard %d (%s) holds no usable document: its file "
                       "has no records", result.index, paths[result.index])
-  if not any(r.num_documents for r in results) and len(todo) == len(shards):
+  if not any(r.num_documents for r in finished) and len(todo) == len(shards):
     raise errors.UserError(
         "no usable document in --input_file %s: every line is empty or "
         "tokenizes to nothing" % input_file)
   logging.info("done: %s", progress.line())
-  return ShardedOutput(paths, pattern, sum(r.num_instances for r in results))
+  return ShardedOutput(paths, pattern, sum(r.num_instances for r in finished))

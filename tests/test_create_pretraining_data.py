@@ -20,6 +20,7 @@ import random
 import pytest
 import tensorflow.compat.v1 as tf
 
+import corpus_input
 import create_pretraining_data as cpd
 import errors
 import pretraining_instances
@@ -524,8 +525,9 @@ def test_make_records_leaves_documents_untouched():
 def test_read_documents_splits_on_blank_lines(tmp_path):
   path = tmp_path / "in.txt"
   path.write_text("a b\nc\n\n  \n\nd e f\n\n\n", encoding="utf-8")
-  assert cpd.read_documents([str(path)], str.split) == [
-      [["a", "b"], ["c"]], [["d", "e", "f"]]]
+  assert cpd.read_corpus_documents(
+      corpus_input.expand_inputs(str(path)), str.split, lambda *args: None,
+      "text") == [[["a", "b"], ["c"]], [["d", "e", "f"]]]
 
 
 def test_read_documents_continues_a_document_across_files(tmp_path):
@@ -533,8 +535,9 @@ def test_read_documents_continues_a_document_across_files(tmp_path):
   first, second = tmp_path / "1.txt", tmp_path / "2.txt"
   first.write_text("a\n\nb\n", encoding="utf-8")
   second.write_text("c\n\nd\n", encoding="utf-8")
-  assert cpd.read_documents([str(first), str(second)], str.split) == [
-      [["a"]], [["b"], ["c"]], [["d"]]]
+  assert cpd.read_corpus_documents(
+      corpus_input.expand_inputs("%s,%s" % (first, second)), str.split,
+      lambda *args: None, "text") == [[["a"]], [["b"], ["c"]], [["d"]]]
 
 
 def test_comma_list_and_glob_read_files_in_order(tmp_path):

@@ -24,6 +24,7 @@ import time
 import pytest
 import tensorflow.compat.v1 as tf
 
+import corpus_input
 import create_pretraining_data as cpd
 import errors
 import fast_tokenization
@@ -269,7 +270,9 @@ def test_varint():
 
 def tokenized_documents(tokenizer):
   """The documents of CPD_CORPUS as read_documents returns them."""
-  return cpd.read_documents([CPD_CORPUS], tokenizer.tokenize)
+  return cpd.read_corpus_documents(corpus_input.expand_inputs(CPD_CORPUS),
+                                   tokenizer.tokenize, lambda *args: None,
+                                   "text")
 
 
 def reference_records(documents, vocab, params, seed, dupe_factor):
@@ -338,8 +341,9 @@ def test_single_document_shard_equals_reference():
 
 
 def test_plan_shards_packs_small_files_and_splits_large_ones():
-  files = [("a", 30), ("b", 50), ("c", 40), ("big", 250), ("d", 0), ("e", 100),
-           ("f", 1)]
+  files = [corpus_input.InputFile(name, size, "text") for name, size in [
+      ("a", 30), ("b", 50), ("c", 40), ("big", 250), ("d", 0), ("e", 100),
+      ("f", 1)]]
   assert pretraining_shards.plan_shards(files, 100) == [
       (pretraining_shards.ShardPiece("a", 0, 30), pretraining_shards.ShardPiece("b", 0, 50)),
       (pretraining_shards.ShardPiece("c", 0, 40),),
@@ -349,6 +353,15 @@ def test_plan_shards_packs_small_files_and_splits_large_ones():
       (pretraining_shards.ShardPiece("d", 0, 0), pretraining_shards.ShardPiece("e", 0, 100)),
       (pretraining_shards.ShardPiece("f", 0, 1),),
   ]
+  # A compressed file cannot be cut: one shard however large; formats are
+  # kept.
+  assert pretraining_shards.plan_shards(
+      [corpus_input.InputFile("a.jsonl.gz", 250, "jsonl"),
+       corpus_input.InputFile("b.parquet", 250, "parquet")], 100) == [
+           (pretraining_shards.ShardPiece("a.jsonl.gz", 0, 250, "jsonl"),),
+           (pretraining_shards.ShardPiece("b.parquet", 0, 83, "parquet"),),
+           (pretraining_shards.ShardPiece("b.parquet", 83, 166, "parquet"),),
+           (pretraining_shards.ShardPiece("b.parquet", 166, 250, "parquet"),)]
 
 
 def test_shard_size_is_planned_from_the_corpus_size():
@@ -362,7 +375,7 @@ def test_shard_size_is_planned_from_the_corpus_size():
   assert pretraining_shards.plan_shard_bytes(10000 * mb, 16 * mb) == 16 * mb
   # --shard_size_mb is an upper bound, even below the minimum.
   assert pretraining_shards.plan_shard_bytes(4 * mb, 4000) == 4000
-  files = [("big.txt", 4 * mb)]
+  files = [corpus_input.InputFile("big.txt", 4 * mb, "text")]
   shards = pretraining_shards.plan_shards(
       files, pretraining_shards.plan_shard_bytes(4 * mb, 16 * mb))
   assert len(shards) == 16
@@ -404,14 +417,17 @@ def test_split_pieces_read_each_document_exactly_once(tmp_path):
   path = tmp_path / "corpus.txt"
   path.write_bytes(TRICKY_TEXT.encode("utf-8"))
   size = os.path.getsize(str(path))
-  whole = words_of(cpd.read_documents([str(path)], str.split))
+  whole = words_of(corpus_input.read_documents(
+      [corpus_input.ShardPiece(str(path), 0, size)], str.split,
+      lambda *args: None))
   assert len(whole) > 40
   for shard_bytes in list(range(1, 60)) + [97, 128, 333, size - 1, size]:
-    shards = pretraining_shards.plan_shards([(str(path), size)], shard_bytes)
+    shards = pretraining_shards.plan_shards(
+        [corpus_input.InputFile(str(path), size, "text")], shard_bytes)
     documents = []
     for pieces in shards:
-      documents += pretraining_shards.read_shard_documents(
-          pieces, str.split, lambda *args: None)
+      documents += corpus_input.read_documents(pieces, str.split,
+                                               lambda *args: None)
     assert words_of(documents) == whole, shard_bytes
 
 
@@ -421,7 +437,7 @@ def test_files_of_a_shard_end_their_documents(tmp_path):
   second.write_text("c\n\nd\n", encoding="utf-8")
   pieces = [pretraining_shards.ShardPiece(str(first), 0, 4),
             pretraining_shards.ShardPiece(str(second), 0, 4)]
-  assert pretraining_shards.read_shard_documents(
+  assert corpus_input.read_documents(
       pieces, str.split, lambda *args: None) == [
           [["a"]], [["b"]], [["c"]], [["d"]]]
 
@@ -432,12 +448,12 @@ def test_expand_sharded_inputs(tmp_path):
   for name in ["d/b.txt", "d/a.txt", "d/sub/c", "d/.hidden/x", "d/.y",
                "top.txt"]:
     (tmp_path / name).write_text("x\n", encoding="utf-8")
-  got = pretraining_shards.expand_sharded_inputs(
+  got = corpus_input.expand_inputs(
       "%s,%s" % (tmp_path / "d", tmp_path / "t*.txt"))
-  assert got == [(str(tmp_path / "d" / "a.txt"), 2),
-                 (str(tmp_path / "d" / "b.txt"), 2),
-                 (str(tmp_path / "d" / "sub" / "c"), 2),
-                 (str(tmp_path / "top.txt"), 2)]
+  assert got == [(str(tmp_path / "d" / "a.txt"), 2, "text"),
+                 (str(tmp_path / "d" / "b.txt"), 2, "text"),
+                 (str(tmp_path / "d" / "sub" / "c"), 2, "text"),
+                 (str(tmp_path / "top.txt"), 2, "text")]
 
 
 # -------------------------------------------------- sharded end to end ----
@@ -456,22 +472,23 @@ def corpus_dir(tmp_path_factory):
   return root
 
 
-def corpus_input(corpus_dir):
+def corpus_flag(corpus_dir):
   return "%s/[ab].txt,%s,%s/more" % (corpus_dir, corpus_dir / "c.txt",
                                      corpus_dir)
 
 
 def planned_shards(input_file, shard_bytes=4000):
-  return pretraining_shards.plan_shards(pretraining_shards.expand_sharded_inputs(input_file), shard_bytes)
+  return pretraining_shards.plan_shards(
+      corpus_input.expand_inputs(input_file), shard_bytes)
 
 
 @pytest.mark.slow
 def test_output_is_identical_for_one_and_two_workers(corpus_dir, tmp_path):
   for workers in (1, 2):
-    run_sharded(corpus_input(corpus_dir), tmp_path / str(workers),
+    run_sharded(corpus_flag(corpus_dir), tmp_path / str(workers),
                 num_workers=workers)
   one, two = directory_bytes(tmp_path / "1"), directory_bytes(tmp_path / "2")
-  shards = planned_shards(corpus_input(corpus_dir))
+  shards = planned_shards(corpus_flag(corpus_dir))
   assert len(shards) >= 6
   assert max(len(pieces) for pieces in shards) == 2  # Small files packed.
   assert list(one) == ["part-%05d-of-%05d.tfrecord" % (i, len(shards))
@@ -534,21 +551,21 @@ def test_python_and_fast_backends_write_identical_shards(corpus_dir, tmp_path):
 def test_resume_skips_complete_shards_and_redoes_missing_ones(corpus_dir,
                                                               tmp_path):
   out = tmp_path / "out"
-  run_sharded(corpus_input(corpus_dir), out)
+  run_sharded(corpus_flag(corpus_dir), out)
   first = directory_bytes(out)
   names = shard_files(out)
   mtimes = {n: os.stat(str(out / n)).st_mtime_ns for n in names}
   os.remove(str(out / names[2]))
   (out / (names[4] + ".partial-0badf00d")).write_bytes(b"half a shard")
   time.sleep(0.05)
-  run_sharded(corpus_input(corpus_dir), out)
+  run_sharded(corpus_flag(corpus_dir), out)
   assert directory_bytes(out) == first  # Partial file gone too.
   for name in names:
     if name != names[2]:
       assert os.stat(str(out / name)).st_mtime_ns == mtimes[name], name
   assert os.stat(str(out / names[2])).st_mtime_ns > mtimes[names[0]]
   # --noresume rewrites everything.
-  run_sharded(corpus_input(corpus_dir), out, resume=False)
+  run_sharded(corpus_flag(corpus_dir), out, resume=False)
   assert directory_bytes(out) == first
   assert all(os.stat(str(out / n)).st_mtime_ns > mtimes[n] for n in names
              if n != names[2])
@@ -672,7 +689,7 @@ def test_interrupt_while_writing_a_shard_leaves_no_file(tmp_path,
       pass
 
   monkeypatch.setattr(signal, "signal", lambda *args: None)
-  pretraining_shards._init_worker(settings, NoQueue(), os.getppid())
+  pretraining_shards._init_pool_worker(settings, NoQueue(), os.getppid())
   calls = []
   real_frame = pretraining_records._frame
 
@@ -687,7 +704,7 @@ def test_interrupt_while_writing_a_shard_leaves_no_file(tmp_path,
   output = str(tmp_path / "out" / "part-00000-of-00001.tfrecord")
   os.mkdir(str(tmp_path / "out"))
   with pytest.raises(KeyboardInterrupt):
-    pretraining_shards.make_shard(
+    pretraining_shards.pool_task(
         (0, (pretraining_shards.ShardPiece(path, 0, 3000),), output))
   assert os.listdir(str(tmp_path / "out")) == []
 
@@ -855,3 +872,28 @@ def test_peak_memory_stays_flat_as_the_corpus_grows(tmp_path):
                           ["--%s=%s" % item for item in sorted(flags.items())])
               for path, name in ((small, "s.tfrecord"), (large, "l.tfrecord"))]
   assert faithful[1] > 1.2 * faithful[0], faithful
+
+
+FAILING_INITIALIZER = """
+import sys
+sys.path.insert(0, %r)
+import pretraining_instances, pretraining_shards, tokenization
+settings = pretraining_shards.ShardSettings(
+    tokenization.load_vocab(%r), True, "fast", None, 1, 1)  # params None
+progress = pretraining_instances.Progress(sys.stderr, 1, num_shards=1)
+try:
+  list(pretraining_shards.run_local(settings, [(0, (), "unused")], 2,
+                                    progress))
+except AttributeError as e:
+  print("raised:", e)
+"""
+
+
+def test_a_failing_worker_initializer_fails_the_run_instead_of_respawning():
+  # Raised in a pool initializer, the error used to make the pool start a
+  # new worker, which failed the same way, forever.
+  result = subprocess.run(
+      [sys.executable, "-c", FAILING_INITIALIZER % (REPO_ROOT, CPD_VOCAB)],
+      capture_output=True, text=True, timeout=120)
+  assert "raised: 'NoneType' object has no attribute" in result.stdout, (
+      result.stderr[-2000:])
