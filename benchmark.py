@@ -61,7 +61,11 @@ from errors import UserError, main_with_user_errors
 REPO_ROOT = os.path.dirname(os.path.abspath(__file__))
 RUN_PRETRAINING = os.path.join(REPO_ROOT, "run_pretraining.py")
 STRATEGIES = distribution.STRATEGIES
-PRECISIONS = ("fp32", "fp16")
+PRECISIONS = ("fp32", "fp16", "bf16")
+# What run_pretraining's throughput_summary.json calls each cell's precision
+# when it takes effect (--use_fp16 needs a GPU, --use_bf16 oneDNN's kernels).
+SUMMARY_PRECISION = {"fp32": "float32", "fp16": "mixed_float16",
+                     "bf16": "mixed_bfloat16"}
 CPU_NOTE = "CPU logical replicas, not GPUs"
 PEAK_MATMUL_SIZE = 2048
 
@@ -85,7 +89,8 @@ def define_flags():
   flags.DEFINE_list("replicas", ["1", "2"],
                     "Replica counts: GPUs, or logical CPU devices without GPUs, "
                     "or horovod processes.")
-  flags.DEFINE_list("precisions", ["fp32"], "fp32 and/or fp16 (--use_fp16).")
+  flags.DEFINE_list("precisions", ["fp32"],
+                    "Any of fp32, fp16 (--use_fp16), bf16 (--use_bf16).")
   flags.DEFINE_list("per_replica_batches", ["32"],
                     "Per-replica batch sizes; the global batch is this times "
                     "the replicas.")
@@ -507,6 +512,7 @@ def cell_command(cell, config_path, input_file, cell_dir, max_predictions,
       "--throughput_warmup_steps=%d" % warmup_steps,
       "--distribution_strategy=%s" % cell.strategy,
       "--use_fp16=%s" % (cell.precision == "fp16"),
+      "--use_bf16=%s" % (cell.precision == "bf16"),
       "--use_xla=%s" % (cell.xla == "on"),
   ]
   if cell.strategy == "horovod":
@@ -711,6 +717,10 @@ def run_sweep(cells, device, values):
                examples_per_sec_per_replica=summary[
                    "examples_per_sec_per_replica"],
                steps_counted=summary["steps_counted"])
+    computed = summary.get("precision")
+    if computed and computed != SUMMARY_PRECISION[cell.precision]:
+      row.update(note="computed in %s (the run's `precision:` log line "
+                 "says why)" % computed)
     logging.info("Cell %s: %.2f examples/sec", cell_name(cell),
                  row["examples_per_sec"])
   return rows

@@ -267,6 +267,24 @@ def check_pretraining_records(input_files, max_seq_length,
             (path, top, vocab_size))
 
 
+def _with_fixed_tuning(dataset):
+  """`dataset` without tf.data's autotuning model thread.
+
+  With autotuning on (TensorFlow's default), every iterator runs a model
+  thread that re-tunes the pipeline at doubling intervals of up to 60 s.
+  Destroying the iterator, which the Estimator does inside Session.close()
+  at the end of training, evaluation and prediction, waits for that thread;
+  in TF 2.15 its wake-up can be lost, and close() then blocks for the rest of
+  the thread's interval: 10-25 s after a run of a minute or more, in about
+  one run of three (docs/benchmarks.md). The parallelism left at AUTOTUNE
+  resolves to fixed defaults (interleave: cycle_length; prefetch: the
+  buffer-growing prefetch autotuner, which needs no thread).
+  """
+  options = tf.data.Options()
+  options.autotune.enabled = False
+  return dataset.with_options(options)
+
+
 def pretraining_input_fn_builder(input_files, max_seq_length,
                                  max_predictions_per_seq, is_training,
                                  global_batch_size, num_replicas,
@@ -326,7 +344,7 @@ def pretraining_input_fn_builder(input_files, max_seq_length,
                           num_parallel_calls=num_cpu_threads)
     # Whole batches only: every replica must see the same batch shape.
     dataset = dataset.batch(per_replica_batch, drop_remainder=True)
-    return dataset.prefetch(tf.data.AUTOTUNE)
+    return _with_fixed_tuning(dataset.prefetch(tf.data.AUTOTUNE))
 
   return input_fn
 
@@ -387,6 +405,6 @@ def classifier_input_fn_builder(input_file, seq_length, is_training,
       dataset = dataset.repeat().shuffle(buffer_size=100, seed=shuffle_seed)
     dataset = dataset.map(lambda r: decode_record(r, feature_spec))
     dataset = dataset.batch(per_replica_batch, drop_remainder=drop_remainder)
-    return dataset.prefetch(tf.data.AUTOTUNE)
+    return _with_fixed_tuning(dataset.prefetch(tf.data.AUTOTUNE))
 
   return input_fn

@@ -19,6 +19,8 @@ from absl import flags
 from absl import logging
 import tensorflow as tf2
 import tensorflow.compat.v1 as tf
+from tensorflow.core.protobuf import rewriter_config_pb2
+from tensorflow.python.util import _pywrap_util_port
 
 import atomic_io
 import checkpoint_formats
@@ -63,6 +65,10 @@ def define_flags():
   flags.DEFINE_bool("use_fp16", False,
                     "Mixed precision: enable_mixed_precision_graph_rewrite "
                     "with dynamic loss scaling (GPU kernels only).")
+  flags.DEFINE_bool("use_bf16", False,
+                    "Mixed precision: bfloat16 compute, float32 variables, "
+                    "no loss scaling, through TensorFlow's oneDNN bfloat16 "
+                    "graph rewrite (CPUs; fast with avx512_bf16 or amx).")
   flags.DEFINE_integer("init_loss_scale", 2**15,
                        "--use_fp16: initial dynamic loss scale.")
   flags.DEFINE_integer("loss_scale_growth_steps", 2000,
@@ -103,7 +109,7 @@ TrainingOptions = collections.namedtuple(
     "TrainingOptions",
     ["output_dir", "global_batch_size", "distribution_strategy", "multi_gpu",
      "num_gpus", "cpu_replicas", "all_reduce_alg",
-     "collective_timeout_seconds", "use_fp16", "init_loss_scale",
+     "collective_timeout_seconds", "use_fp16", "use_bf16", "init_loss_scale",
      "loss_scale_growth_steps", "optimizer", "lamb_bias_correction",
      "save_checkpoints_steps", "keep_checkpoint_max", "log_every_n_steps",
      "throughput_warmup_steps", "tf_random_seed", "use_xla",
@@ -130,8 +136,8 @@ def options_from_flags(values, output_dir, global_batch_size):
 Setup = collections.namedtuple(
     "Setup", ["plan", "strategy", "run_config", "optimizer_options",
               "is_chief", "output_dir", "global_batch_size", "profile_steps",
-              "log_every", "warmup_steps", "use_fp16", "extra_info",
-              "stop_on_nonfinite_loss"])
+              "log_every", "warmup_steps", "use_fp16", "precision",
+              "extra_info", "stop_on_nonfinite_loss"])
 
 
 def check_output_dir(output_dir):
@@ -171,9 +177,94 @@ def _parse_profile_steps(value):
   return first, last
 
 
-def session_config(plan, use_xla):
+# The CPU flags (/proc/cpuinfo) that make oneDNN's bfloat16 kernels fast;
+# without them oneDNN emulates bfloat16 (AVX512) or TensorFlow falls back to
+# Eigen's bfloat16 kernels (AVX2), both slower than float32.
+BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16", "amx_tile")
+
+
+def cpu_flags(cpuinfo="/proc/cpuinfo"):
+  """The feature flags of the first CPU in /proc/cpuinfo (empty if absent)."""
+  try:
+    with open(cpuinfo) as f:
+      for line in f:
+        if line.startswith("flags"):
+          return set(line.split(":", 1)[1].split())
+  except OSError:
+    pass
+  return set()
+
+
+def onednn_enabled():
+  """Whether TensorFlow's oneDNN CPU kernels are on in this process.
+
+  TensorFlow decides once, when it is imported: on by default on CPUs with
+  AVX512 (or if TF_ENABLE_ONEDNN_OPTS=1), off otherwise. Its oneDNN bfloat16
+  graph rewrite does nothing while they are off.
+  """
+  return bool(_pywrap_util_port.IsMklEnabled())
+
+
+def resolve_precision(use_fp16, use_bf16, num_gpus, onednn_on, flags_of_cpu):
+  """The compute precision a run gets, and one line saying why.
+
+  Args:
+    use_fp16: --use_fp16.
+    use_bf16: --use_bf16.
+    num_gpus: GPUs visible to TensorFlow.
+    onednn_on: onednn_enabled().
+    flags_of_cpu: cpu_flags().
+
+  Returns:
+    (precision, description): precision is "float32", "mixed_float16" or
+    "mixed_bfloat16" (variables are float32 in every case).
+
+  Raises:
+    UserError: both flags, or --use_bf16 where TensorFlow cannot run it.
+  """
+  if use_fp16 and use_bf16:
+    raise UserError("--use_bf16 and --use_fp16 are mutually exclusive: pass "
+                    "one of them")
+  if use_fp16:
+    if not num_gpus:
+      return "float32", ("float32: --use_fp16's graph rewrite only changes GPU "
+                         "kernels and no GPU is visible (dynamic loss scaling "
+                         "still runs)")
+    return "mixed_float16", ("mixed_float16: float16 GPU kernels, float32 "
+                             "variables, dynamic loss scaling")
+  if not use_bf16:
+    return "float32", "float32"
+  if num_gpus:
+    raise UserError(
+        "--use_bf16 is not available on GPUs: TensorFlow 2.15's graph-mode "
+        "mixed-precision rewrite for GPUs is float16 only (its bfloat16 "
+        "rewrite is oneDNN's, for CPUs); use --use_fp16 there")
+  if not onednn_on:
+    return "float32", (
+        "float32: --use_bf16 needs TensorFlow's oneDNN CPU kernels, which "
+        "are off in this process (TensorFlow turns them on at import on CPUs "
+        "with AVX512, or with TF_ENABLE_ONEDNN_OPTS=1); set "
+        "TF_ENABLE_ONEDNN_OPTS=1 before starting the program to compute in "
+        "bfloat16 anyway (emulated without bfloat16 instructions, slower "
+        "than float32)")
+  native = sorted(set(BF16_CPU_FLAGS) & set(flags_of_cpu))
+  return "mixed_bfloat16", (
+      "mixed_bfloat16: oneDNN bfloat16 graph rewrite, float32 variables, no "
+      "loss scaling; %s" % (
+          "CPU bfloat16 instructions: " + ", ".join(native) if native else
+          "this CPU has no bfloat16 instructions (none of %s), so bfloat16 "
+          "is emulated and slower than float32" % ", ".join(BF16_CPU_FLAGS)))
+
+
+def session_config(plan, use_xla, precision="float32"):
   """ConfigProto for the Estimator's sessions."""
   config = tf.ConfigProto(allow_soft_placement=True)
+  if precision == "mixed_bfloat16":
+    # Grappler casts the inputs of allow-listed ops (MatMul, BatchMatMul,
+    # ...) to bfloat16 and their outputs back as needed; variables, the
+    # optimizer's update and the loss stay float32.
+    config.graph_options.rewrite_options.auto_mixed_precision_onednn_bfloat16 = (
+        rewriter_config_pb2.RewriterConfig.ON)
   if len(plan.devices) > 1 and plan.devices[0].startswith("/cpu"):
     # Graph-mode sessions only see logical CPUs that the ConfigProto asks for.
     config.device_count["CPU"] = len(plan.devices)
@@ -198,17 +289,19 @@ def prepare(options):
     UserError: options that contradict each other or the machine.
   """
   num_gpus = len(tf2.config.list_physical_devices("GPU"))
+  precision, description = resolve_precision(
+      options.use_fp16, options.use_bf16, num_gpus,
+      options.use_bf16 and onednn_enabled(), cpu_flags())
+  if (options.use_fp16 or options.use_bf16) and precision == "float32":
+    logging.warning("precision: %s", description)
+  else:
+    logging.info("precision: %s", description)
   plan = distribution.plan_from_flags(options, num_gpus)
   distribution.check_global_batch(plan, options.global_batch_size)
   logging.info(distribution.describe(plan, options.global_batch_size))
   profile_steps = _parse_profile_steps(options.profile_steps)
   check_output_dir(options.output_dir)
   checkpoints.fall_back_to_readable(options.output_dir)
-  if options.use_fp16 and num_gpus == 0:
-    logging.warning(
-        "--use_fp16: no GPU is visible, and the mixed-precision graph rewrite "
-        "only changes GPU kernels, so this run computes in float32 (dynamic "
-        "loss scaling still runs).")
   model_dir = options.output_dir
   if plan.name == "horovod":
     strategy = None
@@ -232,7 +325,7 @@ def prepare(options):
       save_summary_steps=options.log_every_n_steps if is_chief else None,
       train_distribute=strategy,
       tf_random_seed=options.tf_random_seed,
-      session_config=session_config(plan, options.use_xla),
+      session_config=session_config(plan, options.use_xla, precision),
       # MonitoredSession treats a lost peer as recoverable and re-creates the
       # session, which would wait for the dead worker for 2 hours by default.
       session_creation_timeout_secs=max(options.collective_timeout_seconds,
@@ -249,7 +342,8 @@ def prepare(options):
   if options.lamb_bias_correction and options.optimizer != "lamb":
     raise UserError("--lamb_bias_correction needs --optimizer=lamb; upstream's "
                     "AdamW has no bias correction")
-  extra_info = {"strategy": plan.name, "use_fp16": options.use_fp16,
+  extra_info = {"strategy": plan.name, "precision": precision,
+                "use_fp16": options.use_fp16, "use_bf16": options.use_bf16,
                 "use_xla": options.use_xla,
                 "devices": ",".join(plan.devices),
                 "num_workers": plan.num_workers}
@@ -260,7 +354,8 @@ def prepare(options):
                profile_steps=profile_steps,
                log_every=options.log_every_n_steps,
                warmup_steps=options.throughput_warmup_steps,
-               use_fp16=options.use_fp16, extra_info=extra_info,
+               use_fp16=options.use_fp16, precision=precision,
+               extra_info=extra_info,
                stop_on_nonfinite_loss=(options.stop_on_nonfinite_loss and
                                        not options.use_fp16))
 

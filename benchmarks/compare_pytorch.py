@@ -2,19 +2,36 @@
 
 In one run on one machine:
 
-  1. the best float32 matmul rate NumPy reaches (2048 x 2048 np.matmul, best
+  1. training records made the way users make them: create_vocab.py and
+     create_pretraining_data.py on real text (--corpus, default
+     sample_data/corpus.txt), or --input_file records of your own;
+  2. the best float32 matmul rate NumPy reaches (2048 x 2048 np.matmul, best
      of --numpy_trials, measured before the first round and after each one,
      the best of all counting): the yardstick of model FLOP utilisation
      (MFU), from a library that is neither of the two contestants;
-  2. --rounds rounds, each training our run_pretraining.py (one device, a
-     fresh output directory, synthetic records of the shape) and the PyTorch
-     peer (benchmarks/pytorch_peer.py) with the same shapes, in alternating
-     order (ours first in even rounds), so that a change in the machine's
-     load hits both alike.
+  3. --rounds rounds per precision (--precisions: fp32, and bf16 =
+     run_pretraining.py --use_bf16 against the peer under
+     torch.autocast("cpu", dtype=torch.bfloat16)), each timing our
+     run_pretraining.py (one device, fresh output directories) and the
+     PyTorch peer (benchmarks/pytorch_peer.py), in alternating order (ours
+     first in even rounds), so that a change in the machine's load hits both
+     alike.
 
-Prints one line per run and a summary: the medians of both, the median of
-the per-round ratios, and MFU = examples/sec x model FLOPs per example
-(benchmark.pretraining_flops) / NumPy's rate. Writes the same to
+Both contestants are timed as a user times a training command: the
+whole-process wall clock of the same command with --short_steps and with
+--long_steps; examples/sec = batch x (long - short) / (difference of the two
+wall times). Start-up and graph building cancel out; every cost that grows
+with the steps or comes with a longer run (input pipeline, hooks,
+checkpoints, the session's close) counts.
+
+Our bf16 runs get TF_ENABLE_ONEDNN_OPTS=1: TensorFlow's bfloat16 rewrite
+needs its oneDNN kernels, which it turns on by itself only on CPUs with
+AVX512. The CPU's model and flags that decide bfloat16 speed (avx512_bf16,
+amx_bf16, amx_tile, avx512f) are recorded beside the figures.
+
+Prints one line per run and a summary per precision: the medians of both,
+the median of the per-round ratios, and MFU = examples/sec x model FLOPs per
+example (benchmark.pretraining_flops) / NumPy's rate. Writes the same to
 OUTPUT_DIR/comparison.json.
 
 Example (BERT-mini, seq 128, batch 32, 20 predictions):
@@ -25,6 +42,7 @@ import argparse
 import json
 import os
 import statistics
+import shutil
 import subprocess
 import sys
 import time
@@ -37,8 +55,11 @@ sys.path.insert(0, REPO_ROOT)
 import atomic_io  # pylint: disable=g-import-not-at-top,wrong-import-position
 import benchmark  # pylint: disable=g-import-not-at-top,wrong-import-position
 import modeling  # pylint: disable=g-import-not-at-top,wrong-import-position
+import training_setup  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 PEER = os.path.join(REPO_ROOT, "benchmarks", "pytorch_peer.py")
+CPU_FLAGS_OF_INTEREST = ("avx2", "avx512f", "avx512_bf16", "amx_bf16",
+                         "amx_tile")
 
 
 def numpy_matmul_gflops(size=benchmark.PEAK_MATMUL_SIZE, trials=5):
@@ -55,35 +76,102 @@ def numpy_matmul_gflops(size=benchmark.PEAK_MATMUL_SIZE, trials=5):
   return 2.0 * size ** 3 / best / 1e9
 
 
-def run_ours(args, input_file, run_dir):
-  """One run_pretraining.py training; returns its steady-state examples/sec."""
-  cell = benchmark.Cell("one_device", args.bert_config_file,
-                        args.max_seq_length, "off", "fp32",
-                        args.train_batch_size, 1)
-  command = benchmark.cell_command(
-      cell, os.path.abspath(args.bert_config_file), input_file, run_dir,
-      args.max_predictions_per_seq, args.num_steps + args.warmup_steps,
-      args.warmup_steps, "cpu")
-  summary, note = benchmark.run_cell(command, run_dir, args.timeout)
-  if summary is None:
-    raise RuntimeError("run_pretraining.py failed: %s" % note)
-  return summary["examples_per_sec"]
+def cpu_description():
+  """The CPU's model name and its flags that matter to bfloat16 speed."""
+  model = ""
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        if line.startswith("model name"):
+          model = line.split(":", 1)[1].strip()
+          break
+  except OSError:
+    pass
+  flags = training_setup.cpu_flags()
+  return {"model": model, "cores": len(os.sched_getaffinity(0)),
+          "flags": {name: name in flags for name in CPU_FLAGS_OF_INTEREST}}
 
 
-def run_peer(args):
-  """One PyTorch peer training; returns its examples/sec."""
-  result = subprocess.run(
-      [sys.executable, PEER, "--bert_config_file=%s" % args.bert_config_file,
+def make_records(args, vocab_size):
+  """Records from --corpus by create_vocab.py + create_pretraining_data.py
+  (once per output directory); returns the record file."""
+  data_dir = os.path.join(args.output_dir, "data")
+  records = os.path.join(data_dir, "pretraining.tfrecord")
+  if os.path.exists(records):
+    return records
+  os.makedirs(data_dir, exist_ok=True)
+  vocab = os.path.join(data_dir, "vocab.txt")
+  for argv in (
+      ["create_vocab.py", "--input_file=%s" % args.corpus,
+       "--output_file=%s" % vocab, "--vocab_size=%d" % vocab_size],
+      ["create_pretraining_data.py", "--input_file=%s" % args.corpus,
+       "--output_file=%s" % records, "--vocab_file=%s" % vocab,
        "--max_seq_length=%d" % args.max_seq_length,
-       "--max_predictions_per_seq=%d" % args.max_predictions_per_seq,
-       "--train_batch_size=%d" % args.train_batch_size,
-       "--num_steps=%d" % args.num_steps,
-       "--warmup_steps=%d" % args.warmup_steps],
-      cwd=REPO_ROOT, capture_output=True, text=True, timeout=args.timeout,
-      check=False)
+       "--max_predictions_per_seq=%d" % args.max_predictions_per_seq]):
+    subprocess.run([sys.executable] + argv, cwd=REPO_ROOT, check=True,
+                   env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  return records
+
+
+def wall_seconds(argv, env, timeout):
+  """Whole-process wall time of a command that must succeed."""
+  start = time.perf_counter()
+  result = subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True,
+                          text=True, timeout=timeout, check=False)
+  seconds = time.perf_counter() - start
   if result.returncode != 0:
-    raise RuntimeError("pytorch_peer.py failed:\n%s" % result.stderr[-2000:])
-  return json.loads(result.stdout.strip().splitlines()[-1])["examples_per_sec"]
+    raise RuntimeError("%s failed:\n%s" % (" ".join(argv[:2]),
+                                            result.stderr[-2000:]))
+  return seconds
+
+
+def rate_from_two_runs(batch, short_steps, long_steps, short_seconds,
+                       long_seconds):
+  """examples/sec from the wall times of a short and a long run."""
+  extra = long_seconds - short_seconds
+  return batch * (long_steps - short_steps) / extra if extra > 0 else None
+
+
+def ours_command(args, input_file, run_dir, precision, steps):
+  cell = benchmark.Cell("one_device", args.bert_config_file,
+                        args.max_seq_length, "off", precision,
+                        args.train_batch_size, 1)
+  return benchmark.cell_command(
+      cell, os.path.abspath(args.bert_config_file), input_file, run_dir,
+      args.max_predictions_per_seq, steps, 1, "cpu")
+
+
+def peer_command(args, precision, steps):
+  return [sys.executable, PEER,
+          "--bert_config_file=%s" % args.bert_config_file,
+          "--max_seq_length=%d" % args.max_seq_length,
+          "--max_predictions_per_seq=%d" % args.max_predictions_per_seq,
+          "--train_batch_size=%d" % args.train_batch_size,
+          "--num_steps=%d" % steps, "--warmup_steps=0"] + (
+              ["--bf16"] if precision == "bf16" else [])
+
+
+def run_ours(args, input_file, run_dir, precision):
+  """Our whole-process examples/sec: the --short_steps and --long_steps runs."""
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+  if precision == "bf16":
+    env["TF_ENABLE_ONEDNN_OPTS"] = "1"
+  seconds = {}
+  for steps in (args.short_steps, args.long_steps):
+    directory = "%s_%dsteps" % (run_dir, steps)
+    shutil.rmtree(directory, ignore_errors=True)
+    seconds[steps] = wall_seconds(
+        ours_command(args, input_file, directory, precision, steps), env,
+        args.timeout)
+  return seconds
+
+
+def run_peer(args, precision):
+  """The peer's whole-process wall times of the two step counts."""
+  return {steps: wall_seconds(peer_command(args, precision, steps),
+                              dict(os.environ), args.timeout)
+          for steps in (args.short_steps, args.long_steps)}
 
 
 def summarize(rounds, numpy_gflops, gflop_per_example):
@@ -107,61 +195,99 @@ def parse_args(argv=None):
   parser.add_argument("--bert_config_file",
                       default=os.path.join(REPO_ROOT, "configs",
                                            "bert_mini.json"))
+  parser.add_argument("--corpus",
+                      default=os.path.join(REPO_ROOT, "sample_data",
+                                           "corpus.txt"),
+                      help="text to make the training records from")
+  parser.add_argument("--input_file",
+                      help="pretraining records to use instead of --corpus")
   parser.add_argument("--max_seq_length", type=int, default=128)
   parser.add_argument("--max_predictions_per_seq", type=int, default=20)
   parser.add_argument("--train_batch_size", type=int, default=32)
+  parser.add_argument("--precisions", default="fp32,bf16",
+                      help="fp32 and/or bf16, comma-separated")
   parser.add_argument("--rounds", type=int, default=3)
-  parser.add_argument("--num_steps", type=int, default=20,
-                      help="timed steps of each training")
-  parser.add_argument("--warmup_steps", type=int, default=10,
-                      help="untimed steps before them")
+  parser.add_argument("--short_steps", type=int, default=10)
+  parser.add_argument("--long_steps", type=int, default=40)
   parser.add_argument("--numpy_trials", type=int, default=10)
   parser.add_argument("--timeout", type=int, default=3600,
                       help="seconds allowed to one training")
-  return parser.parse_args(argv)
+  args = parser.parse_args(argv)
+  args.precisions = args.precisions.split(",")
+  if any(p not in ("fp32", "bf16") for p in args.precisions):
+    parser.error("--precisions: fp32 and/or bf16, got %s" %
+                 ",".join(args.precisions))
+  if not 0 < args.short_steps < args.long_steps:
+    parser.error("need 0 < --short_steps < --long_steps")
+  return args
 
 
 def main(args):
   config = modeling.BertConfig.from_json_file(args.bert_config_file)
   gflop_per_example = benchmark.flops_for_config(
       config, args.max_seq_length, args.max_predictions_per_seq) / 1e9
-  input_file = benchmark.synthetic_input(
-      os.path.join(args.output_dir, "data"), args.max_seq_length,
-      args.max_predictions_per_seq, config.vocab_size,
-      num_records=max(1024, 4 * args.train_batch_size), num_files=1)
+  input_file = args.input_file or make_records(args, config.vocab_size)
+  cpu = cpu_description()
   numpy_rates = [numpy_matmul_gflops(trials=args.numpy_trials)]
-  print("model: %.3f GFLOP/example; numpy float32 matmul (2048x2048, best "
-        "of %d): %.1f GFLOP/s" % (gflop_per_example, args.numpy_trials,
-                                  numpy_rates[0]), flush=True)
-  rounds = []
+  print("cpu: %s, %d cores, %s" % (
+      cpu["model"], cpu["cores"], ", ".join(
+          "%s %s" % (k, "yes" if v else "no") for k, v in cpu["flags"].items())))
+  print("records: %s; model: %.3f GFLOP/example; numpy float32 matmul "
+        "(2048x2048, best of %d): %.1f GFLOP/s" % (
+            input_file, gflop_per_example, args.numpy_trials, numpy_rates[0]),
+        flush=True)
+  rounds = {precision: [] for precision in args.precisions}
   for i in range(args.rounds):
-    result = {}
-    order = ("ours", "pytorch") if i % 2 == 0 else ("pytorch", "ours")
-    for who in order:
-      if who == "ours":
-        result[who] = run_ours(args, input_file, os.path.join(
-            args.output_dir, "ours_round%d" % i))
-      else:
-        result[who] = run_peer(args)
-      print("round %d %-7s %6.2f examples/sec" % (i, who, result[who]),
-            flush=True)
+    for precision in args.precisions:
+      result = {}
+      order = ("ours", "pytorch") if i % 2 == 0 else ("pytorch", "ours")
+      for who in order:
+        if who == "ours":
+          seconds = run_ours(args, input_file, os.path.join(
+              args.output_dir, "ours_%s_round%d" % (precision, i)), precision)
+        else:
+          seconds = run_peer(args, precision)
+        result[who] = rate_from_two_runs(
+            args.train_batch_size, args.short_steps, args.long_steps,
+            seconds[args.short_steps], seconds[args.long_steps])
+        result[who + "_wall_seconds"] = seconds
+        print("round %d %s %-7s %d steps %.1f s, %d steps %.1f s: %s "
+              "examples/sec" % (
+                  i, precision, who, args.short_steps,
+                  seconds[args.short_steps], args.long_steps,
+                  seconds[args.long_steps],
+                  "%.2f" % result[who] if result[who] else "n/a"), flush=True)
+      rounds[precision].append(result)
     numpy_rates.append(numpy_matmul_gflops(trials=args.numpy_trials))
     print("round %d numpy   %6.1f GFLOP/s" % (i, numpy_rates[-1]), flush=True)
-    rounds.append(result)
   numpy_gflops = max(numpy_rates)
-  summary = summarize(rounds, numpy_gflops, gflop_per_example)
-  summary["rounds"] = rounds
-  print("ours %.2f examples/sec, pytorch %.2f (medians of %d rounds); "
-        "ratio %.2fx (median per round)" % (
-            summary["ours_examples_per_sec"],
-            summary["pytorch_examples_per_sec"], args.rounds,
-            summary["ratio"]))
-  print("MFU against numpy's %.1f GFLOP/s: ours %.0f%%, pytorch %.0f%%" % (
-      numpy_gflops, 100 * summary["ours_mfu"], 100 * summary["pytorch_mfu"]))
+  report = {"cpu": cpu, "records": input_file,
+            "timing": "whole-process wall, %d minus %d steps" % (
+                args.long_steps, args.short_steps),
+            "numpy_matmul_gflops_each": numpy_rates}
+  for precision, results in rounds.items():
+    counted = [r for r in results if r["ours"] and r["pytorch"]]
+    summary = summarize(counted, numpy_gflops, gflop_per_example) if (
+        counted) else {}
+    summary["rounds"] = results
+    report[precision] = summary
+    if counted:
+      print("%s: ours %.2f examples/sec, pytorch %.2f (medians of %d rounds); "
+            "ratio %.2fx (median per round); MFU against numpy's %.1f "
+            "GFLOP/s: ours %.0f%%, pytorch %.0f%%" % (
+                precision, summary["ours_examples_per_sec"],
+                summary["pytorch_examples_per_sec"], len(counted),
+                summary["ratio"], numpy_gflops, 100 * summary["ours_mfu"],
+                100 * summary["pytorch_mfu"]))
+  if "fp32" in report and "bf16" in report and report["fp32"].get(
+      "ours_examples_per_sec") and report["bf16"].get("ours_examples_per_sec"):
+    report["ours_bf16_over_fp32"] = (report["bf16"]["ours_examples_per_sec"] /
+                                     report["fp32"]["ours_examples_per_sec"])
+    print("ours bf16 / fp32: %.2fx" % report["ours_bf16_over_fp32"])
   with atomic_io.atomic_open(os.path.join(args.output_dir,
                                            "comparison.json")) as f:
-    json.dump(summary, f, indent=2)
-  return summary
+    json.dump(report, f, indent=2)
+  return report
 
 
 if __name__ == "__main__":

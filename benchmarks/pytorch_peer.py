@@ -15,6 +15,10 @@ function BERT was trained with, in the peer's fastest form. Inputs are random
 batches of the right shape prepared before timing (our trainer reads
 TFRecords through tf.data, which runs ahead of the step).
 
+--bf16 runs the forward pass and the loss under
+torch.autocast("cpu", dtype=torch.bfloat16) (float32 weights and optimizer,
+as run_pretraining.py --use_bf16).
+
 Prints one JSON line: examples_per_sec over the timed steps (wall clock of
 each step, after --warmup_steps untimed ones).
 
@@ -126,7 +130,8 @@ def train(args):
     batch = batches[step % len(batches)]
     start = time.perf_counter()
     optimizer.zero_grad(set_to_none=True)
-    loss = pretraining_loss(model, batch)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+      loss = pretraining_loss(model, batch)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     optimizer.step()
@@ -139,10 +144,11 @@ def train(args):
       "framework": "pytorch %s, transformers %s" % (torch.__version__,
                                                      transformers.__version__),
       "threads": args.threads,
+      "precision": "mixed_bfloat16" if args.bf16 else "float32",
       "steps_counted": len(step_seconds),
       "examples_per_sec": args.train_batch_size * len(step_seconds) /
                           sum(step_seconds),
-      "last_loss": loss.item(),
+      "last_loss": loss.float().item(),
   }
 
 
@@ -158,6 +164,9 @@ def parse_args(argv=None):
   parser.add_argument("--warmup_steps", type=int, default=10,
                       help="untimed steps first (run_pretraining's "
                            "--throughput_warmup_steps)")
+  parser.add_argument("--bf16", action="store_true",
+                      help='forward pass and loss under torch.autocast("cpu", '
+                           'dtype=torch.bfloat16)')
   parser.add_argument("--threads", type=int,
                       default=len(os.sched_getaffinity(0)),
                       help="intra-op threads (default: the usable cores)")

@@ -151,6 +151,10 @@ def test_cell_commands():
   assert "--train_batch_size=32" in hvd
   assert not any(a.startswith(("--cpu_replicas", "--num_gpus")) for a in hvd)
   assert benchmark.cell_name(cell) == "mirrored-c-s128-xla_on-fp16-b8-r2"
+  assert "--use_bf16=False" in argv
+  bf16 = benchmark.cell_command(cell._replace(precision="bf16"), "/c.json",
+                                "/d", "/o", 20, 30, 10, "cpu")
+  assert "--use_bf16=True" in bf16 and "--use_fp16=False" in bf16
   # Central storage runs in one process over the local devices, as mirrored.
   central = benchmark.cell_command(cell._replace(strategy="central_storage"),
                                    "/c.json", "/d", "/o", 20, 30, 10, "cpu")
@@ -247,9 +251,9 @@ def test_benchmark_script_needs_an_output_dir():
 @pytest.mark.slow
 def test_bad_axis_value_is_a_user_error(tmp_path):
   result = run_program(["benchmark.py", "--output_dir=%s" % tmp_path,
-                        "--precisions=fp32,bf16"])
+                        "--precisions=fp32,fp8"])
   assert result.returncode == 2
-  assert "error: --precisions: 'bf16' is not one of fp32, fp16" in (
+  assert "error: --precisions: 'fp8' is not one of fp32, fp16, bf16" in (
       result.stderr)
 
 
