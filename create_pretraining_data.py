@@ -132,6 +132,17 @@ def define_flags():
       "Worker memory grows with the shard size; next-sentence negatives come "
       "from the same shard.")
   flags.DEFINE_bool(
+      "pack_sequences", False,
+      "Pack the instances into rows of --max_seq_length, at most "
+      "--max_sequences_per_pack to a row (packing.py: shortest-pack-first "
+      "histogram packing), so that training computes little padding. The "
+      "records then also say which sequence each token belongs to, its "
+      "position in it, and each sequence's [CLS] index and next-sentence "
+      "label; run_pretraining.py recognises them.")
+  flags.DEFINE_integer(
+      "max_sequences_per_pack", 3,
+      "With --pack_sequences: the most sequences in one row.")
+  flags.DEFINE_bool(
       "resume", True,
       "Sharded mode: skip shards whose output file already exists (files get "
       "their final name only once complete). --noresume rewrites every shard.")
@@ -227,7 +238,8 @@ def _example_logger(vocab):
 def run_faithful_mode(input_file, output_file, vocab_file, do_lower_case,
                       params, random_seed, dupe_factor,
                       tokenizer_backend="fast", input_format="auto",
-                      text_field=corpus_input.DEFAULT_TEXT_FIELD):
+                      text_field=corpus_input.DEFAULT_TEXT_FIELD,
+                      max_sequences_per_pack=None):
   """Faithful mode, from flag values to written output files.
 
   Args:
@@ -241,6 +253,8 @@ def run_faithful_mode(input_file, output_file, vocab_file, do_lower_case,
     tokenizer_backend: "fast" or "python" (same tokens).
     input_format: "auto" (by file name), "text", "jsonl" or "parquet".
     text_field: the JSON field / Parquet column holding a document.
+    max_sequences_per_pack: pack the instances, at most this many to a row
+      (None: upstream's records, one instance each).
 
   Returns:
     The number of records written.
@@ -270,7 +284,8 @@ def run_faithful_mode(input_file, output_file, vocab_file, do_lower_case,
   num_records = pretraining_instances.write_instances(
       documents, random.Random(random_seed), vocab, params, dupe_factor,
       output_files, progress.add, pass_work=input_bytes,
-      log_example=_example_logger(vocab))
+      log_example=_example_logger(vocab),
+      max_sequences_per_pack=max_sequences_per_pack)
   progress.close()
   logging.info("done: %s", progress.line())
   logging.info("Wrote %d total instances to %s", num_records,
@@ -286,6 +301,13 @@ def main(argv):
       masked_lm_prob=FLAGS.masked_lm_prob,
       max_predictions_per_seq=FLAGS.max_predictions_per_seq,
       do_whole_word_mask=FLAGS.do_whole_word_mask)
+  max_sequences_per_pack = None
+  if FLAGS.pack_sequences:
+    if FLAGS.max_sequences_per_pack < 1:
+      raise errors.UserError(
+          "--max_sequences_per_pack=%d must be at least 1"
+          % FLAGS.max_sequences_per_pack)
+    max_sequences_per_pack = FLAGS.max_sequences_per_pack
   if (FLAGS.num_workers is not None or FLAGS.output_dir is not None or
       FLAGS.dask_scheduler is not None):
     try:
@@ -296,7 +318,8 @@ def main(argv):
           shard_size_mb=FLAGS.shard_size_mb,
           tokenizer_backend=FLAGS.tokenizer_backend, resume=FLAGS.resume,
           input_format=FLAGS.input_format, text_field=FLAGS.text_field,
-          dask_scheduler=FLAGS.dask_scheduler)
+          dask_scheduler=FLAGS.dask_scheduler,
+          max_sequences_per_pack=max_sequences_per_pack)
     except KeyboardInterrupt:
       print("\ninterrupted: complete shard files are kept; rerun the same "
             "command to make the others", file=sys.stderr, flush=True)
@@ -315,7 +338,8 @@ def main(argv):
                     FLAGS.dupe_factor,
                     tokenizer_backend=FLAGS.tokenizer_backend,
                     input_format=FLAGS.input_format,
-                    text_field=FLAGS.text_field)
+                    text_field=FLAGS.text_field,
+                    max_sequences_per_pack=max_sequences_per_pack)
 
 
 if __name__ == "__main__":

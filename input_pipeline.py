@@ -13,6 +13,7 @@ import struct
 
 import tensorflow.compat.v1 as tf
 
+import packing
 from errors import UserError
 
 
@@ -22,8 +23,16 @@ def int_feature(values):
   return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
 
 
-def pretraining_feature_spec(max_seq_length, max_predictions_per_seq):
-  """The tf.io parsing spec of create_pretraining_data's records."""
+def pretraining_feature_spec(max_seq_length, max_predictions_per_seq,
+                             max_sequences_per_pack=None):
+  """The tf.io parsing spec of create_pretraining_data's records (packed
+  rows of up to `max_sequences_per_pack` sequences if given)."""
+  if max_sequences_per_pack is not None:
+    return {name: tf.FixedLenFeature([length], tf.as_dtype(
+        packing.feature_dtype(name)))
+            for name, length in packing.feature_lengths(
+                max_seq_length, max_predictions_per_seq,
+                max_sequences_per_pack).items()}
   spec = {
       "input_ids": tf.FixedLenFeature([max_seq_length], tf.int64),
       "input_mask": tf.FixedLenFeature([max_seq_length], tf.int64),
@@ -231,40 +240,87 @@ def check_pretraining_records(input_files, max_seq_length,
     max_predictions_per_seq: expected length of the masked_lm features.
     vocab_size: if given, token ids must be below it.
 
+  Returns:
+    The number of sequence slots of the packed rows (create_pretraining_data
+    --pack_sequences), or None for upstream's records.
+
   Raises:
-    UserError: naming the file, the feature, its length and the flag.
+    UserError: naming the file, the feature, its length and the flag; or
+      one packed and one unpacked file.
   """
-  expected = {"input_ids": ("--max_seq_length", max_seq_length),
-              "input_mask": ("--max_seq_length", max_seq_length),
-              "segment_ids": ("--max_seq_length", max_seq_length),
-              "masked_lm_positions": ("--max_predictions_per_seq",
-                                      max_predictions_per_seq),
-              "masked_lm_ids": ("--max_predictions_per_seq",
-                                max_predictions_per_seq),
-              "masked_lm_weights": ("--max_predictions_per_seq",
-                                    max_predictions_per_seq),
-              "next_sentence_labels": (None, 1)}
+  per_pack = {}
   for path in input_files:
     check_tfrecord_framing(path)
     features = first_example(path).features.feature
-    for name, (flag, length) in expected.items():
-      if name not in features:
-        raise UserError("%s: feature %r is missing; is this a "
-                        "create_pretraining_data.py output?" % (path, name))
-      kind = features[name].WhichOneof("kind")
-      values = getattr(features[name], kind).value
-      if len(values) != length:
-        raise UserError(
-            "%s: feature %s has length %d but %s=%d; recreate the data or "
-            "pass %s=%d" % (path, name, len(values), flag, length, flag,
-                            len(values)))
-    if vocab_size is not None:
-      top = max(features["input_ids"].int64_list.value)
-      if top >= vocab_size:
-        raise UserError(
-            "%s: token id %d is outside the model's vocab_size %d; the data "
-            "was made with a larger vocab than bert_config.json declares" %
-            (path, top, vocab_size))
+    n = packed_row_slots(features)
+    per_pack.setdefault(n, path)
+    if len(per_pack) > 1:
+      raise UserError(
+          "--input_file mixes record kinds: %s" % "; ".join(
+              "%s holds %s" % (
+                  p, "unpacked records" if slots is None else
+                  "packed rows of up to %d sequences" % slots)
+              for slots, p in per_pack.items()))
+    _check_record_features(path, features, max_seq_length,
+                           max_predictions_per_seq, n, vocab_size)
+  (slots,) = per_pack
+  return slots
+
+
+def packed_row_slots(features):
+  """N, the sequence slots of a packed row, from a record's features (a
+  tf.train.Features map); None for an unpacked record."""
+  if packing.PACKED_ONLY_FEATURE not in features:
+    return None
+  slots = features.get("cls_positions")
+  return len(slots.int64_list.value) if slots is not None else 0
+
+
+def _check_record_features(path, features, max_seq_length,
+                           max_predictions_per_seq, max_sequences_per_pack,
+                           vocab_size):
+  """Checks one record's features and lengths against the flags."""
+  flag_lengths = {"--max_seq_length": max_seq_length,
+                  "--max_predictions_per_seq": max_predictions_per_seq}
+  if max_sequences_per_pack is None:
+    expected = {"input_ids": "--max_seq_length",
+                "input_mask": "--max_seq_length",
+                "segment_ids": "--max_seq_length",
+                "masked_lm_positions": "--max_predictions_per_seq",
+                "masked_lm_ids": "--max_predictions_per_seq",
+                "masked_lm_weights": "--max_predictions_per_seq",
+                "next_sentence_labels": None}
+    flag_lengths[None] = 1
+  else:
+    expected = dict(
+        [(name, "--max_seq_length") for name in packing.TOKEN_FEATURES] +
+        [(name, "--max_predictions_per_seq")
+         for name in packing.MASK_FEATURES] +
+        [(name, None) for name in packing.SEQUENCE_FEATURES])
+    flag_lengths[None] = max_sequences_per_pack
+  for name, flag in expected.items():
+    if name not in features:
+      raise UserError("%s: feature %r is missing; is this a "
+                      "create_pretraining_data.py output?" % (path, name))
+    kind = features[name].WhichOneof("kind")
+    values = getattr(features[name], kind).value
+    length = flag_lengths[flag]
+    if len(values) != length:
+      if flag is None:
+        raise UserError("%s: feature %s has length %d, expected %d; "
+                        "recreate the data" % (path, name, len(values),
+                                               length))
+      raise UserError(
+          "%s: feature %s has length %d but %s=%d; recreate the data or "
+          "pass %s=%d" % (path, name, len(values), flag, length, flag,
+                          len(values)))
+  if vocab_size is not None:
+    top = max(features["input_ids"].int64_list.value)
+    if top >= vocab_size:
+      raise UserError(
+          "%s: token id %d is outside the model's vocab_size %d; the data "
+          "was made with a larger vocab than bert_config.json declares" %
+          (path, top, vocab_size))
 
 
 def _with_fixed_tuning(dataset):
@@ -288,7 +344,8 @@ def _with_fixed_tuning(dataset):
 def pretraining_input_fn_builder(input_files, max_seq_length,
                                  max_predictions_per_seq, is_training,
                                  global_batch_size, num_replicas,
-                                 deterministic=False, num_cpu_threads=4):
+                                 deterministic=False, num_cpu_threads=4,
+                                 max_sequences_per_pack=None):
   """Returns an Estimator input_fn over pretraining TFRecords.
 
   Args:
@@ -301,14 +358,18 @@ def pretraining_input_fn_builder(input_files, max_seq_length,
     deterministic: keep file and record order fixed (for reproducible runs
       and tests) instead of upstream's sloppy parallel interleave.
     num_cpu_threads: parallel readers / parsers.
+    max_sequences_per_pack: N, for packed rows (check_pretraining_records
+      tells); None for upstream's records.
 
   Returns:
     input_fn(params, input_context=None) -> tf.data.Dataset of feature dicts
-    with int32 [B, S] / [B, P] tensors, B = per-replica batch.
+    with int32 [B, S] / [B, P] (and, packed, [B, N]) tensors, B = per-replica
+    batch of rows.
   """
   per_replica_batch = global_batch_size // num_replicas
   feature_spec = pretraining_feature_spec(max_seq_length,
-                                          max_predictions_per_seq)
+                                          max_predictions_per_seq,
+                                          max_sequences_per_pack)
 
   def input_fn(params=None, input_context=None):
     del params

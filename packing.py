@@ -16,11 +16,13 @@ pack is closed when it is full or holds N sequences. The result is a list of
 pack strategies (a tuple of lengths) with how many packs follow each one.
 `assign_rows` then hands out concrete sequences to those packs.
 
-This module is pure Python (no TensorFlow, no numpy), so data-creation
-workers can use it.
+This module does not import TensorFlow, so data-creation workers can use
+it.
 """
 
 import collections
+
+import pretraining_records
 
 # A strategy: the lengths of the sequences of one pack, longest first.
 PackPlan = collections.namedtuple("PackPlan", ["strategies", "counts"])
@@ -171,6 +173,33 @@ SEQUENCE_FEATURES = ("cls_positions", "next_sentence_labels",
                      "next_sentence_weights")
 
 
+# The per-token feature only packed rows have: readers tell them by it.
+PACKED_ONLY_FEATURE = "sequence_ids"
+
+
+def feature_lengths(max_seq_length, max_predictions_per_row,
+                    max_sequences_per_pack):
+  """The length of each feature of a packed row, by name."""
+  lengths = {}
+  for names, length in ((TOKEN_FEATURES, max_seq_length),
+                        (MASK_FEATURES, max_predictions_per_row),
+                        (SEQUENCE_FEATURES, max_sequences_per_pack)):
+    lengths.update((name, length) for name in names)
+  return lengths
+
+
+def feature_dtype(name):
+  """"float32" for the weights of a packed row, "int64" for the others."""
+  return "float32" if name.endswith("weights") else "int64"
+
+
+def encode_row(row):
+  """The serialized tf.train.Example of a packed row (`pack_row`'s dict)."""
+  return pretraining_records.encode_example(
+      (name, feature_dtype(name), row[name])
+      for name in TOKEN_FEATURES + MASK_FEATURES + SEQUENCE_FEATURES)
+
+
 def masked_positions_per_row(max_seq_length, max_predictions_per_seq,
                              masked_lm_prob, max_sequences_per_pack):
   """The masked-LM width of packed rows: at least P, and room for the most
@@ -246,12 +275,10 @@ def pack_row(sequences, max_seq_length, max_sequences_per_pack,
   if len(row["masked_lm_ids"]) > max_predictions_per_row:
     raise ValueError("%d masked positions in a row of at most %d" %
                      (len(row["masked_lm_ids"]), max_predictions_per_row))
-  for names, width in ((TOKEN_FEATURES, max_seq_length),
-                        (MASK_FEATURES, max_predictions_per_row),
-                        (SEQUENCE_FEATURES, max_sequences_per_pack)):
-    for name in names:
-      padding = 0.0 if name.endswith("weights") else 0
-      row[name].extend([padding] * (width - len(row[name])))
+  for name, width in feature_lengths(max_seq_length, max_predictions_per_row,
+                                     max_sequences_per_pack).items():
+    padding = 0.0 if feature_dtype(name) == "float32" else 0
+    row[name].extend([padding] * (width - len(row[name])))
   return row
 
 
@@ -312,7 +339,7 @@ def describe(report):
 
 
 def pack_records(records, max_seq_length, max_sequences_per_pack,
-                 max_predictions_per_row, rng, encode, parse):
+                 max_predictions_per_row, rng):
   """Packs serialized unpacked records into serialized packed rows.
 
   Args:
@@ -321,14 +348,13 @@ def pack_records(records, max_seq_length, max_sequences_per_pack,
     max_sequences_per_pack: N.
     max_predictions_per_row: W (`masked_positions_per_row`).
     rng: random.Random that shuffles the rows.
-    encode: the row features of `pack_row` -> record bytes.
-    parse: record bytes -> dict of feature lists.
 
   Returns:
     (list of packed record bytes, PackingReport).
   """
-  sequences = [sequence_from_features(parse(record)) for record in records]
+  sequences = [sequence_from_features(pretraining_records.parse_example(r))
+               for r in records]
   rows, report = pack_sequences(sequences, max_seq_length,
                                max_sequences_per_pack,
                                max_predictions_per_row, rng)
-  return [encode(row) for row in rows], report
+  return [encode_row(row) for row in rows], report

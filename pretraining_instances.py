@@ -25,6 +25,7 @@ from absl import logging
 import atomic_io
 import errors
 import fast_tokenization
+import packing
 import pretraining_records
 import tokenization
 
@@ -388,7 +389,8 @@ def _scratch_path(output_path):
 
 
 def write_instances(documents, rng, vocab, params, dupe_factor, output_paths,
-                    report, pass_work=0, log_example=None):
+                    report, pass_work=0, log_example=None,
+                    max_sequences_per_pack=None):
   """Upstream's instances of `documents`, written round-robin to files.
 
   Each output file is written under a temporary name and renamed once all
@@ -410,9 +412,11 @@ def write_instances(documents, rng, vocab, params, dupe_factor, output_paths,
     pass_work: work units of one pass over the documents.
     log_example: if given, called with each of the first
       NUM_EXAMPLES_TO_LOG records in write order.
+    max_sequences_per_pack: if given, the shuffled instances are packed
+      (packing.py), at most this many to a row, and the rows are written.
 
   Returns:
-    The number of records written.
+    The number of records (rows) written.
   """
   maker = InstanceMaker(rng, params, vocab, make_encoder(vocab, params))
   with contextlib.ExitStack() as stack:
@@ -429,10 +433,23 @@ def write_instances(documents, rng, vocab, params, dupe_factor, output_paths,
     if log_example is not None:
       for record in scratch.read_in_order(order[:NUM_EXAMPLES_TO_LOG]):
         log_example(record)
+    if max_sequences_per_pack is None:
+      for k, tmp in enumerate(tmp_paths):
+        pretraining_records.write_tfrecord_file(
+            tmp, scratch.read_in_order(order[k::len(tmp_paths)]))
+      return len(order)
+    mask_width = packing.masked_positions_per_row(
+        params.max_seq_length, params.max_predictions_per_seq,
+        params.masked_lm_prob, max_sequences_per_pack)
+    rows, packing_report = packing.pack_records(
+        scratch.read_in_order(order), params.max_seq_length,
+        max_sequences_per_pack, mask_width, rng)
+    logging.info("%s; rows hold up to %d masked positions (train with "
+                 "--max_predictions_per_seq=%d)",
+                 packing.describe(packing_report), mask_width, mask_width)
     for k, tmp in enumerate(tmp_paths):
-      pretraining_records.write_tfrecord_file(
-          tmp, scratch.read_in_order(order[k::len(tmp_paths)]))
-  return len(order)
+      pretraining_records.write_tfrecord_file(tmp, rows[k::len(tmp_paths)])
+  return len(rows)
 
 
 class Progress(object):

@@ -76,14 +76,16 @@ ShardPiece = corpus_input.ShardPiece
 
 ShardSettings = collections.namedtuple("ShardSettings", [
     "vocab", "do_lower_case", "tokenizer_backend", "params", "random_seed",
-    "dupe_factor", "text_field"
-], defaults=(corpus_input.DEFAULT_TEXT_FIELD,))
+    "dupe_factor", "text_field", "max_sequences_per_pack"
+], defaults=(corpus_input.DEFAULT_TEXT_FIELD, None))
 ShardSettings.__doc__ = """What every worker needs to turn a shard into records.
 
 Attributes:
   vocab: token -> id mapping (already checked).
   do_lower_case, tokenizer_backend, params, random_seed, dupe_factor,
     text_field: the flag values.
+  max_sequences_per_pack: pack each shard's instances, at most this many to
+    a row (None: one instance per record).
 """
 
 ShardResult = collections.namedtuple(
@@ -268,7 +270,8 @@ def make_shard(settings, task, report):
   num_instances = pretraining_instances.write_instances(
       documents, random.Random(shard_seed(settings.random_seed, shard_index)),
       settings.vocab, settings.params, settings.dupe_factor, [output_path],
-      report, pass_work=sum(p.end - p.start for p in pieces))
+      report, pass_work=sum(p.end - p.start for p in pieces),
+      max_sequences_per_pack=settings.max_sequences_per_pack)
   return ShardResult(shard_index, num_documents, num_instances)
 
 
@@ -556,7 +559,7 @@ def _manifest(settings, shards, shard_bytes):
   `CompletedShards`), which is not part of what a run depends on.
   """
   vocab_text = "\n".join("%s\t%d" % item for item in settings.vocab.items())
-  return {
+  manifest = {
       "format": MANIFEST_FORMAT_VERSION,
       "vocab_crc32": zlib.crc32(vocab_text.encode("utf-8")),
       "do_lower_case": settings.do_lower_case,
@@ -567,6 +570,9 @@ def _manifest(settings, shards, shard_bytes):
       "shard_bytes": shard_bytes,
       "shards": [[list(piece) for piece in pieces] for pieces in shards],
   }
+  if settings.max_sequences_per_pack is not None:
+    manifest["max_sequences_per_pack"] = settings.max_sequences_per_pack
+  return manifest
 
 
 def _read_json(path):
@@ -663,7 +669,7 @@ def run_sharded(input_file, output_file, output_dir, vocab_file,
                 num_workers=None, shard_size_mb=16.0,
                 tokenizer_backend="fast", resume=True, input_format="auto",
                 text_field=corpus_input.DEFAULT_TEXT_FIELD,
-                dask_scheduler=None):
+                dask_scheduler=None, max_sequences_per_pack=None):
   """Sharded mode: see the module docstring.
 
   Args:
@@ -685,6 +691,8 @@ def run_sharded(input_file, output_file, output_dir, vocab_file,
     text_field: the JSON field / Parquet column holding a document.
     dask_scheduler: tcp://HOST:PORT of a Dask scheduler to run the shards
       on, or None for local workers.
+    max_sequences_per_pack: pack each shard's instances, at most this many
+      to a row (None: one instance per record).
 
   Returns:
     A `ShardedOutput`.
@@ -714,7 +722,8 @@ def run_sharded(input_file, output_file, output_dir, vocab_file,
                                  max(1, int(shard_size_mb * 1e6)))
   shards = plan_shards(files, shard_bytes)
   settings = ShardSettings(vocab, do_lower_case, tokenizer_backend, params,
-                           random_seed, dupe_factor, text_field)
+                           random_seed, dupe_factor, text_field,
+                           max_sequences_per_pack)
   manifest = _manifest(settings, shards, shard_bytes)
   todo = prepare_output(prefix, manifest, resume)
   paths = shard_paths(prefix, len(shards))

@@ -30,6 +30,7 @@ import file_patterns
 import input_pipeline
 import modeling
 import optimization
+import packing
 import throughput
 import tokenization
 import training_setup
@@ -247,11 +248,7 @@ def pretraining_metrics(masked_lm_example_loss, masked_lm_log_probs,
 
 def is_packed(features):
   """Whether a feature dict holds packed rows (several sequences per row)."""
-  return PACKED_SEQUENCE_FEATURE in features
-
-
-# The per-token feature only packed rows carry.
-PACKED_SEQUENCE_FEATURE = "sequence_ids"
+  return packing.PACKED_ONLY_FEATURE in features
 
 
 def pretraining_model(bert_config, features, is_training,
@@ -466,7 +463,8 @@ def validate_flags():
   """Checks flags and inputs before any long work; returns what they load.
 
   Returns:
-    (bert_config, input_files).
+    (bert_config, input_files, N: the sequence slots of packed rows or None
+    for upstream's records).
   """
   if not FLAGS.do_train and not FLAGS.do_eval:
     raise UserError("At least one of --do_train or --do_eval must be True")
@@ -486,15 +484,15 @@ def validate_flags():
     tokenization.check_vocab_fits_config(FLAGS.vocab_file,
                                          bert_config.vocab_size)
   input_files = file_patterns.expand_file_patterns(FLAGS.input_file)
-  input_pipeline.check_pretraining_records(
+  max_sequences_per_pack = input_pipeline.check_pretraining_records(
       input_files, FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
       vocab_size=bert_config.vocab_size)
-  return bert_config, input_files
+  return bert_config, input_files, max_sequences_per_pack
 
 
 def main(argv):
   del argv
-  bert_config, input_files = validate_flags()
+  bert_config, input_files, max_sequences_per_pack = validate_flags()
   setup = training_setup.prepare(training_setup.options_from_flags(
       FLAGS, FLAGS.output_dir, FLAGS.train_batch_size))
   if FLAGS.num_accumulation_steps > 1:
@@ -508,6 +506,9 @@ def main(argv):
     training_setup.check_init_checkpoint(
         FLAGS.init_checkpoint, lambda: build_pretraining_variables(bert_config))
   logging.info("Input files: %d, first %s", len(input_files), input_files[0])
+  if max_sequences_per_pack is not None:
+    logging.info("packed records: up to %d sequences per row; "
+                 "--train_batch_size counts rows", max_sequences_per_pack)
   if FLAGS.skip_corrupt_records:
     input_files = training_setup.skip_corrupt_records(setup, input_files)
 
@@ -521,11 +522,13 @@ def main(argv):
       FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
       is_training=True, global_batch_size=FLAGS.train_batch_size,
       num_replicas=setup.plan.num_replicas,
-      deterministic=FLAGS.tf_random_seed is not None)
+      deterministic=FLAGS.tf_random_seed is not None,
+      max_sequences_per_pack=max_sequences_per_pack)
   eval_input_fn = input_pipeline.pretraining_input_fn_builder(
       input_files, FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
       is_training=False, global_batch_size=FLAGS.eval_batch_size,
-      num_replicas=1, deterministic=True)
+      num_replicas=1, deterministic=True,
+      max_sequences_per_pack=max_sequences_per_pack)
 
   throughput_summary, result = None, None
   if FLAGS.do_train:

@@ -7,6 +7,7 @@ import random
 import pytest
 
 import packing
+import pretraining_records
 
 HISTOGRAM_FILE = os.path.join(os.path.dirname(__file__), "data", "packing",
                               "wikipedia_512_histogram.txt")
@@ -180,3 +181,19 @@ def test_steady_state_counts_sequences_and_real_tokens():
        for s in steps], warmup_steps=1)
   assert "real_tokens_per_sec" not in plain
   assert throughput.describe_counts(plain) == ""
+
+
+def test_encoded_row_is_a_tf_example_of_the_row():
+  import tensorflow.compat.v1 as tf  # pylint: disable=g-import-not-at-top
+  first = packing.Sequence([1, 700, 2, 8, 2], [0, 0, 0, 1, 1], [1, 3],
+                           [300, 10], 1)
+  second = packing.Sequence([1, 5, 2], [0, 0, 1], [1], [11], 0)
+  row = packing.pack_row([first, second], 10, 3, 5)
+  example = tf.train.Example.FromString(packing.encode_row(row))
+  parsed = {name: list(getattr(f, f.WhichOneof("kind")).value)
+            for name, f in example.features.feature.items()}
+  assert parsed == row
+  assert example.features.feature["masked_lm_weights"].HasField("float_list")
+  assert example.features.feature["cls_positions"].HasField("int64_list")
+  # And the TF-free parser reads it back too.
+  assert pretraining_records.parse_example(packing.encode_row(row)) == row
