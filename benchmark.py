@@ -43,18 +43,24 @@ import subprocess
 import sys
 import time
 
+import console
+
+# Before TensorFlow is imported: its C++ runtime reads its log level then.
+console.quiet_native_logs(sys.argv)
+# pylint: disable=g-import-not-at-top,wrong-import-position
+
 from absl import app
 from absl import flags
 from absl import logging
 
 import atomic_io
+import distribution
 import modeling
 from errors import UserError, main_with_user_errors
 
 REPO_ROOT = os.path.dirname(os.path.abspath(__file__))
 RUN_PRETRAINING = os.path.join(REPO_ROOT, "run_pretraining.py")
-STRATEGIES = ("one_device", "mirrored", "multi_worker", "central_storage",
-              "horovod")
+STRATEGIES = distribution.STRATEGIES
 PRECISIONS = ("fp32", "fp16", "bf16")
 # What run_pretraining's throughput_summary.json calls each cell's precision
 # when it takes effect (--use_fp16 needs a GPU, --use_bf16 oneDNN's kernels).
@@ -802,7 +808,6 @@ def main(argv):
     print("Trace: %s\n" % path)
     print(top_ops_markdown(op_totals(trace_events(path)), FLAGS.top_ops))
     return
-  logging.set_verbosity(logging.INFO)
   if not FLAGS.output_dir:
     raise UserError("--output_dir is required")
   cells = parse_axes(FLAGS)

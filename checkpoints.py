@@ -16,6 +16,7 @@ import traceback
 from absl import logging
 import tensorflow.compat.v1 as tf
 
+import atomic_io
 import errors
 from errors import UserError
 
@@ -152,7 +153,7 @@ def save_failure_message(exc, model_dir):
   reason = (errors.op_error_reason(getattr(exc, "message", None) or str(exc))
             or type(exc).__name__)
   free = ""
-  if "://" not in model_dir:
+  if not atomic_io.is_url(model_dir):
     free = "; %.1f MB free on its disk" % (
         shutil.disk_usage(model_dir).free / 2**20)
   latest = tf.train.latest_checkpoint(model_dir)

@@ -228,18 +228,19 @@ def read_corpus_documents(input_files, tokenize, report, text_field):
 
 
 def _example_logger(vocab):
-  """A function that logs one record as upstream logs its first examples."""
+  """A function that logs one record as upstream logs its first examples
+  (at DEBUG: shown with -v 1)."""
   inv_vocab = {i: t for t, i in vocab.items()}
 
   def log_example(record):
     features = pretraining_records.parse_example(record)
     length = sum(features["input_mask"])
-    logging.info("*** Example ***")
-    logging.info("tokens: %s", " ".join(
+    logging.debug("*** Example ***")
+    logging.debug("tokens: %s", " ".join(
         inv_vocab[i] for i in features["input_ids"][:length]))
     for feature in pretraining_records.record_kind_of(features).features:
-      logging.info("%s: %s", feature.name,
-                   " ".join(str(x) for x in features[feature.name]))
+      logging.debug("%s: %s", feature.name,
+                    " ".join(str(x) for x in features[feature.name]))
 
   return log_example
 
@@ -304,7 +305,6 @@ def run_faithful_mode(input_file, output_file, vocab_file, do_lower_case,
 
 def main(argv):
   del argv  # Unused.
-  logging.set_verbosity(logging.INFO)
   params = pretraining_instances.InstanceParams(
       max_seq_length=FLAGS.max_seq_length,
       short_seq_prob=FLAGS.short_seq_prob,

@@ -34,6 +34,13 @@ Example:
 
 import codecs
 import os
+import sys
+
+import console
+
+# Before TensorFlow is imported: its C++ runtime reads its log level then.
+console.quiet_native_logs(sys.argv)
+# pylint: disable=g-import-not-at-top,wrong-import-position
 
 from absl import app
 from absl import flags

@@ -1,8 +1,11 @@
 """What a user sees of a program: one clear line and a non-zero exit on error,
-never a traceback; every log line once."""
+never a traceback; every log line once (console.py)."""
 
-import logging
 import sys
+
+from absl import logging
+
+import console
 
 EXIT_USER_ERROR = 2
 EXIT_TRAINING_FAILED = 3
@@ -45,7 +48,7 @@ def main_with_user_errors(main):
   """
 
   def wrapped(argv):
-    log_each_line_once()
+    console.configure(logging.get_verbosity())
     try:
       return main(argv)
     except UserError as e:
@@ -59,20 +62,6 @@ def main_with_user_errors(main):
       sys.exit(EXIT_STOPPED)
 
   return wrapped
-
-
-def log_each_line_once():
-  """Routes TensorFlow's log records through absl's handler only.
-
-  TensorFlow gives its "tensorflow" logger a stderr handler of its own when it
-  is imported before absl installs the root handler, and the records also
-  propagate to the root: every INFO line was printed twice, once as
-  `INFO:tensorflow:...` and once in absl's format.
-  """
-  tf_logger = logging.getLogger("tensorflow")
-  for handler in list(tf_logger.handlers):
-    tf_logger.removeHandler(handler)
-  tf_logger.propagate = True
 
 
 def op_error_reason(text):

@@ -27,6 +27,13 @@ import json
 import os
 import shutil
 import uuid
+import sys
+
+import console
+
+# Before TensorFlow is imported: its C++ runtime reads its log level then.
+console.quiet_native_logs(sys.argv)
+# pylint: disable=g-import-not-at-top,wrong-import-position
 
 from absl import app
 from absl import flags
@@ -278,7 +285,6 @@ def _replace_dir(new, target):
 
 def main(argv):
   del argv
-  logging.set_verbosity(logging.INFO)
   for name in ("checkpoint", "bert_config_file", "output_dir"):
     if not getattr(FLAGS, name):
       raise UserError("--%s is required" % name)

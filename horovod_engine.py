@@ -26,6 +26,7 @@ from absl import logging
 import tensorflow as tf2
 import tensorflow.compat.v1 as tf
 
+import atomic_io
 import distribution
 from errors import UserError
 
@@ -190,7 +191,7 @@ def scratch_model_dir(output_dir):
     atexit.register(shutil.rmtree, path, True)
   latest = tf.train.latest_checkpoint(output_dir)
   if latest:
-    if "://" not in latest:
+    if not atomic_io.is_url(latest):
       latest = os.path.abspath(latest)
     tf.train.update_checkpoint_state(path, latest,
                                      all_model_checkpoint_paths=[latest])

@@ -58,6 +58,11 @@ def first_example(path):
     for raw in tf.io.tf_record_iterator(path):
       return tf.train.Example.FromString(raw)
   except (tf.errors.DataLossError, tf.errors.OpError) as e:
+    if "corrupted record at 0" in e.message:
+      # The first header fails its checksum: text, or some other format.
+      raise UserError("%s is not a TFRecord file (its first bytes are no "
+                      "record header); training reads the records that "
+                      "create_pretraining_data.py writes, not text" % path)
     raise UserError("%s is not a readable TFRecord file (%s)" %
                     (path, e.message.splitlines()[0]))
   raise UserError("%s holds no records" % path)
@@ -86,6 +91,8 @@ def check_tfrecord_framing(path):
       f.seek(offset)
       index += 1
   if offset != size:
+    if index == 0:
+      first_example(path)  # Says so if the file is no TFRecord file at all.
     raise UserError(
         "%s is truncated or corrupt: record %d ends at byte %d but the file "
         "has %d bytes; recreate it (an interrupted copy or write?)" %

@@ -372,16 +372,48 @@ def gelu(x):
   Returns:
     `x` with the activation applied.
   """
-  return _tanh_gelu(x)
+  square = x * x
+  t = tf.tanh(_GELU_SCALE * (x + _GELU_CUBIC * (square * x)))
+  cdf = 0.5 * (1.0 + t)
+  return _with_gradient(_GELU_GRADIENT, x * cdf, [x, square, t, cdf])
 
 
 _GELU_SCALE = math.sqrt(2.0 / math.pi)
 _GELU_CUBIC = 0.044715
+# Gradient registry names, one per loaded copy of this module
+# (benchmarks/paired_steps.py loads several checkouts' modeling.py at once).
+_GELU_GRADIENT = __name__ + "/tanh_gelu"
+_LAYER_NORM_GRADIENT = __name__ + "/layer_norm"
 
 
-@tf.custom_gradient
-def _tanh_gelu(x):
-  """`gelu` with its derivative written out.
+def _with_gradient(gradient_name, output, saved):
+  """`output` whose gradient is the function registered as `gradient_name`.
+
+  What tf.custom_gradient does, without its by-products: custom_gradient
+  also runs an Identity of each result through its search for variables,
+  and those ops are left in the graph with no reader. Here `output` and the
+  forward tensors the gradient reuses go through one IdentityN whose
+  gradient is overridden; the gradient gets `saved` back as the op's inputs
+  1.. and returns None for `output` so that autodiff does not also
+  differentiate the forward ops.
+
+  Args:
+    gradient_name: a name registered with tf.RegisterGradient.
+    output: the forward result.
+    saved: Tensors the gradient needs; the first ones are the inputs that
+      receive gradients, in the order the gradient function returns them.
+
+  Returns:
+    A Tensor equal to `output`.
+  """
+  graph = tf.get_default_graph()
+  with graph.gradient_override_map({"IdentityN": gradient_name}):
+    return tf.identity_n([output] + list(saved))[0]
+
+
+@tf.RegisterGradient(_GELU_GRADIENT)
+def _tanh_gelu_gradient(op, dy, *unused_dsaved):
+  """`gelu`'s derivative written out.
 
   The forward pass is upstream's op for op (x * x * x rather than pow(x, 3):
   a generic pow is several times slower on CPU). The gradient is
@@ -391,15 +423,10 @@ def _tanh_gelu(x):
   simplifications, keeps 9 (each a full pass over memory on a CPU, a kernel
   launch on a GPU).
   """
-  square = x * x
-  t = tf.tanh(_GELU_SCALE * (x + _GELU_CUBIC * (square * x)))
-  cdf = 0.5 * (1.0 + t)
-
-  def grad(dy):
-    slope = _GELU_SCALE + (3.0 * _GELU_SCALE * _GELU_CUBIC) * square
-    return dy * (cdf + (0.5 * x) * (1.0 - t * t) * slope)
-
-  return x * cdf, grad
+  _, x, square, t, cdf = op.inputs
+  slope = _GELU_SCALE + (3.0 * _GELU_SCALE * _GELU_CUBIC) * square
+  dx = dy * (cdf + (0.5 * x) * (1.0 - t * t) * slope)
+  return [None, dx, None, None, None]
 
 
 # Activation names accepted in bert_config.json's "hidden_act".
@@ -524,13 +551,22 @@ def layer_norm(input_tensor, name=None):
                       tf.convert_to_tensor(gamma))
 
 
-@tf.custom_gradient
 def _normalize(x, beta, gamma):
-  """`layer_norm`'s arithmetic on [..., H] with its gradient written out.
+  """`layer_norm`'s arithmetic on [..., H]: contrib's moments, then
+  batch_normalization, with the gradient `_layer_norm_gradient`."""
+  mean, variance = tf.nn.moments(x, [x.shape.ndims - 1], keep_dims=True)
+  y = tf.nn.batch_normalization(x, mean, variance, offset=beta, scale=gamma,
+                                variance_epsilon=LAYER_NORM_EPSILON)
+  return _with_gradient(_LAYER_NORM_GRADIENT, y,
+                        [x, beta, gamma, mean, variance])
 
-  The forward pass is contrib's (moments, then batch_normalization). The
-  gradient is the closed form of layer norm's, with xhat = (x - mean) * r,
-  r = 1 / sqrt(variance + epsilon) and g = dy * gamma:
+
+@tf.RegisterGradient(_LAYER_NORM_GRADIENT)
+def _layer_norm_gradient(op, dy, *unused_dsaved):
+  """The closed form of layer norm's gradient.
+
+  With xhat = (x - mean) * r, r = 1 / sqrt(variance + epsilon) and
+  g = dy * gamma:
 
     dx = r * (g - mean_H(g) - xhat * mean_H(g * xhat))
     dgamma = sum(dy * xhat),  dbeta = sum(dy)  (over every axis but H)
@@ -539,23 +575,17 @@ def _normalize(x, beta, gamma):
   moments and batch_normalization runs 29: its Tile/Reshape broadcasts and
   the variance's path back through the mean become two row means.
   """
+  _, x, _, gamma, mean, variance = op.inputs
   axis = x.shape.ndims - 1
-  mean, variance = tf.nn.moments(x, [axis], keep_dims=True)
-  y = tf.nn.batch_normalization(x, mean, variance, offset=beta, scale=gamma,
-                                variance_epsilon=LAYER_NORM_EPSILON)
-
-  def grad(dy):
-    rstd = tf.rsqrt(variance + LAYER_NORM_EPSILON)
-    xhat = (x - mean) * rstd
-    batch_axes = list(range(axis))
-    dbeta = tf.reduce_sum(dy, batch_axes)
-    dgamma = tf.reduce_sum(dy * xhat, batch_axes)
-    g = dy * gamma
-    dx = rstd * (g - tf.reduce_mean(g, axis, keepdims=True) -
-                 xhat * tf.reduce_mean(g * xhat, axis, keepdims=True))
-    return dx, dbeta, dgamma
-
-  return y, grad
+  rstd = tf.rsqrt(variance + LAYER_NORM_EPSILON)
+  xhat = (x - mean) * rstd
+  batch_axes = list(range(axis))
+  dbeta = tf.reduce_sum(dy, batch_axes)
+  dgamma = tf.reduce_sum(dy * xhat, batch_axes)
+  g = dy * gamma
+  dx = rstd * (g - tf.reduce_mean(g, axis, keepdims=True) -
+               xhat * tf.reduce_mean(g * xhat, axis, keepdims=True))
+  return [None, dx, dbeta, dgamma, None, None]
 
 
 def layer_norm_and_dropout(input_tensor, dropout_prob, name=None):

@@ -82,6 +82,7 @@ class DataParallelOptimizer(tf.train.Optimizer):
     """
     super().__init__(use_locking=False, name=name)
     self._global_step = None
+    self._reduced_by_caller = False
     self.learning_rate = learning_rate
     self.weight_decay_rate = weight_decay_rate
     self.exclude_from_weight_decay = tuple(exclude_from_weight_decay or ())
@@ -99,8 +100,44 @@ class DataParallelOptimizer(tf.train.Optimizer):
     grads = tf.gradients(loss, var_list)
     return list(zip(grads, var_list))
 
+  def all_reduce(self, grads_and_vars, scalars=()):
+    """Sums gradients and scalars over every replica in ONE batched all-reduce.
+
+    The stop vote (preemption.py) rides in it too, so every process learns
+    of a stop request at the same step for free, and so do `scalars` (the
+    step's loss). For a caller that needs the sums whether or not the update
+    is then applied (the fp16 wrapper skips the update of a step whose
+    gradients overflow, and that step still reports its loss): from then on
+    `apply_gradients` takes the gradients it gets as already reduced.
+
+    Args:
+      grads_and_vars: (gradient or None, variable) pairs of this replica.
+      scalars: float32 scalar tensors of this replica to sum.
+
+    Returns:
+      (summed (gradient, variable) pairs, the list of summed scalars, the op
+      recording the stop votes, which the step must run).
+    """
+    self._reduced_by_caller = True
+    return self._sum_over_replicas(grads_and_vars, scalars)
+
+  def _sum_over_replicas(self, grads_and_vars, scalars=()):
+    grads_and_vars = [(g, v) for g, v in grads_and_vars if g is not None]
+    if not grads_and_vars:
+      raise ValueError("No gradients provided for any variable.")
+    # Dense before the all-reduce: BERT's embedding gradients are dense anyway
+    # (tied MLM output weights), and dense tensors batch into one all-reduce.
+    grads = [tf.convert_to_tensor(g) for g, _ in grads_and_vars]
+    reduced = distribution.sum_across_replicas(
+        grads + [preemption.stop_vote()] + list(scalars))
+    num_grads = len(grads)
+    return (list(zip(reduced[:num_grads], [v for _, v in grads_and_vars])),
+            reduced[num_grads + 1:],
+            preemption.record_votes(reduced[num_grads]))
+
   def apply_gradients(self, grads_and_vars, global_step=None, name=None):
-    """All-reduces, clips and applies; called in a replica context.
+    """All-reduces (unless `all_reduce` did), clips and applies; called in a
+    replica context.
 
     Args:
       grads_and_vars: (gradient, variable) pairs of this replica.
@@ -110,17 +147,14 @@ class DataParallelOptimizer(tf.train.Optimizer):
     Returns:
       The op that applies the update (and increments global_step).
     """
-    grads_and_vars = [(g, v) for g, v in grads_and_vars if g is not None]
-    if not grads_and_vars:
-      raise ValueError("No gradients provided for any variable.")
-    # Dense before the all-reduce: BERT's embedding gradients are dense anyway
-    # (tied MLM output weights), and dense tensors batch into one all-reduce.
-    grads = [tf.convert_to_tensor(g) for g, _ in grads_and_vars]
+    if self._reduced_by_caller:
+      grads_and_vars = [(g, v) for g, v in grads_and_vars if g is not None]
+      votes_recorded = tf.no_op()
+    else:
+      grads_and_vars, _, votes_recorded = self._sum_over_replicas(
+          grads_and_vars)
+    grads = [g for g, _ in grads_and_vars]
     tvars = [v for _, v in grads_and_vars]
-    # The stop vote (preemption.py) rides in the same batched all-reduce, so
-    # every process learns of a stop request at the same step for free.
-    reduced = distribution.sum_across_replicas(grads + [preemption.stop_vote()])
-    grads, votes_recorded = reduced[:-1], preemption.record_votes(reduced[-1])
     if self.clip_norm is not None:
       grads, _ = tf.clip_by_global_norm(grads, clip_norm=self.clip_norm)
     # Every gradient before any update: the gradient of one variable reads
@@ -316,10 +350,12 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
 
 # What one training step is built of, for the model_fn and the hooks that
 # watch it (see throughput.register_step_metrics): the op, this replica's
-# share of the step's loss, the learning rate of the step and the dynamic
-# loss scale (None without --use_fp16).
+# share of the step's loss, the step's loss (the shares summed over every
+# replica and process, in the gradient all-reduce), the learning rate of the
+# step and the dynamic loss scale (None without --use_fp16).
 TrainStep = collections.namedtuple(
-    "TrainStep", ["train_op", "loss_share", "learning_rate", "loss_scale"])
+    "TrainStep",
+    ["train_op", "loss_share", "loss", "learning_rate", "loss_scale"])
 
 
 def create_accumulating_optimizer(
@@ -346,8 +382,8 @@ def create_accumulating_optimizer(
     lamb_bias_correction: see LambOptimizer.
 
   Returns:
-    A TrainStep; its op makes one all-reduce, one update and one global_step
-    increment, whatever K is.
+    A TrainStep; its op makes one all-reduce (gradients, the loss and the
+    stop vote), one update and one global_step increment, whatever K is.
   """
   if use_tpu:
     raise ValueError("TPUs are not supported by this fork.")
@@ -356,14 +392,23 @@ def create_accumulating_optimizer(
                                          num_warmup_steps, global_step)
   optimizer = build_optimizer(optimizer_name, learning_rate,
                               lamb_bias_correction)
-  loss_scale = None
+  # What computes and applies the gradients: the optimizer, or its fp16
+  # wrapper (scaled loss, unscaled gradients, update skipped on overflow).
+  applier, loss_scale = optimizer, None
   if use_fp16:
-    optimizer, loss_scale = wrap_for_mixed_precision(
+    applier, loss_scale = wrap_for_mixed_precision(
         optimizer, init_loss_scale, loss_scale_growth_steps)
-  grads_and_vars, losses = accumulate_gradients(optimizer,
+  grads_and_vars, losses = accumulate_gradients(applier,
                                                 micro_batch_loss_fns)
-  train_op = optimizer.apply_gradients(grads_and_vars, global_step=global_step)
-  return TrainStep(train_op=train_op, loss_share=tf.add_n(losses),
+  loss_share = tf.add_n(losses)
+  # Reduced before the fp16 wrapper decides whether to apply them: its skip
+  # branch runs no all-reduce, and an overflowing step still has a loss.
+  grads_and_vars, (loss,), votes_recorded = optimizer.all_reduce(
+      grads_and_vars, [loss_share])
+  train_op = tf.group(
+      applier.apply_gradients(grads_and_vars, global_step=global_step),
+      votes_recorded)
+  return TrainStep(train_op=train_op, loss_share=loss_share, loss=loss,
                    learning_rate=learning_rate,
                    loss_scale=loss_scale() if loss_scale else None)
 

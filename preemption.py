@@ -11,7 +11,7 @@ With several processes (multi_worker, horovod) the processes must stop after
 the SAME step, or the ones still training wait forever in the next
 all-reduce. So every process also casts a vote in each step: `stop_vote` is 1
 when this process has a stop request, and it rides in the optimizer's batched
-gradient all-reduce (optimization.DataParallelOptimizer.apply_gradients), so
+gradient all-reduce (optimization.DataParallelOptimizer.all_reduce), so
 its sum over all replicas arrives on every process at the same step, with
 the gradients, at no extra collective. `record_votes` keeps that sum for the
 hook; a positive sum stops every process after that step.

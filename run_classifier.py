@@ -3,7 +3,8 @@
 
 Upstream's flags, processors and files (TPU flags dropped), on the same
 Estimator set-up as run_pretraining.py (training_setup.py): one device,
-MirroredStrategy or MultiWorkerMirroredStrategy, fp16, throughput logs.
+MirroredStrategy, MultiWorkerMirroredStrategy, CentralStorageStrategy or
+horovod ranks, fp16, throughput logs.
 `--train_batch_size` is the global batch over all replicas.
 
 Tasks (`--task_name`) and the files they read from `--data_dir`:
@@ -47,6 +48,13 @@ Outputs in --output_dir (besides checkpoints and throughput logs):
 import collections
 import csv
 import os
+import sys
+
+import console
+
+# Before TensorFlow is imported: its C++ runtime reads its log level then.
+console.quiet_native_logs(sys.argv)
+# pylint: disable=g-import-not-at-top,wrong-import-position
 
 from absl import app
 from absl import flags
@@ -958,7 +966,6 @@ def predict(estimator, is_chief, output_dir, examples, label_list, tokenizer,
 
 def main(argv):
   del argv
-  logging.set_verbosity(logging.INFO)
   bert_config, processor, label_list, examples = validate_flags()
   logging.info("Task %s, labels %s", FLAGS.task_name, label_list)
   setup = training_setup.prepare(training_setup.options_from_flags(
@@ -1002,7 +1009,7 @@ def main(argv):
         train_file, FLAGS.max_seq_length, is_training=True,
         drop_remainder=True, global_batch_size=FLAGS.train_batch_size,
         num_replicas=setup.plan.num_replicas,
-        record_shard=training_setup.record_shard_for_this_worker(setup))
+        record_shard=training_setup.record_shard_for_this_worker())
     # Under a TF_CONFIG cluster, train() runs train_and_evaluate, which needs
     # an eval input even without --do_eval: then the training file serves.
     training_setup.train(

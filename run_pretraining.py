@@ -1,8 +1,10 @@
 """Masked LM and next-sentence pretraining of BERT with tf.estimator.
 
 Upstream's flags (TPU ones dropped) plus the distribution flags of
-distribution.py: the Estimator gets a MirroredStrategy or
-MultiWorkerMirroredStrategy through its RunConfig, or runs on one device.
+distribution.py: the Estimator gets a MirroredStrategy,
+MultiWorkerMirroredStrategy or CentralStorageStrategy through its RunConfig,
+runs on one device, or runs as one horovod rank of several
+(--distribution_strategy=horovod, launched by horovodrun).
 `--train_batch_size` is the global batch over all replicas, per update: with
 `--num_accumulation_steps K` each replica runs K micro-batches of
 train_batch_size / (replicas * K) examples, then the summed gradient makes
@@ -10,6 +12,13 @@ one all-reduce and one update (one global step).
 """
 
 import functools
+import sys
+
+import console
+
+# Before TensorFlow is imported: its C++ runtime reads its log level then.
+console.quiet_native_logs(sys.argv)
+# pylint: disable=g-import-not-at-top,wrong-import-position
 
 from absl import app
 from absl import flags
@@ -571,7 +580,6 @@ def validate_flags():
 
 def main(argv):
   del argv
-  logging.set_verbosity(logging.INFO)
   (bert_config, input_files, record_kind, masking,
    max_sequences_per_pack) = validate_flags()
   setup = training_setup.prepare(training_setup.options_from_flags(
@@ -626,7 +634,8 @@ def main(argv):
     result = estimator.evaluate(input_fn=eval_input_fn,
                                 steps=FLAGS.max_eval_steps)
     if setup.is_chief:
-      training_setup.write_eval_results(FLAGS.output_dir, result)
+      # The run summary below prints the metrics.
+      training_setup.write_eval_results(FLAGS.output_dir, result, log=False)
   if setup.is_chief:
     training_setup.print_run_summary(FLAGS.output_dir, throughput_summary,
                                      result)

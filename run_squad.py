@@ -32,6 +32,13 @@ Outputs in --output_dir (besides checkpoints and throughput logs):
 import functools
 import os
 import random
+import sys
+
+import console
+
+# Before TensorFlow is imported: its C++ runtime reads its log level then.
+console.quiet_native_logs(sys.argv)
+# pylint: disable=g-import-not-at-top,wrong-import-position
 
 from absl import app
 from absl import flags
@@ -356,8 +363,8 @@ def main(argv):
   del argv
   # --verbose_logging: also the answers whose text could not be aligned back
   # to the original words (squad_predictions.final_text's debug lines).
-  logging.set_verbosity(logging.DEBUG if FLAGS.verbose_logging
-                        else logging.INFO)
+  if FLAGS.verbose_logging:
+    logging.set_verbosity(logging.DEBUG)
   bert_config, train_examples, predict_examples = validate_flags()
   setup = training_setup.prepare(training_setup.options_from_flags(
       FLAGS, FLAGS.output_dir, FLAGS.train_batch_size))

@@ -43,11 +43,9 @@ def register_step_metrics(step):
   The hooks add up this process's entries and log the global batch's loss.
   With all replicas in this process their loss shares add up to it (as
   Estimator sums them). Horovod ranks and the workers of a multi_worker
-  cluster hold only their own shares, so each entry is the share summed over
-  every replica (divided among the local replicas): one scalar all-reduce
-  per step, which every process runs since the hooks fetch the loss at every
-  step (NonFiniteLossHook). It waits for the train op, so that every process
-  runs its collectives in the same order (the gradients', then this one).
+  cluster hold only their own shares, so each entry is the step's loss
+  summed over every replica (step.loss, which rode in the gradient
+  all-reduce), divided among the local replicas.
 
   Args:
     step: this replica's optimization.TrainStep.
@@ -57,15 +55,12 @@ def register_step_metrics(step):
     strategy (Estimator sums the shares over all replicas), the global
     batch's loss under horovod.
   """
-  loss_share = step.loss_share
+  reported, watched = step.loss_share, step.loss_share
   num_local = distribution.num_local_replicas()
-  reported, watched = loss_share, loss_share
   if distribution.num_replicas_in_sync() > num_local:
-    with tf.control_dependencies([step.train_op]):
-      total = distribution.global_sum(tf.identity(loss_share))
-    watched = total / float(num_local)
+    watched = step.loss / float(num_local)
     if distribution.process_group():
-      reported = total
+      reported = step.loss
   _STEP_METRICS.setdefault(tf.get_default_graph(), []).append(StepMetrics(
       loss=watched, learning_rate=step.learning_rate,
       loss_scale=step.loss_scale))

@@ -47,7 +47,7 @@ def allow_xla_on_cpu():
   a CPU. The flag only widens what a session with global_jit_level ON_1
   compiles, so it changes nothing for runs without --use_xla. TensorFlow reads
   TF_XLA_FLAGS once, early (absl's app.run already triggers it), hence this
-  runs when the module is imported.
+  runs from define_flags, before app.run.
   """
   current = os.environ.get("TF_XLA_FLAGS", "")
   if "--tf_xla_cpu_global_jit" not in current.split():
@@ -156,7 +156,7 @@ def check_output_dir(output_dir):
     message = getattr(e, "message", None) or str(e)
     raise UserError("--output_dir %s is not writable: %s" %
                     (output_dir, message.splitlines()[0]))
-  if "://" not in output_dir:
+  if not atomic_io.is_url(output_dir):
     free = shutil.disk_usage(output_dir).free
     if free < MIN_FREE_DISK_BYTES:
       raise UserError("--output_dir %s: only %.1f MB free on its disk; "
@@ -367,7 +367,7 @@ def input_files_for_this_worker(setup, input_files):
   return input_files
 
 
-def record_shard_for_this_worker(setup):
+def record_shard_for_this_worker():
   """(num_shards, index) of the records this process reads from one file.
 
   Horovod ranks have no tf.distribute input_context, so without this every
@@ -428,6 +428,10 @@ def check_init_checkpoint(init_checkpoint, build_variables_fn):
     UserError: a variable both have differs in shape.
   """
   path = resolve_checkpoint(init_checkpoint)
+  # A Hugging Face directory's converted checkpoint is a private file in a
+  # temporary directory: the messages name the directory the user gave.
+  shown = (init_checkpoint if checkpoint_formats.is_hf_dir(init_checkpoint)
+           else path)
   with tf.Graph().as_default():
     build_variables_fn()
     model_shapes = {v.op.name: v.shape.as_list()
@@ -440,12 +444,12 @@ def check_init_checkpoint(init_checkpoint, build_variables_fn):
     name, model_shape, ckpt_shape = mismatched[0]
     raise UserError(
         "--init_checkpoint %s does not fit --bert_config_file: %d variable(s) "
-        "differ in shape, e.g. %s is %s in the checkpoint but %s in the model"
-        % (path, len(mismatched), name, ckpt_shape, model_shape))
+        "differ in shape, first %s: %s in the checkpoint but %s in the model"
+        % (shown, len(mismatched), name, ckpt_shape, model_shape))
   loaded = [n for n in model_shapes if n in ckpt_shapes]
   fresh = [n for n in model_shapes if n not in ckpt_shapes]
   logging.info("--init_checkpoint %s: %d variable(s) loaded, %d initialised "
-               "fresh%s", path, len(loaded), len(fresh),
+               "fresh%s", shown, len(loaded), len(fresh),
                (": " + ", ".join(fresh[:10])) if fresh else "")
 
 
@@ -606,13 +610,16 @@ def _stop_message(setup, step):
   return preemption.stop_message(step, checkpoint, setup.is_chief)
 
 
-def write_eval_results(output_dir, result):
-  """Logs eval metrics and writes eval_results.txt as upstream does."""
+def write_eval_results(output_dir, result, log=True):
+  """Writes eval_results.txt as upstream does, and logs the metrics unless
+  `log` is False (a run summary that prints them follows)."""
   path = os.path.join(output_dir, "eval_results.txt")
-  logging.info("***** Eval results *****")
+  if log:
+    logging.info("***** Eval results *****")
   with atomic_io.atomic_open(path, "w") as writer:
     for key in sorted(result.keys()):
-      logging.info("  %s = %s", key, str(result[key]))
+      if log:
+        logging.info("  %s = %s", key, str(result[key]))
       writer.write("%s = %s\n" % (key, str(result[key])))
   return path
 

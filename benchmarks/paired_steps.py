@@ -1,11 +1,11 @@
 """Step time of two or more checkouts' modeling.py, interleaved in one process.
 
 On a loaded machine two runs minutes apart differ by more than most single
-optimisations give. This builds one BERT pretraining step graph (model, masked
-LM head on the masked positions, next-sentence head, this checkout's AdamW)
-per CHECKOUT[:INTER_OP_THREADS] argument, each from that checkout's
-modeling.py, and runs their steps in turn (ABC ABC ..., reversed every other
-round), so that load changes hit all alike. Prints per variant the median step
+optimisations give. This builds one BERT pretraining step graph (model and
+both heads of this checkout's run_pretraining, this checkout's AdamW) per
+CHECKOUT[:INTER_OP_THREADS] argument, each on that checkout's modeling.py,
+and runs their steps in turn (ABC ABC ..., reversed every other round), so
+that load changes hit all alike. Prints per variant the median step
 time and the median of its per-round speed-ups against the first variant, by
 wall clock and by process CPU time.
 
@@ -28,56 +28,72 @@ import tensorflow.compat.v1 as tf
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-import optimization  # pylint: disable=g-import-not-at-top,wrong-import-position
+# pylint: disable=g-import-not-at-top,wrong-import-position
+import optimization
+import run_pretraining  # noqa: F401  (its own modules, bound to ours)
 
 
-def load_modeling(checkout, index):
-  """`checkout`/modeling.py as a module of its own."""
-  spec = importlib.util.spec_from_file_location(
-      "modeling_%d" % index, os.path.join(checkout, "modeling.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+def load_heads(checkout, index):
+  """This checkout's run_pretraining built on `checkout`/modeling.py.
+
+  Both are loaded as modules of their own; run_pretraining's `import
+  modeling` picks up the checkout's while it loads.
+  """
+  def load(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+  ours = sys.modules["modeling"]
+  sys.modules["modeling"] = load("modeling_%d" % index,
+                                 os.path.join(checkout, "modeling.py"))
+  try:
+    return load("run_pretraining_%d" % index,
+                os.path.join(REPO_ROOT, "run_pretraining.py"))
+  finally:
+    sys.modules["modeling"] = ours
 
 
-def build_step(modeling, config_file, batch, seq_length, predictions):
-  """Train op of one step on fixed random inputs; returns it."""
+def build_step(heads, config_file, batch, seq_length, predictions):
+  """Train op of one pretraining step on fixed random inputs; returns it.
+
+  Args:
+    heads: a run_pretraining module (see load_heads).
+    config_file: bert_config.json.
+    batch, seq_length, predictions: B, S and the masked positions P.
+  """
   rng = np.random.RandomState(0)
-  ids = rng.randint(5, 30522, (batch, seq_length)).astype(np.int32)
   positions = np.stack([np.sort(rng.choice(np.arange(1, seq_length),
                                            predictions, replace=False))
-                        for _ in range(batch)]).astype(np.int32)
-  labels = rng.randint(5, 30522, (batch * predictions,)).astype(np.int32)
-  segments = np.tile((np.arange(seq_length) >= seq_length // 2), (batch, 1))
-  config = modeling.BertConfig.from_json_file(config_file)
-  model = modeling.BertModel(config, True, tf.constant(ids),
-                             tf.ones([batch, seq_length], tf.int32),
-                             tf.constant(segments.astype(np.int32)))
-  sequence = tf.reshape(model.get_sequence_output(),
-                        [batch * seq_length, config.hidden_size])
-  offsets = (np.arange(batch) * seq_length)[:, None].astype(np.int32)
-  masked = tf.gather(sequence, tf.reshape(positions + offsets, [-1]))
-  with tf.variable_scope("cls/predictions/transform"):
-    masked = modeling.layer_norm(tf.layers.dense(
-        masked, config.hidden_size,
-        activation=modeling.get_activation(config.hidden_act)))
-  logits = tf.matmul(masked, model.get_embedding_table(), transpose_b=True)
-  loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
-      labels=tf.constant(labels), logits=logits))
-  nsp_logits = tf.layers.dense(model.get_pooled_output(), 2)
-  loss += tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
-      labels=tf.zeros([batch], tf.int32), logits=nsp_logits))
-  return optimization.create_optimizer(loss, 1e-4, 1000, 10)
+                        for _ in range(batch)])
+  segments = np.arange(seq_length) >= seq_length // 2
+  features = {
+      "input_ids": rng.randint(5, 30522, (batch, seq_length)),
+      "input_mask": np.ones((batch, seq_length)),
+      "segment_ids": np.tile(segments, (batch, 1)),
+      "masked_lm_positions": positions,
+      "masked_lm_ids": rng.randint(5, 30522, (batch, predictions)),
+      "next_sentence_labels": np.zeros((batch, 1)),
+  }
+  features = {name: tf.constant(value, tf.int32)
+              for name, value in features.items()}
+  features["masked_lm_weights"] = tf.ones([batch, predictions])
+  config = heads.modeling.BertConfig.from_json_file(config_file)
+  (masked_lm_loss, _, _), (next_sentence_loss, _, _) = (
+      heads.pretraining_model(config, features, is_training=True))
+  return optimization.create_optimizer(masked_lm_loss + next_sentence_loss,
+                                       1e-4, 1000, 10)
 
 
 def main(args):
   sessions = []
   for index, variant in enumerate(args.variants):
     checkout, _, inter_op = variant.partition(":")
-    modeling = load_modeling(checkout, index)
+    heads = load_heads(checkout, index)
     graph = tf.Graph()
     with graph.as_default():
-      train_op = build_step(modeling, args.bert_config_file, args.batch,
+      train_op = build_step(heads, args.bert_config_file, args.batch,
                             args.seq_length, args.predictions)
       config = tf.ConfigProto()
       if inter_op:

@@ -14,7 +14,9 @@ VARIABLES=(PYTHON WORK_DIR TASK_NAME DATA_DIR VOCAB_FILE BERT_CONFIG_FILE
 
 usage() {
   cat <<EOF
-Usage: scripts/$NAME [NAME=VALUE ...] [--flag=value ...]
+Usage: scripts/$NAME [NAME=VALUE ...] [-v 1] [--flag=value ...]
+
+-v 1 shows TensorFlow's INFO detail (absl's --verbosity) in every step.
 
 Fine-tunes a classifier, evaluates it on dev.tsv (eval_results.txt) and
 predicts test.tsv (test_results.tsv), then exports the classifier to

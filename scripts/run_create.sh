@@ -13,7 +13,9 @@ VARIABLES=(PYTHON WORK_DIR INPUT_FILE OUTPUT_DIR VOCAB_FILE VOCAB_SIZE
 
 usage() {
   cat <<EOF
-Usage: scripts/$NAME [NAME=VALUE ...] [--flag=value ...]
+Usage: scripts/$NAME [NAME=VALUE ...] [-v 1] [--flag=value ...]
+
+-v 1 shows TensorFlow's INFO detail (absl's --verbosity) in every step.
 
 Builds pretraining TFRecords (and a vocab) from one-sentence-per-line text.
 Settings come from environment variables, or from NAME=VALUE arguments,
@@ -77,7 +79,8 @@ if [[ -z "$VOCAB_FILE" ]]; then
   echo "[$NAME] training a $VOCAB_SIZE-token vocab on $INPUT_FILE"
   "$PYTHON" "$REPO_ROOT/create_vocab.py" --input_file="$INPUT_FILE" \
     --output_file="$OUTPUT_DIR/vocab.txt" --vocab_size="$VOCAB_SIZE" \
-    --do_lower_case="$DO_LOWER_CASE"
+    --do_lower_case="$DO_LOWER_CASE" \
+    ${VERBOSITY_FLAGS[@]+"${VERBOSITY_FLAGS[@]}"}
 elif [[ "$(realpath "$VOCAB_FILE")" != \
         "$(realpath -m "$OUTPUT_DIR/vocab.txt")" ]]; then
   # The data directory keeps the vocab its records were made with, so the

@@ -13,7 +13,9 @@ VARIABLES=(PYTHON WORK_DIR DATA_DIR INPUT_FILE VOCAB_FILE BERT_CONFIG_FILE
 
 usage() {
   cat <<EOF
-Usage: scripts/$NAME [NAME=VALUE ...] [--flag=value ...]
+Usage: scripts/$NAME [NAME=VALUE ...] [-v 1] [--flag=value ...]
+
+-v 1 shows TensorFlow's INFO detail (absl's --verbosity) in every step.
 
 Pretrains BERT (masked LM + next sentence), evaluates it and exports it to
 \$OUTPUT_DIR/export (Google layout, Hugging Face, SavedModel). Settings come

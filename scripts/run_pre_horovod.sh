@@ -31,7 +31,11 @@ brackets); an option given on the command line wins.
   -w, --warmup N        --num_warmup_steps [NUM_WARMUP_STEPS, default 10000]
   -l, --lr RATE         --learning_rate, used as is for the global batch
                         (not multiplied by N) [LEARNING_RATE, default 1e-4]
+  -v, --verbosity N     1 shows TensorFlow's INFO detail (absl's --verbosity)
   -h, --help            this text
+
+Each rank's lines come prefixed with [rank]<stream>:. When the ranks fail,
+the launcher ends with their error line (once) and exits with their code.
 
 Environment only: PYTHON (interpreter, the same path on every host; default
 python3), HOROVODRUN (default: horovodrun next to PYTHON, else on PATH).
@@ -56,6 +60,7 @@ NUM_WARMUP_STEPS="${NUM_WARMUP_STEPS:-10000}"
 LEARNING_RATE="${LEARNING_RATE:-1e-4}"
 PYTHON="${PYTHON:-python3}"
 EXTRA=()
+VERBOSITY=0
 
 die() { echo "error: $*" >&2; exit 2; }
 need_value() { [[ $# -ge 2 ]] || die "$1 needs a value (see --help)"; }
@@ -73,6 +78,7 @@ while [[ $# -gt 0 ]]; do
     -t|--steps) need_value "$@"; NUM_TRAIN_STEPS="$2"; shift 2 ;;
     -w|--warmup) need_value "$@"; NUM_WARMUP_STEPS="$2"; shift 2 ;;
     -l|--lr) need_value "$@"; LEARNING_RATE="$2"; shift 2 ;;
+    -v|--verbosity) need_value "$@"; VERBOSITY="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     --) shift; EXTRA=("$@"); break ;;
     *) die "unknown option $1 (see --help; run_pretraining.py flags go after --)" ;;
@@ -106,6 +112,50 @@ CMD=("$HOROVODRUN" -np "$NP" -H "$HOSTS" --gloo
      --num_train_steps "$NUM_TRAIN_STEPS"
      --num_warmup_steps "$NUM_WARMUP_STEPS"
      --learning_rate "$LEARNING_RATE"
-     "${EXTRA[@]}")
+     --verbosity "$VERBOSITY"
+     ${EXTRA[@]+"${EXTRA[@]}"})
+if [[ ! "$VERBOSITY" =~ ^[1-9] ]]; then
+  # horovodrun imports TensorFlow too: its C++ start-up lines, as the ranks'.
+  export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-3}"
+fi
 echo "[run_pre_horovod] ${CMD[*]}"
-exec "${CMD[@]}"
+
+# horovodrun passes each rank's lines on with a [rank]<stream>: prefix and,
+# when a rank exits non-zero, ends with a Python traceback of its own under
+# the ranks' clear `error:` line (which every rank prints). So the ranks'
+# lines go through as they come, on their own stream, except their error
+# lines, kept for the end;
+# horovodrun's own lines after a rank's non-zero exit code (its report of the
+# failure) are dropped; the script ends with the error line, once, and exits
+# with the ranks' code.
+report="$(mktemp)"
+trap 'rm -f "$report"' EXIT
+set +e
+"${CMD[@]}" 2>&1 | awk -v report="$report" '
+  /^\[[0-9]+\]<std(out|err)>:error: / {
+    sub(/^\[[0-9]+\]<std(out|err)>:/, "")
+    if (!($0 in seen)) { seen[$0] = 1; errors[++num_errors] = $0 }
+    next
+  }
+  /^\[[0-9]+\]<stderr>:/ { print > "/dev/stderr"; fflush("/dev/stderr"); next }
+  /^\[[0-9]+\]<stdout>:/ { print; fflush(); next }
+  /^Process [0-9]+ exit with status code [0-9]+\.$/ {
+    code = $NF; sub(/\.$/, "", code)
+    if (code != 0 && rank_code == "") rank_code = code
+    next
+  }
+  /^Terminating remaining workers after failure/ { next }
+  rank_code == "" { print; fflush() }
+  END {
+    for (i = 1; i <= num_errors; i++) print "error " errors[i] > report
+    if (rank_code != "") print "code " rank_code > report
+  }'
+status="${PIPESTATUS[0]}"
+set -e
+while read -r kind text; do
+  case "$kind" in
+    error) echo "$text" >&2 ;;
+    code) status="$text" ;;
+  esac
+done < "$report"
+exit "$status"

@@ -17,7 +17,9 @@ VARIABLES=(PYTHON WORK_DIR DATA_DIR PHASE1_INPUT_FILE PHASE2_INPUT_FILE
 
 usage() {
   cat <<EOF
-Usage: scripts/$NAME [NAME=VALUE ...] [--flag=value ...]
+Usage: scripts/$NAME [NAME=VALUE ...] [-v 1] [--flag=value ...]
+
+-v 1 shows TensorFlow's INFO detail (absl's --verbosity) in every step.
 
 Runs run_pretraining.py twice: phase 1 on PHASE1_SEQ_LENGTH-token records
 into \$OUTPUT_DIR/phase1, then phase 2 on PHASE2_SEQ_LENGTH-token records into

@@ -7,13 +7,23 @@ die() {
 }
 
 # Sets each NAME=VALUE argument whose NAME is in VARIABLES, collects --flags
-# into EXTRA_FLAGS, answers -h/--help with usage().
+# into EXTRA_FLAGS, answers -h/--help with usage(). -v N (absl's verbosity:
+# 1 shows TensorFlow's INFO detail) becomes --verbosity=N in EXTRA_FLAGS and
+# in VERBOSITY_FLAGS, which every Python program of the script gets.
 parse_settings() {
   EXTRA_FLAGS=()
+  VERBOSITY_FLAGS=()
   local arg var
-  for arg in "$@"; do
+  while [[ $# -gt 0 ]]; do
+    arg="$1"
+    shift
     case "$arg" in
       -h|--help) usage; exit 0 ;;
+      -v|--verbosity|--v)
+        [[ $# -gt 0 ]] || die "$arg needs a value, e.g. $arg 1"
+        VERBOSITY_FLAGS=(--verbosity="$1")
+        shift ;;
+      --verbosity=*|--v=*|-v=*) VERBOSITY_FLAGS=(--verbosity="${arg#*=}") ;;
       --*) EXTRA_FLAGS+=("$arg") ;;
       *=*)
         var="${arg%%=*}"
@@ -23,6 +33,7 @@ parse_settings() {
       *) die "unexpected argument '$arg'; use NAME=VALUE or --flag=value" ;;
     esac
   done
+  EXTRA_FLAGS+=(${VERBOSITY_FLAGS[@]+"${VERBOSITY_FLAGS[@]}"})
 }
 
 # Exports $OUTPUT_DIR's model to $OUTPUT_DIR/export in $EXPORT_FORMAT (none
@@ -32,7 +43,8 @@ export_model() {
   "$PYTHON" "$REPO_ROOT/export_checkpoint.py" --checkpoint="$OUTPUT_DIR" \
     --bert_config_file="$BERT_CONFIG_FILE" --vocab_file="$VOCAB_FILE" \
     --do_lower_case="$DO_LOWER_CASE" --output_dir="$OUTPUT_DIR/export" \
-    --format="$EXPORT_FORMAT" --overwrite
+    --format="$EXPORT_FORMAT" --overwrite \
+    ${VERBOSITY_FLAGS[@]+"${VERBOSITY_FLAGS[@]}"}
   echo "[$NAME] exported to $OUTPUT_DIR/export" \
     "(Hugging Face model: $OUTPUT_DIR/export/huggingface)"
 }

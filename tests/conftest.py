@@ -1,12 +1,14 @@
 """Shared test set-up: the repository root on sys.path, TF in graph mode, and
-the helpers the test modules share (tiny model config, running a program,
-reading a checkpoint)."""
+the helpers the test modules share (tiny model config, a pretraining work
+directory and command, running a program, reading a checkpoint, the fp16 toy
+training step)."""
 
 import json
 import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -19,6 +21,9 @@ import tensorflow.compat.v1 as tf  # noqa: E402
 
 tf.disable_v2_behavior()
 
+import optimization  # noqa: E402
+import synthetic_data  # noqa: E402
+
 
 # A 2-layer BERT small enough for end-to-end runs in seconds; no dropout, so
 # runs that should be equal are equal.
@@ -28,6 +33,39 @@ TINY_CONFIG = {
     "intermediate_size": 64, "max_position_embeddings": 64,
     "num_attention_heads": 2, "num_hidden_layers": 2, "type_vocab_size": 2,
     "vocab_size": 128}
+
+
+# Sequence length and masked positions of the pretraining `workdir`'s records.
+SEQ, PREDS = 32, 5
+
+# A session with two CPU devices, for two_replica_strategy.
+TWO_CPUS = tf.ConfigProto(device_count={"CPU": 2})
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+  """A directory with tiny.json (TINY_CONFIG) and data.tfrecord: 256
+  synthetic pretraining records of SEQ tokens and PREDS masked positions."""
+  d = tmp_path_factory.mktemp("pretrain")
+  with open(d / "tiny.json", "w") as f:
+    json.dump(TINY_CONFIG, f)
+  synthetic_data.write_synthetic_pretraining_records(
+      str(d / "data.tfrecord"), 256, SEQ, PREDS, 120)
+  return d
+
+
+def pretrain_args(workdir, output_dir, *extra, steps=6, batch=8,
+                  learning_rate="1e-3"):
+  """run_pretraining.py's arguments for a short seeded run on `workdir`."""
+  return ["run_pretraining.py",
+          "--bert_config_file=%s" % (workdir / "tiny.json"),
+          "--input_file=%s" % (workdir / "data.tfrecord"),
+          "--output_dir=%s" % output_dir, "--do_train",
+          "--max_seq_length=%d" % SEQ, "--max_predictions_per_seq=%d" % PREDS,
+          "--train_batch_size=%d" % batch, "--num_train_steps=%d" % steps,
+          "--num_warmup_steps=2", "--learning_rate=%s" % learning_rate,
+          "--log_every_n_steps=2", "--throughput_warmup_steps=2",
+          "--tf_random_seed=1"] + list(extra)
 
 
 def run_program(args, cwd=None, env=None, timeout=600):
@@ -69,6 +107,52 @@ def load_checkpoint(path):
   reader = tf.train.load_checkpoint(path)
   return {name: reader.get_tensor(name)
           for name, _ in tf.train.list_variables(path)}
+
+
+def two_replica_strategy():
+  """MirroredStrategy over the two CPU devices of a TWO_CPUS session."""
+  return tf.distribute.MirroredStrategy(
+      ["/cpu:0", "/cpu:1"],
+      cross_device_ops=tf.distribute.ReductionToOneDevice())
+
+
+@pytest.fixture
+def mixed_precision():
+  """Undoes the process-wide mixed-precision graph rewrite after a test."""
+  yield
+  tf.train.experimental.disable_mixed_precision_graph_rewrite()
+
+
+def build_fp16_step(strategy, replicas_with_inf):
+  """A toy fp16 step whose gradient is not finite on the replicas listed
+  when `inject` is fed True; its loss stays sum(w^2) on every replica.
+
+  Returns:
+    (inject placeholder, w, global_step, the TrainStep of each replica).
+  """
+  inject = tf.placeholder_with_default(False, [])
+  with strategy.scope():
+    w = tf.get_variable("w", initializer=tf.constant([1.0, 2.0]))
+    global_step = tf.train.get_or_create_global_step()
+
+    def step():
+      ctx = tf.distribute.get_replica_context()
+      poisoned = tf.logical_and(
+          inject, tf.reduce_any(tf.equal(ctx.replica_id_in_sync_group,
+                                         replicas_with_inf)))
+      gradient_factor = tf.where(poisoned, np.inf, 1.0)
+
+      @tf.custom_gradient
+      def overflowing_gradient(x):
+        return tf.identity(x), lambda dy: dy * gradient_factor
+
+      loss = tf.reduce_sum(tf.square(overflowing_gradient(w)))
+      return optimization.create_accumulating_optimizer(
+          [lambda: loss], 0.1, 10, 0, use_fp16=True, init_loss_scale=1024,
+          loss_scale_growth_steps=2)
+
+    steps = strategy.extended.call_for_each_replica(step)
+  return inject, w, global_step, steps
 
 
 def fp16_training_state(weights, global_step):

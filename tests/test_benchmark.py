@@ -61,8 +61,10 @@ def fake_row(replicas, eps, precision="fp32", batch=4, strategy="multi_worker",
           "status": status, "note": ""}
 
 
-def seed_000_rows():
-  """Seed 000's RTX 2080 Ti table as fake cell results."""
+def published_rtx2080ti_rows():
+  """The published BERT-Base seq-512 table of a multi-GPU Estimator fork
+  (RTX 2080 Ti, MultiWorkerMirroredStrategy; docs/benchmarks.md) as fake
+  cell results."""
   rows = []
   for replicas, fp32, fp16 in ((1, 29.0, 34.0), (2, 41.2, 55.6),
                                (4, 57.6, 76.8)):
@@ -72,7 +74,7 @@ def seed_000_rows():
 
 
 def test_scaling_efficiency_is_against_the_same_series_at_one_replica():
-  rows = seed_000_rows()
+  rows = published_rtx2080ti_rows()
   rows.append(fake_row(2, 50.0, batch=8))  # a series with no 1-replica cell
   rows.append(fake_row(4, None, status="failed", batch=6, precision="fp16"))
   benchmark.add_scaling_efficiency(rows)
@@ -86,8 +88,8 @@ def test_scaling_efficiency_is_against_the_same_series_at_one_replica():
   assert eff[7] is None
 
 
-def test_markdown_table_has_seed_000_layout():
-  text = benchmark.markdown_tables(seed_000_rows(), device="gpu")
+def test_markdown_table_has_the_published_tables_layout():
+  text = benchmark.markdown_tables(published_rtx2080ti_rows(), device="gpu")
   assert text == (
       "#### `multi_worker`, bert_base, seq 512, XLA off\n"
       "\n"

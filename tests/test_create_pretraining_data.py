@@ -11,6 +11,7 @@ tf.io.TFRecordWriter); each record was decoded to a dict of feature lists.
 The whole-word file differs only by --do_whole_word_mask=True.
 """
 
+import collections
 import json
 import logging
 import os
@@ -24,7 +25,6 @@ import create_pretraining_data as cpd
 import errors
 import pretraining_instances
 import pretraining_records
-import upstream_reference as reference
 from conftest import run_program
 
 MASKED_FEATURES = [f.name for f in pretraining_records.MASKED.features]
@@ -102,7 +102,8 @@ def test_records_equal_upstream_golden(tmp_path, golden_name):
 
 
 def test_logs_first_20_examples_and_total(tmp_path, caplog):
-  caplog.set_level(logging.INFO, logger="absl")
+  # The examples at DEBUG (-v 1), the rest at INFO.
+  caplog.set_level(logging.DEBUG, logger="absl")
   outputs = run_in_process(tmp_path)
   messages = [r.getMessage() for r in caplog.records]
   assert messages.count("*** Example ***") == 20
@@ -258,6 +259,53 @@ def test_records_round_robin_over_output_files(tmp_path):
 
 
 # ---------------------------------------------------------------- masking ----
+# These drive pretraining_instances.InstanceMaker (the code that writes the
+# records) on small vocabularies and read its records back.
+
+SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+class Instances(object):
+  """An InstanceMaker over a vocab of SPECIAL_TOKENS + `words`, on tokens."""
+
+  def __init__(self, words, params, rng):
+    self.vocab_list = SPECIAL_TOKENS + list(words)
+    vocab = {token: i for i, token in enumerate(self.vocab_list)}
+    encoder = pretraining_instances.make_encoder(vocab, params)
+    self._vocab, self._codes = vocab, encoder.token_codes
+    self.maker = pretraining_instances.InstanceMaker(rng, params, vocab,
+                                                     encoder)
+
+  def encode(self, tokens):
+    return [self._codes[self._vocab[t]] for t in tokens]
+
+  def record(self, tokens_a, tokens_b, is_random_next=False):
+    """One instance of the pair, truncated and masked, read back."""
+    return self.read(self.maker._record(  # pylint: disable=protected-access
+        self.encode(tokens_a), self.encode(tokens_b), is_random_next))
+
+  def document_records(self, documents, index):
+    """The instances cut from documents[index], read back."""
+    records = []
+    self.maker._document_records(  # pylint: disable=protected-access
+        [[self.encode(s) for s in d] for d in documents], index, records)
+    return [self.read(r) for r in records]
+
+  def read(self, record):
+    """(masked tokens, original tokens, positions, segment_ids, is_next)."""
+    features = pretraining_records.parse_example(record)
+    length = sum(features["input_mask"])
+    count = int(sum(features["masked_lm_weights"]))
+    tokens = [self.vocab_list[i] for i in features["input_ids"][:length]]
+    positions = features["masked_lm_positions"][:count]
+    original = list(tokens)
+    for p, i in zip(positions, features["masked_lm_ids"][:count]):
+      original[p] = self.vocab_list[i]
+    return (tokens, original, positions, features["segment_ids"][:length],
+            features["next_sentence_labels"][0] == 0)
+
+
+WORDS = ["w%d" % i for i in range(200)]
 
 
 @pytest.mark.parametrize("length,prob,max_pred,expected", [
@@ -265,75 +313,94 @@ def test_records_round_robin_over_output_files(tmp_path):
     (30, 0.15, 20, 4),    # round(4.5) rounds half to even
     (50, 0.15, 20, 8),    # round(7.5) rounds half to even
     (5, 0.15, 20, 1),     # round(0.75) = 1
-    (4, 0.1, 20, 1),      # round(0.4) = 0, raised to the floor of 1
+    (5, 0.09, 20, 1),     # round(0.45) = 0, raised to the floor of 1
     (100, 0.5, 20, 20),   # capped by max_predictions_per_seq
-    (10, 1.0, 20, 8),     # every non-special token ([CLS] + 8 + [SEP])
+    (10, 1.0, 20, 7),     # every token but [CLS] and the two [SEP]
 ])
 def test_number_of_masked_tokens(length, prob, max_pred, expected):
-  tokens = ["[CLS]"] + ["w%d" % i for i in range(length - 2)] + ["[SEP]"]
-  _, positions, labels = reference.create_masked_lm_predictions(
-      tokens, prob, max_pred, ["[MASK]", "x"], random.Random(3))
+  params = SMALL_PARAMS._replace(max_seq_length=128, masked_lm_prob=prob,
+                                 max_predictions_per_seq=max_pred)
+  instances = Instances(WORDS, params, random.Random(3))
+  tokens, _, positions, _, _ = instances.record(WORDS[:length - 4], ["w199"])
+  assert len(tokens) == length
   assert len(positions) == expected
-  assert len(labels) == expected
 
 
 def test_masking_changes_only_masked_positions():
-  tokens = (["[CLS]"] + ["a%d" % i for i in range(10)] + ["[SEP]"] +
-            ["b%d" % i for i in range(10)] + ["[SEP]"])
-  vocab_words = ["[MASK]", "zz"]
-  rng = random.Random(5)
+  params = SMALL_PARAMS._replace(max_seq_length=32, masked_lm_prob=0.3,
+                                 max_predictions_per_seq=6)
+  instances = Instances(WORDS, params, random.Random(5))
+  pair = (WORDS[:10], WORDS[10:20])
+  expected = ["[CLS]"] + pair[0] + ["[SEP]"] + pair[1] + ["[SEP]"]
   for _ in range(50):
-    output, positions, labels = reference.create_masked_lm_predictions(
-        tokens, 0.3, 6, vocab_words, rng)
-    assert positions == sorted(positions)
-    assert labels == [tokens[p] for p in positions]
-    for i, (before, after) in enumerate(zip(tokens, output)):
+    tokens, original, positions, segment_ids, _ = instances.record(*pair)
+    assert original == expected
+    assert segment_ids == [0] * 12 + [1] * 11
+    assert positions == sorted(set(positions)) and len(positions) == 6
+    assert all(expected[p] not in ("[CLS]", "[SEP]") for p in positions)
+    for i, (before, after) in enumerate(zip(expected, tokens)):
       if i not in positions:
         assert after == before
-      else:
-        assert after in ("[MASK]", before, "zz")
-    assert len(output) == len(tokens)
 
 
 def test_masked_token_is_mask_80_keep_10_random_10_percent():
-  rng = random.Random(11)
-  draws = [reference._masked_token("tok", ["rand"], rng) for _ in range(20000)]
-  # Fixed seed: the counts are exact and reproducible; the bounds document
-  # that they match the 80/10/10 split.
-  assert 0.79 < draws.count("[MASK]") / 20000 < 0.81
-  assert 0.09 < draws.count("tok") / 20000 < 0.11
-  assert 0.09 < draws.count("rand") / 20000 < 0.11
+  params = SMALL_PARAMS._replace(max_seq_length=64, masked_lm_prob=0.5,
+                                 max_predictions_per_seq=30)
+  instances = Instances(WORDS, params, random.Random(11))
+  outcomes = collections.Counter()
+  while sum(outcomes.values()) < 20000:
+    tokens, original, positions, _, _ = instances.record(WORDS[:30],
+                                                         WORDS[30:60])
+    for p in positions:
+      outcomes["mask" if tokens[p] == "[MASK]" else
+               "keep" if tokens[p] == original[p] else "random"] += 1
+  total = sum(outcomes.values())
+  # Fixed seed: the counts are reproducible; the bounds document the split
+  # (a random replacement equal to the original counts as kept, 1 in 205).
+  assert 0.79 < outcomes["mask"] / total < 0.81
+  assert 0.09 < outcomes["keep"] / total < 0.11
+  assert 0.09 < outcomes["random"] / total < 0.11
+
+
+PIECES = ["un", "##pack", "##ing", "the", "light", "##house", "box", "grand",
+          "##father", "end", "##game", "##s", "old"]
+
+
+def words_of(tokens):
+  """Position -> index of the word ("##" pieces join the word before)."""
+  word_of, word = {}, -1
+  for position, token in enumerate(tokens):
+    if token in ("[CLS]", "[SEP]"):
+      continue
+    if not token.startswith("##"):
+      word += 1
+    word_of[position] = word
+  return word_of
 
 
 def test_whole_word_mask_masks_all_pieces_of_a_word():
-  words = [["un", "##pack", "##ing"], ["the"], ["light", "##house"], ["box"],
-           ["grand", "##father"], ["end", "##game", "##s"], ["old"]]
-  tokens = ["[CLS]"] + [p for w in words for p in w] + ["[SEP]"]
-  word_of = {}
-  position = 1
-  for word_index, word in enumerate(words):
-    for _ in word:
-      word_of[position] = word_index
-      position += 1
-  rng = random.Random(1)
+  params = SMALL_PARAMS._replace(max_seq_length=32, masked_lm_prob=0.3,
+                                 max_predictions_per_seq=5,
+                                 do_whole_word_mask=True)
+  instances = Instances(PIECES, params, random.Random(1))
   for _ in range(100):
-    _, positions, _ = reference.create_masked_lm_predictions(
-        tokens, 0.3, 5, ["[MASK]"], rng, do_whole_word_mask=True)
+    _, original, positions, _, _ = instances.record(PIECES[:6], PIECES[6:])
+    word_of = words_of(original)
     assert 1 <= len(positions) <= 5
     masked_words = {word_of[p] for p in positions}
-    assert sorted(positions) == sorted(
-        p for p, w in word_of.items() if w in masked_words)
+    assert positions == sorted(p for p, w in word_of.items()
+                               if w in masked_words)
 
 
 def test_whole_word_mask_joins_a_piece_after_sep_to_the_word_before():
   # Upstream quirk: B may start with a "##" piece after front truncation;
   # it then joins the last word of A.
-  tokens = ["[CLS]", "a", "[SEP]", "##b", "c", "d", "e", "[SEP]"]
-  rng = random.Random(0)
+  params = SMALL_PARAMS._replace(max_seq_length=16, masked_lm_prob=0.25,
+                                 do_whole_word_mask=True)
+  instances = Instances(["a", "##b", "c", "d", "e"], params, random.Random(0))
   masked_together = 0
   for _ in range(50):
-    _, positions, _ = reference.create_masked_lm_predictions(
-        tokens, 0.25, 5, ["[MASK]"], rng, do_whole_word_mask=True)
+    _, _, positions, _, _ = instances.record(["a"], ["##b", "c", "d", "e"])
     assert len(positions) == 2
     assert (1 in positions) == (3 in positions)
     masked_together += positions == [1, 3]
@@ -341,51 +408,58 @@ def test_whole_word_mask_joins_a_piece_after_sep_to_the_word_before():
 
 
 def test_without_whole_word_mask_pieces_are_masked_alone():
-  tokens = ["[CLS]", "un", "##pack", "##ing", "light", "##house", "[SEP]"]
+  instances = Instances(PIECES, SMALL_PARAMS, random.Random(2))
   seen_partial = False
-  rng = random.Random(2)
   for _ in range(50):
-    _, positions, _ = reference.create_masked_lm_predictions(
-        tokens, 0.15, 5, ["[MASK]"], rng)
+    _, original, positions, _, _ = instances.record(["un", "##pack"],
+                                                    ["##ing", "light"])
     assert len(positions) == 1
-    seen_partial |= positions[0] in (2, 3, 5)
+    seen_partial |= original[positions[0]].startswith("##")
   assert seen_partial
 
 
 # ------------------------------------------------------------ truncation ----
 
 
-class ScriptedRandom(object):
-  """Returns the given `random()` values in order."""
+class ScriptedRandom(random.Random):
+  """random() returns the given values first, then the seeded stream."""
 
-  def __init__(self, values):
+  def __init__(self, values, seed=0):
+    super().__init__(seed)
     self.values = list(values)
 
   def random(self):
-    return self.values.pop(0)
+    return self.values.pop(0) if self.values else super().random()
+
+  def getrandbits(self, k):
+    # Defined so that random.Random keeps drawing integers from getrandbits.
+    return super().getrandbits(k)
+
+
+def truncated_pair(tokens_a, tokens_b, max_num_tokens, draws):
+  params = SMALL_PARAMS._replace(max_seq_length=max_num_tokens + 3)
+  instances = Instances(sorted(set(tokens_a + tokens_b)), params,
+                        ScriptedRandom(draws))
+  _, original, _, segment_ids, _ = instances.record(tokens_a, tokens_b)
+  num_a = segment_ids.count(0) - 2
+  return original[1:1 + num_a], original[2 + num_a:-1]
 
 
 def test_truncate_seq_pair_trims_longer_side_from_front_or_back():
-  a = list("abcdef")
-  b = list("xyz")
-  reference.truncate_seq_pair(a, b, 6, ScriptedRandom([0.1, 0.9, 0.2]))
   # A (longer) loses its first token, its last, then its first again.
-  assert a == list("cde")
-  assert b == list("xyz")
+  assert truncated_pair(list("abcdef"), list("xyz"), 6, [0.1, 0.9, 0.2]) == (
+      list("cde"), list("xyz"))
 
 
 def test_truncate_seq_pair_trims_b_on_a_tie():
-  a = list("abc")
-  b = list("xyz")
-  reference.truncate_seq_pair(a, b, 5, ScriptedRandom([0.7]))
-  assert a == list("abc")
-  assert b == list("xy")
+  assert truncated_pair(list("abc"), list("xyz"), 5, [0.7]) == (
+      list("abc"), list("xy"))
 
 
-def test_truncate_seq_pair_draws_nothing_when_short_enough():
-  a, b = list("ab"), list("c")
-  reference.truncate_seq_pair(a, b, 3, ScriptedRandom([]))
-  assert (a, b) == (list("ab"), list("c"))
+def test_truncate_seq_pair_leaves_a_short_enough_pair_alone():
+  # A 0.0 would cut a front token if a draw were made.
+  assert truncated_pair(list("ab"), list("c"), 3, [0.0, 0.0]) == (
+      list("ab"), list("c"))
 
 
 # --------------------------------------------------- instances from docs ----
@@ -394,102 +468,57 @@ def test_truncate_seq_pair_draws_nothing_when_short_enough():
 def test_instances_respect_length_and_segments():
   documents = [[["s%d_%d" % (d, i)] * (3 + i % 4) for i in range(6)]
                for d in range(4)]
+  words = sorted({t for d in documents for s in d for t in s})
   params = SMALL_PARAMS._replace(max_seq_length=16)
-  rng = random.Random(4)
+  instances = Instances(words, params, random.Random(4))
+  seen_next = set()
   for index in range(len(documents)):
-    for instance in reference.create_instances_from_document(
-        documents, index, rng, ["[MASK]"], params):
-      assert len(instance.tokens) <= 16
-      assert len(instance.segment_ids) == len(instance.tokens)
-      assert instance.tokens[0] == "[CLS]"
-      assert instance.tokens[-1] == "[SEP]"
-      if not instance.is_random_next:
+    for tokens, original, _, segment_ids, is_next in (
+        instances.document_records(documents, index)):
+      assert len(tokens) <= 16 and len(segment_ids) == len(tokens)
+      assert original[0] == "[CLS]" and original[-1] == "[SEP]"
+      first_sep = original.index("[SEP]")
+      assert segment_ids == ([0] * (first_sep + 1) +
+                             [1] * (len(tokens) - first_sep - 1))
+      seen_next.add(is_next)
+      if is_next:
         # An actual next segment comes from this same document.
-        restored = list(instance.tokens)
-        for p, label in zip(instance.masked_lm_positions,
-                            instance.masked_lm_labels):
-          restored[p] = label
-        assert all(t.startswith("s%d_" % index) for t in restored
+        assert all(t.startswith("s%d_" % index) for t in original
                    if t not in ("[CLS]", "[SEP]"))
+  assert seen_next == {True, False}
 
 
 def test_one_segment_document_is_always_random_next():
   documents = [[["only", "one", "sentence"]],
                [["other", "words", "here"], ["and", "more"]]]
-  rng = random.Random(0)
-  instances = reference.create_instances_from_document(
-      documents, 0, rng, ["[MASK]"], SMALL_PARAMS._replace(short_seq_prob=0.0))
-  assert len(instances) == 1
-  assert instances[0].is_random_next
+  words = sorted({t for d in documents for s in d for t in s})
+  for seed in range(10):
+    instances = Instances(words, SMALL_PARAMS._replace(short_seq_prob=0.0),
+                          random.Random(seed))
+    (record,) = instances.document_records(documents, 0)
+    assert not record[4]
 
 
-class RecordingRandom(random.Random):
-  """A `random.Random` that logs the calls the algorithm makes."""
-
-  def __init__(self, seed):
-    super().__init__(seed)
-    self.calls = []
-
-  def random(self):
-    self.calls.append(("random",))
-    return super().random()
-
-  def getrandbits(self, k):
-    # Defined so that random.Random keeps drawing integers from getrandbits
-    # (a subclass overriding only random() would derive them from random()
-    # and change the stream).
-    return super().getrandbits(k)
-
-  def randint(self, a, b):
-    self.calls.append(("randint", a, b))
-    return super().randint(a, b)
-
-  def shuffle(self, x):
-    self.calls.append(("shuffle", len(x)))
-    super().shuffle(x)
+def test_a_lone_one_sentence_document_is_its_own_random_next():
+  # With no other document, the random-next draw keeps hitting this one;
+  # after 10 tries upstream takes it anyway.
+  instances = Instances(["a", "b", "c"], SMALL_PARAMS, random.Random(0))
+  (record,) = instances.document_records([[["a", "b", "c"]]], 0)
+  assert record[1] == ["[CLS]", "a", "b", "c", "[SEP]", "a", "b", "c",
+                       "[SEP]"]
+  assert not record[4]
 
 
-def test_rng_call_order_for_a_lone_one_sentence_document():
-  # The only document: the random-next draw hits it 10 times, then upstream
-  # gives up and uses it anyway.
-  rng = RecordingRandom(0)
-  (instance,) = reference.create_instances_from_document(
-      [[["a", "b", "c"]]], 0, rng, ["[MASK]"], SMALL_PARAMS)
-  assert instance.is_random_next
-  assert rng.calls[:13] == ([("random",)] + [("randint", 0, 0)] * 11 +
-                            [("shuffle", 6)])
-  assert instance.tokens.count("[SEP]") == 2
-
-
-def test_rng_call_order_for_an_actual_next_pair():
-  # Two 2-token sentences reach the target of 4 tokens: a 2-segment chunk,
-  # so a_end = randint(1, 1) is drawn, then the random-next coin.
-  params = SMALL_PARAMS._replace(max_seq_length=7, short_seq_prob=0.0)
-  seed = next(s for s in range(100) if _random_next_coin(s) >= 0.5)
-  rng = RecordingRandom(seed)
-  (instance,) = reference.create_instances_from_document(
-      [[["a", "b"], ["c", "d"]], [["e"]]], 0, rng, ["[MASK]"], params)
-  assert not instance.is_random_next
-  assert rng.calls[:4] == [("random",), ("randint", 1, 1), ("random",),
-                           ("shuffle", 4)]
-  assert instance.segment_ids == [0, 0, 0, 0, 1, 1, 1]
-
-
-def _random_next_coin(seed):
-  """The coin drawn after the short-sequence draw and a_end = randint(1, 1)."""
-  rng = random.Random(seed)
-  rng.random()
-  rng.randint(1, 1)
-  return rng.random()
-
-
-def test_create_training_instances_leaves_documents_untouched():
+def test_make_records_leaves_documents_untouched():
   documents = [[["a", "b"], ["c"]], [["d"]], [["e", "f"]]]
-  copy = json.loads(json.dumps(documents))
-  instances = reference.create_training_instances(
-      documents, random.Random(1), ["[MASK]"], SMALL_PARAMS, dupe_factor=3)
-  assert documents == copy
-  assert len(instances) >= 3 * len(documents)
+  instances = Instances(list("abcdef"), SMALL_PARAMS, random.Random(1))
+  codes = [[instances.encode(s) for s in d] for d in documents]
+  copy = [[list(s) for s in d] for d in codes]
+  records = []
+  num_records = instances.maker.make_records(codes, 3, records.append,
+                                             lambda *args: None)
+  assert codes == copy
+  assert num_records == len(records) >= 3 * len(documents)
 
 
 # --------------------------------------------------------------- reading ----

@@ -126,7 +126,7 @@ def test_launcher_help_and_missing_arguments():
 
 
 PROBE = textwrap.dedent("""\
-    import json, sys, types
+    import json, sys
     sys.path.insert(0, %(repo)r)
     import tensorflow.compat.v1 as tf
     tf.disable_v2_behavior()
@@ -153,8 +153,7 @@ PROBE = textwrap.dedent("""\
              "dtype16": sess.run(sum16).dtype.name,
              "broadcast": sess.run(var).tolist(),
              "files": horovod_engine.shard_files(["f0", "f1", "f2"])}
-      shard = training_setup.record_shard_for_this_worker(
-          types.SimpleNamespace(plan=plan))
+      shard = training_setup.record_shard_for_this_worker()
       batches = input_pipeline.classifier_input_fn_builder(
           %(records)r, 4, is_training=False, drop_remainder=False,
           global_batch_size=2, record_shard=shard)()

@@ -15,29 +15,23 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
+import conftest
 import distribution
 import modeling
 import optimization
 import run_pretraining
 import synthetic_data
-from conftest import (REPO_ROOT, TINY_CONFIG, expect_user_error,
+from conftest import (REPO_ROOT, TINY_CONFIG, TWO_CPUS, expect_user_error,
                       fp16_training_state, load_checkpoint, run_ok,
-                      run_program)
+                      run_program, two_replica_strategy)
 from errors import UserError
 
-TWO_CPUS = tf.ConfigProto(device_count={"CPU": 2})
 SEQ, PREDS, VOCAB = 32, 5, 128
 # Masked positions of consecutive records. Every block of 4 holds 12, so
 # replicas of 4 examples see equal totals (per-replica normalisation then
 # equals the global one), while micro-batches of 2 see 8 and 4: the
 # weighting of the micro-batch losses matters.
 MASKED_COUNTS = (5, 3, 1, 3)
-
-
-def two_replica_strategy():
-  return tf.distribute.MirroredStrategy(
-      ["/cpu:0", "/cpu:1"],
-      cross_device_ops=tf.distribute.ReductionToOneDevice())
 
 
 # ---------------------------------------------------------------------------
@@ -334,12 +328,6 @@ def test_each_micro_batch_starts_after_the_previous_gradients(graph):
     assert not late, late[:5]
 
 
-@pytest.fixture
-def mixed_precision():
-  yield
-  tf.train.experimental.disable_mixed_precision_graph_rewrite()
-
-
 @pytest.mark.parametrize("make_strategy", [
     two_replica_strategy,
     # Variables once on the CPU, the replicas on two logical CPUs.
@@ -430,15 +418,9 @@ def workdir(tmp_path_factory):
 
 
 def pretrain_args(workdir, output_dir, *extra, steps=6, batch=8):
-  return ["run_pretraining.py",
-          "--bert_config_file=%s" % (workdir / "tiny.json"),
-          "--input_file=%s" % (workdir / "data.tfrecord"),
-          "--output_dir=%s" % output_dir, "--do_train",
-          "--max_seq_length=%d" % SEQ, "--max_predictions_per_seq=%d" % PREDS,
-          "--train_batch_size=%d" % batch, "--num_train_steps=%d" % steps,
-          "--num_warmup_steps=2", "--learning_rate=1e-2", "--optimizer=lamb",
-          "--log_every_n_steps=2", "--throughput_warmup_steps=2",
-          "--tf_random_seed=1"] + list(extra)
+  return conftest.pretrain_args(workdir, output_dir, "--optimizer=lamb",
+                                *extra, steps=steps, batch=batch,
+                                learning_rate="1e-2")
 
 
 RUNS = {

@@ -143,11 +143,8 @@ def test_output_shapes_and_no_dangling_ops(graph):
   fetches = [init_op] + list(outputs.values())[:3] + outputs[
       "all_encoder_layers"]
   reachable = reachable_ops(fetches)
-  # tf.custom_gradient leaves one Identity of each result that nothing reads
-  # (a by-product of its variable search); it never runs.
   dangling = [op.name for op in graph.get_operations()
-              if op not in reachable and not (
-                  op.type == "Identity" and not op.outputs[0].consumers())]
+              if op not in reachable]
   assert dangling == []
 
 

@@ -6,15 +6,8 @@ import tensorflow.compat.v1 as tf
 
 import optimization
 import throughput
-from conftest import fp16_training_state
-
-TWO_CPUS = tf.ConfigProto(device_count={"CPU": 2})
-
-
-def two_replica_strategy():
-  return tf.distribute.MirroredStrategy(
-      ["/cpu:0", "/cpu:1"],
-      cross_device_ops=tf.distribute.ReductionToOneDevice())
+from conftest import (TWO_CPUS, build_fp16_step, fp16_training_state,
+                      two_replica_strategy)
 
 
 class PlainSGD(optimization.DataParallelOptimizer):
@@ -149,47 +142,24 @@ def test_learning_rate_schedule_warmup_then_linear_decay(graph, step,
     assert sess.run(lr) == pytest.approx(expected, abs=1e-6)
 
 
-@pytest.fixture
-def mixed_precision():
-  yield
-  tf.train.experimental.disable_mixed_precision_graph_rewrite()
-
-
-def build_fp16_step(strategy, replicas_with_inf):
-  """A toy step whose gradient is inf on the replicas listed when fed True."""
-  inject = tf.placeholder_with_default(False, [])
-  with strategy.scope():
-    w = tf.get_variable("w", initializer=tf.constant([1.0, 2.0]))
-    global_step = tf.train.get_or_create_global_step()
-
-    def step():
-      ctx = tf.distribute.get_replica_context()
-      poisoned = tf.logical_and(
-          inject, tf.reduce_any(tf.equal(ctx.replica_id_in_sync_group,
-                                         replicas_with_inf)))
-      scale = tf.where(poisoned, np.inf, 1.0)
-      loss = tf.reduce_sum(tf.square(w)) * scale
-      return optimization.create_optimizer(
-          loss, 0.1, 10, 0, use_fp16=True, init_loss_scale=1024,
-          loss_scale_growth_steps=2)
-
-    train_op = strategy.group(strategy.extended.call_for_each_replica(step))
-  return inject, w, global_step, train_op
-
-
 def test_fp16_overflow_step_is_skipped_and_loss_scale_halves(mixed_precision):
   strategy = two_replica_strategy()
   with tf.Graph().as_default():
-    inject, w, global_step, train_op = build_fp16_step(strategy, [1])
+    inject, w, global_step, steps = build_fp16_step(strategy, [1])
+    train_op = strategy.group(steps.train_op)
+    losses = strategy.experimental_local_results(steps.loss)
     state = fp16_training_state(w, global_step)
     with tf.Session(config=TWO_CPUS) as sess:
       sess.run(tf.global_variables_initializer())
       sess.run(train_op)
       before = sess.run(state)
       assert before[1] == 1 and before[2] == 1024
-      # Only replica 1 overflows: both replicas must skip together.
-      sess.run(train_op, {inject: True})
+      # Only replica 1 overflows: both replicas must skip together, and the
+      # skipped step still reports its loss, summed over the replicas.
+      _, skipped_losses = sess.run([train_op, losses], {inject: True})
       after = sess.run(state)
+      expected = 2 * float(np.sum(np.square(before[0])))
+      assert list(skipped_losses) == [pytest.approx(expected)] * 2
       np.testing.assert_array_equal(after[0], before[0])
       assert after[1] == 1
       for b, a in zip(before[3:], after[3:]):
@@ -207,7 +177,7 @@ def test_fp16_overflow_step_is_skipped_and_loss_scale_halves(mixed_precision):
 def test_fp16_checkpoint_holds_the_loss_scale(mixed_precision, tmp_path):
   strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
   with tf.Graph().as_default():
-    _, _, _, train_op = build_fp16_step(strategy, [0])
+    build_fp16_step(strategy, [0])
     names = {v.op.name for v in tf.global_variables()}
   assert "current_loss_scale" in names and "good_steps" in names
 

@@ -23,9 +23,8 @@ import errors
 import test_run_classifier
 from conftest import REPO_ROOT, run_program
 from test_horovod import HOROVOD_MISSING, horovodrun
-from test_reliability import start, workdir  # noqa: F401  pylint: disable=unused-import
-from conftest import load_checkpoint
-from test_run_pretraining import pretrain_args
+from test_reliability import start
+from conftest import load_checkpoint, pretrain_args
 
 pytestmark = pytest.mark.slow
 

@@ -12,22 +12,10 @@ import time
 import pytest
 import tensorflow.compat.v1 as tf
 
-import synthetic_data
-from conftest import (REPO_ROOT, TINY_CONFIG, expect_user_error,
-                      load_checkpoint, run_program)
-from test_run_pretraining import pretrain_args
+from conftest import (REPO_ROOT, expect_user_error, load_checkpoint,
+                      pretrain_args, run_program)
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
-  d = tmp_path_factory.mktemp("reliability")
-  with open(d / "tiny.json", "w") as f:
-    json.dump(TINY_CONFIG, f)
-  synthetic_data.write_synthetic_pretraining_records(
-      str(d / "data.tfrecord"), 256, 32, 5, 120)
-  return d
 
 
 def start(args, env=None, log=None):

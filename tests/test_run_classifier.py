@@ -3,7 +3,6 @@
 import json
 import os
 import re
-import types
 
 import numpy as np
 import pytest
@@ -398,8 +397,7 @@ def test_record_shards_split_the_training_file_between_ranks(tmp_path, graph):
 
 
 def test_only_horovod_ranks_shard_the_classifier_records():
-  mirrored = types.SimpleNamespace(plan=types.SimpleNamespace(name="mirrored"))
-  assert training_setup.record_shard_for_this_worker(mirrored) is None
+  assert training_setup.record_shard_for_this_worker() is None
 
 
 # ---------------------------------------------------------------- model head

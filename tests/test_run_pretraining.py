@@ -10,35 +10,9 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-import synthetic_data
 from conftest import (REPO_ROOT, TINY_CONFIG, expect_user_error,
-                      load_checkpoint, read_json,
-                      run_ok, run_program)
-
-SEQ, PREDS = 32, 5
-
-
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
-  d = tmp_path_factory.mktemp("pretrain")
-  with open(d / "tiny.json", "w") as f:
-    json.dump(TINY_CONFIG, f)
-  synthetic_data.write_synthetic_pretraining_records(
-      str(d / "data.tfrecord"), 256, SEQ, PREDS, 120)
-  return d
-
-
-def pretrain_args(workdir, output_dir, *extra, steps=6, batch=8):
-  return ["run_pretraining.py",
-          "--bert_config_file=%s" % (workdir / "tiny.json"),
-          "--input_file=%s" % (workdir / "data.tfrecord"),
-          "--output_dir=%s" % output_dir, "--do_train",
-          "--max_seq_length=%d" % SEQ, "--max_predictions_per_seq=%d" % PREDS,
-          "--train_batch_size=%d" % batch, "--num_train_steps=%d" % steps,
-          "--num_warmup_steps=2", "--learning_rate=1e-3",
-          "--log_every_n_steps=2", "--throughput_warmup_steps=2",
-          "--tf_random_seed=1"] + list(extra)
-
+                      load_checkpoint, pretrain_args, read_json, run_ok,
+                      run_program)
 
 @pytest.fixture(scope="module")
 def strategy_runs(workdir):
