@@ -293,13 +293,7 @@ def check_pretraining_records(input_files, max_seq_length,
             "%s: feature %s has length %d but %s=%d; recreate the data or "
             "pass %s=%d" % (path, feature.name, len(values), flag, length,
                             flag, len(values)))
-    if vocab_size is not None:
-      top = max(features["input_ids"].int64_list.value)
-      if top >= vocab_size:
-        raise UserError(
-            "%s: token id %d is outside the model's vocab_size %d; the data "
-            "was made with a larger vocab than bert_config.json declares" %
-            (path, top, vocab_size))
+    _check_token_ids(path, features, vocab_size)
   (kind, slots, _), = kinds.values()
   return kind, slots
 
@@ -359,13 +353,19 @@ def _check_record_features(path, features, max_seq_length,
           "%s: feature %s has length %d but %s=%d; recreate the data or "
           "pass %s=%d" % (path, name, len(values), flag, length, flag,
                           len(values)))
-  if vocab_size is not None:
-    top = max(features["input_ids"].int64_list.value)
-    if top >= vocab_size:
-      raise UserError(
-          "%s: token id %d is outside the model's vocab_size %d; the data "
-          "was made with a larger vocab than bert_config.json declares" %
-          (path, top, vocab_size))
+  _check_token_ids(path, features, vocab_size)
+
+
+def _check_token_ids(path, features, vocab_size):
+  """Raises UserError if a record's input_ids reach vocab_size (if given)."""
+  if vocab_size is None:
+    return
+  top = max(features["input_ids"].int64_list.value)
+  if top >= vocab_size:
+    raise UserError(
+        "%s: token id %d is outside the model's vocab_size %d; the data was "
+        "made with a larger vocab than bert_config.json declares" %
+        (path, top, vocab_size))
 
 
 def _with_fixed_tuning(dataset):
