@@ -68,7 +68,6 @@ from absl import logging
 import atomic_io
 import corpus_input
 import errors
-import file_patterns
 import pretraining_instances
 import pretraining_records
 

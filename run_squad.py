@@ -407,7 +407,7 @@ def main(argv):
         input_fn_builder(
             train_file, FLAGS.max_seq_length, FLAGS.train_batch_size, True,
             is_training=True, num_replicas=setup.plan.num_replicas,
-            record_shard=training_setup.record_shard_for_this_worker(setup)),
+            record_shard=training_setup.record_shard_for_this_worker()),
         # Under a TF_CONFIG cluster, train() runs train_and_evaluate, which
         # needs an eval input: the training file's span loss.
         input_fn_builder(train_file, FLAGS.max_seq_length,

@@ -93,20 +93,7 @@ EXPORT_FORMAT="${EXPORT_FORMAT-google,huggingface,saved_model}"
 
 [[ -f "$TRAIN_FILE" ]] || die "TRAIN_FILE=$TRAIN_FILE does not exist"
 [[ -f "$PREDICT_FILE" ]] || die "PREDICT_FILE=$PREDICT_FILE does not exist"
-[[ -f "$VOCAB_FILE" ]] ||
-  die "VOCAB_FILE=$VOCAB_FILE does not exist;" \
-      "run scripts/run_create.sh first or set VOCAB_FILE"
-[[ -f "$BERT_CONFIG_FILE" ]] ||
-  die "BERT_CONFIG_FILE=$BERT_CONFIG_FILE does not exist"
-INIT_FLAGS=()
-if [[ -n "$INIT_CHECKPOINT" ]]; then
-  [[ -d "$INIT_CHECKPOINT" || -f "$INIT_CHECKPOINT.index" ]] ||
-    die "INIT_CHECKPOINT=$INIT_CHECKPOINT is neither a directory nor a" \
-        "checkpoint prefix; run scripts/run_pre.sh first, or set" \
-        "INIT_CHECKPOINT= to train from scratch"
-  INIT_FLAGS=(--init_checkpoint="$INIT_CHECKPOINT")
-fi
-command -v "$PYTHON" > /dev/null || die "PYTHON=$PYTHON is not a command"
+check_finetuning_inputs
 
 echo "[$NAME] fine-tuning on $TRAIN_FILE from ${INIT_CHECKPOINT:-scratch}" \
   "into $OUTPUT_DIR"
