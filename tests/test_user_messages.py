@@ -66,6 +66,11 @@ def test_pretraining_prints_progress_and_summary_and_no_tensorflow_noise(
                  "Using config"):
     assert detail in verbose.stderr, detail
   assert "***** Run summary: " in verbose.stdout
+  # One handler: each of TensorFlow's lines once, not also TF's own format.
+  assert "INFO:tensorflow:" not in verbose.stderr
+  saves = [l for l in verbose.stderr.splitlines()
+           if "Saving checkpoints for 4 " in l]
+  assert len(saves) == 1, saves
 
 
 @pytest.mark.slow
