@@ -169,6 +169,16 @@ def fp16_training_state(weights, global_step):
   return [weights, global_step, scale[0]] + slots
 
 
+def read_eval_results(output_dir):
+  """eval_results.txt of a fine-tuning run as {name: float}."""
+  results = {}
+  with open(os.path.join(output_dir, "eval_results.txt")) as f:
+    for line in f:
+      key, value = line.split(" = ")
+      results[key] = float(value)
+  return results
+
+
 def read_json(path):
   with open(path) as f:
     return json.load(f)

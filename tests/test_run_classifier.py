@@ -15,7 +15,7 @@ import modeling
 import run_classifier as rc
 import tokenization
 import training_setup
-from conftest import REPO_ROOT, run_ok, run_program
+from conftest import REPO_ROOT, read_eval_results, run_ok, run_program
 
 FIXTURES = os.path.join(REPO_ROOT, "tests", "data", "classifier")
 SAMPLE = os.path.join(REPO_ROOT, "sample_data", "classify")
@@ -71,15 +71,6 @@ def classifier_args(workdir, output_dir, *extra, data_dir=SAMPLE,
           "--bert_config_file=%s" % (workdir / "tiny.json"),
           "--output_dir=%s" % output_dir, "--max_seq_length=%d" % SEQ,
           "--learning_rate=1e-3", "--log_every_n_steps=10"] + list(extra)
-
-
-def read_eval_results(output_dir):
-  results = {}
-  with open(os.path.join(output_dir, "eval_results.txt")) as f:
-    for line in f:
-      key, value = line.split(" = ")
-      results[key] = float(value)
-  return results
 
 
 def read_probabilities(path):

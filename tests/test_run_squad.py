@@ -14,7 +14,8 @@ import run_squad
 import squad_data
 import squad_task
 import tokenization
-from conftest import REPO_ROOT, expect_user_error, run_ok, run_program
+from conftest import (REPO_ROOT, expect_user_error, read_eval_results,
+                      run_ok, run_program)
 from test_run_classifier import save_pretrained_checkpoint
 from errors import UserError
 
@@ -72,15 +73,6 @@ def squad_args(workdir, output_dir, *extra):
           "--doc_stride=%d" % STRIDE, "--max_query_length=%d" % QUERY,
           "--train_batch_size=16", "--learning_rate=1e-3",
           "--log_every_n_steps=100"] + list(extra)
-
-
-def read_eval_results(output_dir):
-  results = {}
-  with open(os.path.join(output_dir, "eval_results.txt")) as f:
-    for line in f:
-      key, value = line.split(" = ")
-      results[key] = float(value)
-  return results
 
 
 # ---------------------------------------------------------------- graph
