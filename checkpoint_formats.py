@@ -5,7 +5,7 @@ One table relates each variable of our models (Google's names,
 Face transformers' BERT classes hold (`bert.encoder.layer.0.attention.self.
 query.weight`). export_checkpoint.py reads it one way, and an `--init_checkpoint`
 that is a Hugging Face directory the other way (`hf_dir_to_checkpoint`, used by
-training_setup.resolve_checkpoint). Reading and writing needs NumPy and the
+checkpoints.resolve_init_checkpoint). Reading and writing needs NumPy and the
 `safetensors` package, never PyTorch.
 
 Shape notation: V = vocabulary size, H = hidden size, I = intermediate size,

@@ -1,5 +1,11 @@
-"""The training directory's own checkpoints: resuming from a readable one,
-and a save that fails.
+"""Checkpoints: the initial one a run starts from, the training directory's
+own (resuming from a readable one), and a save that fails.
+
+`--init_checkpoint` may name a checkpoint prefix, a training output_dir, a
+Google model directory or a Hugging Face directory (`resolve_init_checkpoint`);
+`check_init_checkpoint` compares its shapes with the model's before any long
+work, and `init_from_checkpoint` points the model's variables at it inside
+the model_fn.
 
 A copy or sync that was interrupted leaves a truncated or corrupted
 checkpoint behind, and the rerun would fail while restoring it, naming
@@ -17,7 +23,9 @@ from absl import logging
 import tensorflow.compat.v1 as tf
 
 import atomic_io
+import checkpoint_formats
 import errors
+import modeling
 from errors import UserError
 
 
@@ -46,6 +54,65 @@ def resolve(path, flag):
     raise UserError("--%s %s: no such checkpoint (expected a training output "
                     "directory or %s)" % (flag, path, path + ".index"))
   return path
+
+
+def resolve_init_checkpoint(path):
+  """The checkpoint prefix an --init_checkpoint value names.
+
+  A directory may be a training output_dir, a Google model directory
+  (bert_model.ckpt) or a Hugging Face BERT directory (config.json +
+  model.safetensors), which is converted to a checkpoint first.
+
+  Raises:
+    UserError: nothing checkpoint-like is there.
+  """
+  if checkpoint_formats.is_hf_dir(path):
+    return checkpoint_formats.converted_hf_checkpoint(path)
+  return resolve(path, "init_checkpoint")
+
+
+def check_init_checkpoint(init_checkpoint, build_variables_fn):
+  """Compares the checkpoint's shapes with the model's, before training.
+
+  Args:
+    init_checkpoint: checkpoint prefix or directory.
+    build_variables_fn: builds the model's variables in the default graph.
+
+  Raises:
+    UserError: a variable both have differs in shape.
+  """
+  path = resolve_init_checkpoint(init_checkpoint)
+  # A Hugging Face directory's converted checkpoint is a private file in a
+  # temporary directory: the messages name the directory the user gave.
+  shown = (init_checkpoint if checkpoint_formats.is_hf_dir(init_checkpoint)
+           else path)
+  with tf.Graph().as_default():
+    build_variables_fn()
+    model_shapes = {v.op.name: v.shape.as_list()
+                    for v in tf.trainable_variables()}
+  ckpt_shapes = dict(tf.train.list_variables(path))
+  mismatched = [(name, shape, ckpt_shapes[name])
+                for name, shape in sorted(model_shapes.items())
+                if name in ckpt_shapes and list(ckpt_shapes[name]) != shape]
+  if mismatched:
+    name, model_shape, ckpt_shape = mismatched[0]
+    raise UserError(
+        "--init_checkpoint %s does not fit --bert_config_file: %d variable(s) "
+        "differ in shape, first %s: %s in the checkpoint but %s in the model"
+        % (shown, len(mismatched), name, ckpt_shape, model_shape))
+  loaded = [n for n in model_shapes if n in ckpt_shapes]
+  fresh = [n for n in model_shapes if n not in ckpt_shapes]
+  logging.info("--init_checkpoint %s: %d variable(s) loaded, %d initialised "
+               "fresh%s", shown, len(loaded), len(fresh),
+               (": " + ", ".join(fresh[:10])) if fresh else "")
+
+
+def init_from_checkpoint(init_checkpoint):
+  """Inside model_fn: initialise matching trainable variables from it."""
+  path = resolve_init_checkpoint(init_checkpoint)
+  tvars = tf.trainable_variables()
+  assignment_map, _ = modeling.get_assignment_map_from_checkpoint(tvars, path)
+  tf.train.init_from_checkpoint(path, assignment_map)
 
 
 def unreadable_reason(prefix):

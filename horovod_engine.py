@@ -2,7 +2,8 @@
 
 `--distribution_strategy=horovod` trains without a tf.distribute strategy.
 Every process (rank) builds the same single-device graph, reads its own
-input files and feeds a per-rank batch of global_batch / ranks. The
+share of the input (whole files, or records of fewer files than ranks: see
+runner.for_this_process) and feeds a per-rank batch of global_batch / ranks. The
 data-parallel optimizer (optimization.py) sums the gradients over the ranks
 through `sum_across_ranks`; since each rank's loss is already its share of
 the global-batch loss (see run_pretraining.micro_batch_loss_fns), the sum is
@@ -141,30 +142,6 @@ def barrier():
   """
   hvd = _hvd()
   hvd.allreduce(tf2.constant(0.0), op=hvd.Sum, name="barrier")
-
-
-def files_of_rank(input_files, rank, size):
-  """The input files `rank` of `size` reads: every size-th from rank on.
-
-  Raises:
-    UserError: fewer files than ranks, so some rank would read nothing.
-  """
-  files = list(input_files)
-  if len(files) < size:
-    raise UserError(
-        "--input_file matches %d file(s) but horovod runs %d ranks, and each "
-        "rank reads whole files of its own: provide at least %d input files "
-        "or start fewer ranks" % (len(files), size, size))
-  return files[rank::size]
-
-
-def shard_files(input_files):
-  """This rank's share of `input_files` (see files_of_rank)."""
-  hvd = _hvd()
-  files = files_of_rank(input_files, hvd.rank(), hvd.size())
-  logging.info("horovod rank %d reads %d of %d input files, first %s",
-               hvd.rank(), len(files), len(input_files), files[0])
-  return files
 
 
 def scratch_model_dir(output_dir):

@@ -387,6 +387,14 @@ def _with_fixed_tuning(dataset):
 
 
 
+def shards_by_record(num_files, num_pipelines):
+  """How `num_pipelines` input pipelines (workers, horovod ranks) share out
+  `num_files` files: True, every pipeline reads every num_pipelines-th
+  record of the whole stream (fewer files than pipelines); False, each reads
+  whole files of its own (every num_pipelines-th file)."""
+  return num_pipelines > 1 and num_files < num_pipelines
+
+
 def pretraining_input_fn_builder(input_files, max_seq_length,
                                  max_predictions_per_seq, is_training,
                                  global_batch_size, num_replicas,
@@ -475,9 +483,9 @@ def pretraining_input_fn_builder(input_files, max_seq_length,
       num_pipelines = input_context.num_input_pipelines
       pipeline_id = input_context.input_pipeline_id
       replicas_fed = input_context.num_replicas_in_sync // num_pipelines
-    # One pipeline per worker: each reads its own files, or its own records
-    # of fewer files than workers.
-    shard_records = num_pipelines > 1 and len(files) < num_pipelines
+    # One pipeline per worker (or horovod rank): each reads its own files,
+    # or its own records of fewer files than workers.
+    shard_records = shards_by_record(len(files), num_pipelines)
     if num_pipelines > 1 and not shard_records:
       files = files[pipeline_id::num_pipelines]
     first_epoch, records_to_skip = 0, 0
@@ -544,7 +552,7 @@ def classifier_feature_spec(seq_length):
 def classifier_input_fn_builder(input_file, seq_length, is_training,
                                 drop_remainder, global_batch_size,
                                 num_replicas=1, shuffle_seed=None,
-                                record_shard=None, feature_spec=None):
+                                feature_spec=None):
   """Returns an Estimator input_fn over one file of classifier records.
 
   Args:
@@ -558,9 +566,6 @@ def classifier_input_fn_builder(input_file, seq_length, is_training,
     num_replicas: replicas in sync; the dataset yields per-replica batches.
     shuffle_seed: op seed of the training shuffle; None leaves it to the
       graph-level seed (--tf_random_seed), deterministic when that is set.
-    record_shard: (num_shards, index): read only every num_shards-th record
-      from index on (horovod ranks); None reads all, or what input_context
-      gives this worker under a strategy.
     feature_spec: the records' parsing spec if they are not the classifier's
       (run_squad.py's, squad_task.feature_spec).
 
@@ -576,10 +581,10 @@ def classifier_input_fn_builder(input_file, seq_length, is_training,
   def input_fn(params=None, input_context=None):
     del params
     dataset = tf.data.TFRecordDataset(input_file)
-    if record_shard is not None:
-      dataset = dataset.shard(*record_shard)
-    elif input_context is not None and input_context.num_input_pipelines > 1:
-      # One file, several workers: each reads its own share of the records.
+    if input_context is not None and shards_by_record(
+        1, input_context.num_input_pipelines):
+      # One file, several workers (or horovod ranks): each reads its own
+      # share of the records.
       dataset = dataset.shard(input_context.num_input_pipelines,
                               input_context.input_pipeline_id)
     if is_training:

@@ -26,13 +26,13 @@ Two optimizers: upstream's AdamW (`--optimizer=adamw`) and LAMB
 before step 2, so one update still costs one all-reduce.
 """
 
-import collections
 import re
 
 import tensorflow.compat.v1 as tf
 
 import distribution
 import preemption
+import train_step
 
 DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
 OPTIMIZERS = ("adamw", "lamb")
@@ -348,16 +348,6 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
       **options).train_op
 
 
-# What one training step is built of, for the model_fn and the hooks that
-# watch it (see throughput.register_step_metrics): the op, this replica's
-# share of the step's loss, the step's loss (the shares summed over every
-# replica and process, in the gradient all-reduce), the learning rate of the
-# step and the dynamic loss scale (None without --use_fp16).
-TrainStep = collections.namedtuple(
-    "TrainStep",
-    ["train_op", "loss_share", "loss", "learning_rate", "loss_scale"])
-
-
 def create_accumulating_optimizer(
     micro_batch_loss_fns, init_lr, num_train_steps, num_warmup_steps,
     use_tpu=False, use_fp16=False, init_loss_scale=2**15,
@@ -408,9 +398,10 @@ def create_accumulating_optimizer(
   train_op = tf.group(
       applier.apply_gradients(grads_and_vars, global_step=global_step),
       votes_recorded)
-  return TrainStep(train_op=train_op, loss_share=loss_share, loss=loss,
-                   learning_rate=learning_rate,
-                   loss_scale=loss_scale() if loss_scale else None)
+  return train_step.TrainStep(
+      train_op=train_op, loss_share=loss_share, loss=loss,
+      learning_rate=learning_rate,
+      loss_scale=loss_scale() if loss_scale else None)
 
 
 def accumulate_gradients(optimizer, micro_batch_loss_fns, var_list=None):

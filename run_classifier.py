@@ -1,10 +1,10 @@
 # coding=utf-8
 """BERT fine-tuning for sentence (pair) classification with tf.estimator.
 
-Upstream's flags, processors and files (TPU flags dropped), on the same
-Estimator set-up as run_pretraining.py (training_setup.py): one device,
-MirroredStrategy, MultiWorkerMirroredStrategy, CentralStorageStrategy or
-horovod ranks, fp16, throughput logs.
+Upstream's flags, processors and files (TPU flags dropped), run by the task
+runner (runner.py) as run_pretraining.py is: one device, MirroredStrategy,
+MultiWorkerMirroredStrategy, CentralStorageStrategy or horovod ranks, fp16,
+gradient accumulation, preemption, throughput logs, a run summary.
 `--train_batch_size` is the global batch over all replicas.
 
 Tasks (`--task_name`) and the files they read from `--data_dir`:
@@ -47,6 +47,7 @@ Outputs in --output_dir (besides checkpoints and throughput logs):
 
 import collections
 import csv
+import functools
 import os
 import sys
 
@@ -63,65 +64,43 @@ import tensorflow.compat.v1 as tf
 
 import atomic_io
 import checkpoint_formats
-import distribution
+import checkpoints
 import input_pipeline
 import modeling
-import optimization
 import pretraining_records
-import throughput
+import runner
 import tokenization
-import training_setup
 from errors import UserError, main_with_user_errors
 
 FLAGS = flags.FLAGS
 
 
 def define_flags():
-  """Upstream's fine-tuning flags, the tsv task's, and training_setup's.
+  """Upstream's fine-tuning flags beyond the runner's, and the tsv task's.
 
   Called by the program only: importing this module (e.g. in tests next to
   run_pretraining) defines no flags.
   """
+  runner.define_flags()
   flags.DEFINE_string(
       "data_dir", None,
       "Directory with the task's .tsv files (see --task_name).")
-  flags.DEFINE_string("bert_config_file", None,
-                      "bert_config.json of the pre-trained model.")
   flags.DEFINE_string("task_name", None,
                       "cola, mnli, mrpc, xnli, tsv or rerank.")
-  flags.DEFINE_string("vocab_file", None,
-                      "The vocab the BERT model was trained with.")
-  flags.DEFINE_string("output_dir", None,
-                      "Checkpoints, features and results go here; a rerun "
-                      "with the same directory resumes.")
-  flags.DEFINE_string("init_checkpoint", None,
-                      "Initial weights: a checkpoint prefix or a directory "
-                      "(e.g. run_pretraining.py's output_dir, Google's "
-                      ".../bert_model.ckpt, or a Hugging Face BERT "
-                      "directory with config.json + model.safetensors).")
   flags.DEFINE_bool("do_lower_case", True,
                     "Lower-case the input text: True for uncased models.")
   flags.DEFINE_integer("max_seq_length", 128,
                        "Sequence length after WordPiece tokenization (S); "
                        "longer inputs are truncated, shorter padded.")
-  flags.DEFINE_bool("do_train", False, "Whether to run training.")
   flags.DEFINE_bool("do_eval", False, "Whether to run eval on the dev set.")
   flags.DEFINE_bool("do_predict", False,
                     "Whether to predict the test set (test_results.tsv).")
-  flags.DEFINE_integer("train_batch_size", 32,
-                       "Total batch size for training, over all replicas.")
   flags.DEFINE_integer("eval_batch_size", 8, "Total batch size for eval.")
   flags.DEFINE_integer("predict_batch_size", 8,
                        "Total batch size for predict.")
-  flags.DEFINE_float("learning_rate", 5e-5, "The initial learning rate.")
   flags.DEFINE_float("num_train_epochs", 3.0, "Epochs of training.")
   flags.DEFINE_float("warmup_proportion", 0.1,
                      "Fraction of the training steps with linear warm-up.")
-  flags.DEFINE_integer("save_checkpoints_steps", 1000,
-                       "How often to save the model checkpoint.")
-  flags.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints to keep.")
-  flags.DEFINE_integer("iterations_per_loop", 1000,
-                       "Accepted for upstream compatibility; unused off TPU.")
   flags.DEFINE_string("text_a_column", "0",
                       "tsv task: column of the first text (number or name).")
   flags.DEFINE_string("text_b_column", None,
@@ -133,7 +112,6 @@ def define_flags():
   flags.DEFINE_list("labels", None,
                     "tsv task: the labels, comma-separated; default: the "
                     "sorted distinct labels of train.tsv.")
-  training_setup.define_flags()
 
 
 class InputExample(object):
@@ -654,10 +632,12 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids,
   Returns:
     (mean loss, per_example_loss [B], logits [B, C], probabilities [B, C]).
   """
+  # An explicit scope: a second micro-batch's model reuses bert/..., not
+  # bert_1/...
   model = modeling.BertModel(
       config=bert_config, is_training=is_training, input_ids=input_ids,
       input_mask=input_mask, token_type_ids=segment_ids,
-      use_one_hot_embeddings=use_one_hot_embeddings)
+      use_one_hot_embeddings=use_one_hot_embeddings, scope="bert")
   output_layer = model.get_pooled_output()
   hidden_size = output_layer.shape[-1]
   # Top-level names, as upstream: classifier checkpoints stay interchangeable.
@@ -697,8 +677,33 @@ def classifier_metrics(per_example_loss, label_ids, logits, is_real_example):
   }
 
 
+def classifier_task(bert_config, num_labels):
+  """Classification as a runner.Task: the head's mean cross-entropy; eval
+  accuracy and loss over the real examples; class probabilities."""
+
+  def model(features, is_training):
+    return create_model(bert_config, is_training, features["input_ids"],
+                        features["input_mask"], features["segment_ids"],
+                        features["label_ids"], num_labels)
+
+  def eval_outputs(features):
+    loss, per_example_loss, logits, _ = model(features, False)
+    return loss, classifier_metrics(per_example_loss, features["label_ids"],
+                                    logits, features["is_real_example"])
+
+  return runner.Task(
+      build_variables=lambda: build_classifier_variables(bert_config,
+                                                         num_labels),
+      train_loss_fns=runner.mean_loss_shares(
+          lambda features: model(features, True)[0]),
+      eval_outputs=eval_outputs,
+      predictions=lambda features: {"probabilities": model(features,
+                                                           False)[3]})
+
+
 def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
-                     num_train_steps, num_warmup_steps, optimizer_options):
+                     num_train_steps, num_warmup_steps, optimizer_options,
+                     num_accumulation_steps=1):
   """Returns the Estimator model_fn for classification.
 
   Args:
@@ -708,39 +713,14 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
     learning_rate: peak learning rate.
     num_train_steps: optimizer updates of the whole run.
     num_warmup_steps: warm-up updates.
-    optimizer_options: extra create_optimizer keyword arguments
-      (training_setup.Setup.optimizer_options).
+    optimizer_options: extra create_accumulating_optimizer keyword arguments
+      (runner.optimizer_options).
+    num_accumulation_steps: micro-batches per update.
   """
-
-  def model_fn(features, labels, mode, params):
-    del labels, params
-    is_training = mode == tf.estimator.ModeKeys.TRAIN
-    loss, per_example_loss, logits, probabilities = create_model(
-        bert_config, is_training, features["input_ids"],
-        features["input_mask"], features["segment_ids"],
-        features["label_ids"], num_labels)
-    loss_share = distribution.replica_share(loss)
-    if init_checkpoint:
-      training_setup.init_from_checkpoint(init_checkpoint)
-
-    if mode == tf.estimator.ModeKeys.TRAIN:
-      step = optimization.create_accumulating_optimizer(
-          [lambda: loss_share], learning_rate, num_train_steps,
-          num_warmup_steps, **optimizer_options)
-      return tf.estimator.EstimatorSpec(
-          mode, loss=throughput.register_step_metrics(step),
-          train_op=step.train_op)
-    if mode == tf.estimator.ModeKeys.EVAL:
-      metrics = classifier_metrics(per_example_loss, features["label_ids"],
-                                   logits, features["is_real_example"])
-      # Eval runs unreplicated: the mean loss itself, not a replica's share
-      # (under horovod the share is the mean over the number of ranks).
-      return tf.estimator.EstimatorSpec(mode, loss=loss,
-                                        eval_metric_ops=metrics)
-    return tf.estimator.EstimatorSpec(
-        mode, predictions={"probabilities": probabilities})
-
-  return model_fn
+  return runner.model_fn_builder(
+      classifier_task(bert_config, num_labels), init_checkpoint,
+      learning_rate, num_train_steps, num_warmup_steps, optimizer_options,
+      num_accumulation_steps)
 
 
 LABELS_FILE = "labels.txt"
@@ -847,7 +827,7 @@ def check_case(do_lower_case, init_checkpoint):
                                 hf_case))
   try:
     tokenization.validate_case_matches_checkpoint(
-        do_lower_case, training_setup.resolve_checkpoint(init_checkpoint))
+        do_lower_case, checkpoints.resolve_init_checkpoint(init_checkpoint))
   except ValueError as e:
     raise UserError(str(e))
 
@@ -866,8 +846,7 @@ def validate_flags():
                "output_dir"):
     if not getattr(FLAGS, name):
       raise UserError("--%s is required" % name)
-  for name in ("train_batch_size", "eval_batch_size", "predict_batch_size",
-               "save_checkpoints_steps"):
+  for name in ("eval_batch_size", "predict_batch_size"):
     if getattr(FLAGS, name) < 1:
       raise UserError("--%s must be >= 1, got %d" %
                       (name, getattr(FLAGS, name)))
@@ -926,36 +905,51 @@ def train_steps(num_examples, train_batch_size, num_train_epochs,
   return num_train_steps, int(num_train_steps * warmup_proportion)
 
 
-def predict(estimator, is_chief, output_dir, examples, label_list, tokenizer,
-            max_seq_length, batch_size, is_ranking):
-  """Predicts the test examples; writes test_results.tsv (and the ranking).
+def write_inputs(is_chief, output_dir, examples, label_list, tokenizer,
+                 max_seq_length, eval_batch_size, predict_batch_size):
+  """Writes labels.txt (chief) and the records of each requested split.
+
+  Returns:
+    {"train", "dev", "test": [record file]} of the splits in `examples`;
+    dev and test padded to whole batches.
+  """
+  if is_chief:
+    write_labels(output_dir, label_list)
+  files = {}
+  for split, name, batch_size in (("dev", "eval", eval_batch_size),
+                                  ("train", "train", None),
+                                  ("test", "predict", predict_batch_size)):
+    if split in examples:
+      files[split] = [write_features(
+          os.path.join(output_dir, "%s.tf_record" % name), examples[split],
+          label_list, max_seq_length, tokenizer, batch_size)]
+  return files
+
+
+def input_fn_maker(max_seq_length):
+  """The runner's make_input_fn over classifier records."""
+  def make_input_fn(files, mode, global_batch_size, num_replicas):
+    is_training = mode == tf.estimator.ModeKeys.TRAIN
+    return input_pipeline.classifier_input_fn_builder(
+        files, max_seq_length, is_training=is_training,
+        drop_remainder=is_training, global_batch_size=global_batch_size,
+        num_replicas=num_replicas)
+  return make_input_fn
+
+
+def write_predictions(output_dir, examples, label_list, is_ranking,
+                      predictions):
+  """test_results.tsv (and ranked_results.tsv) from the predict outputs.
 
   Args:
-    estimator: the trained Estimator.
-    is_chief: only the chief writes the result files.
-    output_dir: where predict.tf_record and the results go.
+    output_dir: where the results go.
     examples: the test InputExamples.
     label_list: the task's labels.
-    tokenizer: FullTokenizer.
-    max_seq_length: S of the records.
-    batch_size: predict batch size.
     is_ranking: also write ranked_results.tsv (the rerank task).
+    predictions: the prediction dicts, in file order; those past the
+      examples are padding.
   """
-  path = write_features(os.path.join(output_dir, "predict.tf_record"),
-                        examples, label_list, max_seq_length, tokenizer,
-                        batch_size)
-  input_fn = input_pipeline.classifier_input_fn_builder(
-      path, max_seq_length, is_training=False, drop_remainder=True,
-      global_batch_size=batch_size)
-  logging.info("***** Predict: %d examples, batch %d *****", len(examples),
-               batch_size)
-  probabilities = []
-  for prediction in estimator.predict(input_fn):
-    if len(probabilities) == len(examples):
-      break  # the rest is padding
-    probabilities.append(prediction["probabilities"])
-  if not is_chief:
-    return
+  probabilities = [p["probabilities"] for p in predictions[:len(examples)]]
   write_test_results(os.path.join(output_dir, "test_results.tsv"),
                      probabilities)
   if is_ranking:
@@ -968,66 +962,34 @@ def main(argv):
   del argv
   bert_config, processor, label_list, examples = validate_flags()
   logging.info("Task %s, labels %s", FLAGS.task_name, label_list)
-  setup = training_setup.prepare(training_setup.options_from_flags(
-      FLAGS, FLAGS.output_dir, FLAGS.train_batch_size))
-  if FLAGS.init_checkpoint:
-    training_setup.check_init_checkpoint(
-        FLAGS.init_checkpoint,
-        lambda: build_classifier_variables(bert_config, len(label_list)))
-  if setup.is_chief:
-    write_labels(FLAGS.output_dir, label_list)
-  tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
-
   num_train_steps, num_warmup_steps = 0, 0
   if FLAGS.do_train:
     num_train_steps, num_warmup_steps = train_steps(
         len(examples["train"]), FLAGS.train_batch_size, FLAGS.num_train_epochs,
         FLAGS.warmup_proportion)
-  estimator = training_setup.make_estimator(
-      model_fn_builder(bert_config, len(label_list), FLAGS.init_checkpoint,
-                       FLAGS.learning_rate, num_train_steps, num_warmup_steps,
-                       setup.optimizer_options), setup)
-
-  eval_input_fn = None
-  if FLAGS.do_eval:
-    eval_file = write_features(
-        os.path.join(FLAGS.output_dir, "eval.tf_record"), examples["dev"],
-        label_list, FLAGS.max_seq_length, tokenizer, FLAGS.eval_batch_size)
-    eval_input_fn = input_pipeline.classifier_input_fn_builder(
-        eval_file, FLAGS.max_seq_length, is_training=False,
-        drop_remainder=True, global_batch_size=FLAGS.eval_batch_size)
+  run = runner.prepare(FLAGS, classifier_task(bert_config, len(label_list)),
+                       num_train_steps, num_warmup_steps)
+  files = write_inputs(
+      run.setup.is_chief, FLAGS.output_dir, examples, label_list,
+      tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case),
+      FLAGS.max_seq_length, FLAGS.eval_batch_size, FLAGS.predict_batch_size)
   if FLAGS.do_train:
-    train_file = write_features(
-        os.path.join(FLAGS.output_dir, "train.tf_record"), examples["train"],
-        label_list, FLAGS.max_seq_length, tokenizer)
-    if FLAGS.skip_corrupt_records:
-      train_file, = training_setup.skip_corrupt_records(setup, [train_file])
     logging.info("***** Training: %d examples, global batch %d, %d steps "
                  "*****", len(examples["train"]), FLAGS.train_batch_size,
                  num_train_steps)
-    train_input_fn = input_pipeline.classifier_input_fn_builder(
-        train_file, FLAGS.max_seq_length, is_training=True,
-        drop_remainder=True, global_batch_size=FLAGS.train_batch_size,
-        num_replicas=setup.plan.num_replicas,
-        record_shard=training_setup.record_shard_for_this_worker())
-    # Under a TF_CONFIG cluster, train() runs train_and_evaluate, which needs
-    # an eval input even without --do_eval: then the training file serves.
-    training_setup.train(
-        estimator, setup, train_input_fn,
-        eval_input_fn or input_pipeline.classifier_input_fn_builder(
-            train_file, FLAGS.max_seq_length, is_training=False,
-            drop_remainder=False, global_batch_size=FLAGS.eval_batch_size),
-        num_train_steps, None, input_files=[train_file])
-  if FLAGS.do_eval:
-    logging.info("***** Eval: %d examples, batch %d *****",
-                 len(examples["dev"]), FLAGS.eval_batch_size)
-    result = estimator.evaluate(input_fn=eval_input_fn)
-    if setup.is_chief:
-      training_setup.write_eval_results(FLAGS.output_dir, result)
-  if FLAGS.do_predict:
-    predict(estimator, setup.is_chief, FLAGS.output_dir, examples["test"],
-            label_list, tokenizer, FLAGS.max_seq_length,
-            FLAGS.predict_batch_size, isinstance(processor, RerankProcessor))
+  runner.run(
+      run, input_fn_maker(FLAGS.max_seq_length),
+      train_files=files.get("train"), eval_files=files.get("dev"),
+      eval_batch_size=FLAGS.eval_batch_size,
+      eval_message="***** Eval: %d examples, batch %d *****" % (
+          len(examples.get("dev", ())), FLAGS.eval_batch_size),
+      predict_files=files.get("test"),
+      predict_batch_size=FLAGS.predict_batch_size,
+      predict_message="***** Predict: %d examples, batch %d *****" % (
+          len(examples.get("test", ())), FLAGS.predict_batch_size),
+      use_predictions=functools.partial(
+          write_predictions, FLAGS.output_dir, examples.get("test"),
+          label_list, isinstance(processor, RerankProcessor)))
 
 
 if __name__ == "__main__":

@@ -30,13 +30,11 @@ import dynamic_masking
 import file_patterns
 import input_pipeline
 import modeling
-import optimization
 import packing
 import pretraining_instances
 import pretraining_records
-import throughput
+import runner
 import tokenization
-import training_setup
 from errors import UserError, main_with_user_errors
 
 FLAGS = flags.FLAGS
@@ -47,25 +45,14 @@ MASKING_DYNAMIC = "dynamic"
 
 
 def define_flags():
-  """Upstream's pretraining flags, the gradient accumulation flag and
-  training_setup's. Called by the program only: importing this module (e.g.
-  to build the pretraining heads elsewhere) defines no flags."""
-  flags.DEFINE_string("bert_config_file", None,
-                      "bert_config.json of the model to train.")
+  """Upstream's pretraining flags beyond the runner's (runner.define_flags).
+
+  Called by the program only: importing this module (e.g. to build the
+  pretraining heads elsewhere) defines no flags.
+  """
+  runner.define_flags()
   flags.DEFINE_string("input_file", None,
                       "Input TFRecord file(s): comma-separated globs.")
-  flags.DEFINE_string("output_dir", None,
-                      "Checkpoints, events and throughput logs go here; a "
-                      "rerun with the same directory resumes.")
-  flags.DEFINE_string("init_checkpoint", None,
-                      "Initial weights (e.g. a Google BERT checkpoint, or a "
-                      "Hugging Face BERT directory with config.json + "
-                      "model.safetensors); ignored when output_dir already "
-                      "has a checkpoint.")
-  flags.DEFINE_string("vocab_file", None,
-                      "The vocab the data was made with; checked against "
-                      "bert_config's vocab_size. Needed to draw masks (the "
-                      "ids of [CLS], [SEP], [MASK] and the ## pieces).")
   flags.DEFINE_enum(
       "masking", MASKING_AUTO, [MASKING_AUTO, MASKING_STATIC, MASKING_DYNAMIC],
       "auto: the records' own masks (create_pretraining_data.py "
@@ -82,26 +69,12 @@ def define_flags():
   flags.DEFINE_integer("max_predictions_per_seq", 20,
                        "Masked positions per sequence in the records (or "
                        "drawn per sequence).")
-  flags.DEFINE_bool("do_train", False, "Whether to run training.")
   flags.DEFINE_bool("do_eval", False,
                     "Whether to run eval on the input files.")
-  flags.DEFINE_integer("train_batch_size", 32,
-                       "Total batch size for training, over all replicas.")
-  flags.DEFINE_integer("num_accumulation_steps", 1,
-                       "Gradient accumulation: micro-batches per update. Each "
-                       "replica's micro-batch is train_batch_size / (replicas "
-                       "* K); the update and global_step come once per K.")
   flags.DEFINE_integer("eval_batch_size", 8, "Total batch size for eval.")
-  flags.DEFINE_float("learning_rate", 5e-5, "The initial learning rate.")
   flags.DEFINE_integer("num_train_steps", 100000, "Number of training steps.")
   flags.DEFINE_integer("num_warmup_steps", 10000, "Number of warm-up steps.")
-  flags.DEFINE_integer("save_checkpoints_steps", 1000,
-                       "How often to save the model checkpoint.")
-  flags.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints to keep.")
-  flags.DEFINE_integer("iterations_per_loop", 1000,
-                       "Accepted for upstream compatibility; unused off TPU.")
   flags.DEFINE_integer("max_eval_steps", 100, "Maximum number of eval steps.")
-  training_setup.define_flags()
 
 
 def get_masked_lm_output(bert_config, input_tensor, output_weights, positions,
@@ -329,16 +302,6 @@ def batch_counts(features):
   return sequences, tf.reduce_sum(features["input_mask"])
 
 
-def split_micro_batches(features, num_micro_batches):
-  """K feature dicts of consecutive [B/K, ...] slices of the [B, ...] ones."""
-  if num_micro_batches == 1:
-    return [features]
-  pieces = {name: tf.split(t, num_micro_batches, axis=0)
-            for name, t in features.items()}
-  return [{name: pieces[name][i] for name in features}
-          for i in range(num_micro_batches)]
-
-
 def micro_batch_loss_fns(bert_config, features, num_micro_batches):
   """Loss functions of this replica's K micro-batches: its share of the step.
 
@@ -381,11 +344,7 @@ def micro_batch_loss_fns(bert_config, features, num_micro_batches):
   denominator = masked_count + 1e-5
 
   def loss_fn(index, micro_batch):
-    # reuse=True from the second micro-batch on: a variable name that changed
-    # between builds fails loudly instead of training a fresh copy.
-    with tf.variable_scope(tf.get_variable_scope(),
-                           reuse=True if index else None,
-                           auxiliary_name_scope=False):
+    with runner.reusing_variables(index):
       (masked_lm_loss, _, _), (next_sentence_loss, _, _) = pretraining_model(
           bert_config, micro_batch, is_training=True,
           masked_lm_loss_denominator=denominator,
@@ -396,7 +355,33 @@ def micro_batch_loss_fns(bert_config, features, num_micro_batches):
         next_sentence_loss / float(num_micro_batches))
 
   return [functools.partial(loss_fn, i, micro_batch) for i, micro_batch
-          in enumerate(split_micro_batches(features, num_micro_batches))]
+          in enumerate(runner.split_micro_batches(features,
+                                                  num_micro_batches))]
+
+
+def eval_outputs(bert_config, features):
+  """(mean loss, upstream's four metrics) of an eval batch."""
+  ((masked_lm_loss, masked_lm_example_loss, masked_lm_log_probs),
+   (next_sentence_loss, next_sentence_example_loss,
+    next_sentence_log_probs)) = pretraining_model(
+        bert_config, features, is_training=False)
+  metrics = pretraining_metrics(
+      masked_lm_example_loss, masked_lm_log_probs,
+      features["masked_lm_ids"], features["masked_lm_weights"],
+      next_sentence_example_loss, next_sentence_log_probs,
+      features["next_sentence_labels"], features.get("next_sentence_weights"))
+  return masked_lm_loss + next_sentence_loss, metrics
+
+
+def pretraining_task(bert_config):
+  """Pretraining as a runner.Task: masked LM + next sentence, packed rows
+  included; trains and evaluates, predicts nothing."""
+  return runner.Task(
+      build_variables=functools.partial(build_pretraining_variables,
+                                        bert_config),
+      train_loss_fns=functools.partial(micro_batch_loss_fns, bert_config),
+      eval_outputs=functools.partial(eval_outputs, bert_config),
+      batch_counts=batch_counts)
 
 
 def model_fn_builder(bert_config, init_checkpoint, learning_rate,
@@ -410,60 +395,15 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
     learning_rate: peak learning rate.
     num_train_steps: optimizer updates of the whole run.
     num_warmup_steps: warm-up updates.
-    optimizer_options: dict of extra create_optimizer keyword arguments
-      (use_fp16, optimizer_name, ...).
+    optimizer_options: dict of extra create_accumulating_optimizer keyword
+      arguments (use_fp16, optimizer_name, ...; runner.optimizer_options).
     num_accumulation_steps: micro-batches per update; each replica's batch
       must divide by it.
   """
-
-  def model_fn(features, labels, mode, params):
-    del labels, params
-    if mode == tf.estimator.ModeKeys.TRAIN:
-      throughput.register_batch_counts(*batch_counts(features))
-      step = optimization.create_accumulating_optimizer(
-          micro_batch_loss_fns(bert_config, features, num_accumulation_steps),
-          learning_rate, num_train_steps, num_warmup_steps,
-          **optimizer_options)
-      if init_checkpoint:
-        training_setup.init_from_checkpoint(init_checkpoint)
-      return tf.estimator.EstimatorSpec(
-          mode, loss=throughput.register_step_metrics(step),
-          train_op=step.train_op)
-    if mode == tf.estimator.ModeKeys.EVAL:
-      ((masked_lm_loss, masked_lm_example_loss, masked_lm_log_probs),
-       (next_sentence_loss, next_sentence_example_loss,
-        next_sentence_log_probs)) = pretraining_model(
-            bert_config, features, is_training=False)
-      if init_checkpoint:
-        training_setup.init_from_checkpoint(init_checkpoint)
-      metrics = pretraining_metrics(
-          masked_lm_example_loss, masked_lm_log_probs,
-          features["masked_lm_ids"], features["masked_lm_weights"],
-          next_sentence_example_loss, next_sentence_log_probs,
-          features["next_sentence_labels"],
-          features.get("next_sentence_weights"))
-      # Eval runs unreplicated: report the mean loss itself.
-      return tf.estimator.EstimatorSpec(
-          mode, loss=masked_lm_loss + next_sentence_loss,
-          eval_metric_ops=metrics)
-    raise ValueError("Only TRAIN and EVAL modes are supported: %s" % mode)
-
-  return model_fn
-
-
-def micro_batch_size(global_batch_size, num_replicas, num_accumulation_steps):
-  """Examples per replica per micro-batch.
-
-  Raises:
-    UserError: the global batch does not split evenly.
-  """
-  if global_batch_size % (num_replicas * num_accumulation_steps):
-    raise UserError(
-        "--train_batch_size=%d (the global batch per update) must divide by "
-        "%d replicas x --num_accumulation_steps=%d = %d" %
-        (global_batch_size, num_replicas, num_accumulation_steps,
-         num_replicas * num_accumulation_steps))
-  return global_batch_size // (num_replicas * num_accumulation_steps)
+  return runner.model_fn_builder(
+      pretraining_task(bert_config), init_checkpoint, learning_rate,
+      num_train_steps, num_warmup_steps, optimizer_options,
+      num_accumulation_steps)
 
 
 def build_pretraining_variables(bert_config):
@@ -549,9 +489,8 @@ def validate_flags():
       raise UserError("--%s is required" % name)
   bert_config = modeling.BertConfig.from_json_file(FLAGS.bert_config_file)
   modeling.check_seq_length_fits(bert_config, FLAGS.max_seq_length)
-  for name in ("train_batch_size", "eval_batch_size", "num_train_steps",
-               "save_checkpoints_steps", "max_predictions_per_seq",
-               "num_accumulation_steps"):
+  for name in ("eval_batch_size", "num_train_steps",
+               "max_predictions_per_seq"):
     if getattr(FLAGS, name) < 1:
       raise UserError("--%s must be >= 1, got %d" % (name, getattr(FLAGS, name)))
   if FLAGS.num_warmup_steps < 0:
@@ -578,67 +517,52 @@ def validate_flags():
           max_sequences_per_pack)
 
 
+def input_fn_maker(max_seq_length, max_predictions_per_seq, record_kind,
+                   masking, max_sequences_per_pack, seed, output_dir):
+  """The runner's make_input_fn over pretraining records.
+
+  Args:
+    max_seq_length, max_predictions_per_seq: S and P of the records.
+    record_kind, masking, max_sequences_per_pack: see validate_flags.
+    seed: --tf_random_seed: deterministic training input and its masks'
+      seed; None: upstream's sloppy, shuffled reading.
+    output_dir: where training resumes from (the chief's directory: horovod's
+      other ranks keep a scratch one).
+  """
+  def make_input_fn(files, mode, global_batch_size, num_replicas):
+    is_training = mode == tf.estimator.ModeKeys.TRAIN
+    return input_pipeline.pretraining_input_fn_builder(
+        files, max_seq_length, max_predictions_per_seq,
+        is_training=is_training, global_batch_size=global_batch_size,
+        num_replicas=num_replicas,
+        deterministic=not is_training or seed is not None,
+        record_kind=record_kind, masking=masking,
+        masking_seed=seed if is_training else None,
+        start_step_fn=(lambda: input_pipeline.checkpoint_step(output_dir))
+        if is_training else None,
+        max_sequences_per_pack=max_sequences_per_pack)
+  return make_input_fn
+
+
 def main(argv):
   del argv
   (bert_config, input_files, record_kind, masking,
    max_sequences_per_pack) = validate_flags()
-  setup = training_setup.prepare(training_setup.options_from_flags(
-      FLAGS, FLAGS.output_dir, FLAGS.train_batch_size))
-  if FLAGS.num_accumulation_steps > 1:
-    logging.info(
-        "gradient accumulation: %d micro-batches of %d examples per replica, "
-        "one update per %d examples", FLAGS.num_accumulation_steps,
-        micro_batch_size(FLAGS.train_batch_size, setup.plan.num_replicas,
-                         FLAGS.num_accumulation_steps),
-        FLAGS.train_batch_size)
-  if FLAGS.init_checkpoint:
-    training_setup.check_init_checkpoint(
-        FLAGS.init_checkpoint, lambda: build_pretraining_variables(bert_config))
+  run = runner.prepare(FLAGS, pretraining_task(bert_config),
+                       FLAGS.num_train_steps, FLAGS.num_warmup_steps)
   logging.info("Input files: %d, first %s", len(input_files), input_files[0])
   if max_sequences_per_pack is not None:
     logging.info("packed records: up to %d sequences per row; "
                  "--train_batch_size counts rows", max_sequences_per_pack)
   else:
     logging.info("%s", describe_masking(record_kind, masking))
-  if FLAGS.skip_corrupt_records:
-    input_files = training_setup.skip_corrupt_records(setup, input_files)
-
-  model_fn = model_fn_builder(
-      bert_config, FLAGS.init_checkpoint, FLAGS.learning_rate,
-      FLAGS.num_train_steps, FLAGS.num_warmup_steps, setup.optimizer_options,
-      FLAGS.num_accumulation_steps)
-  estimator = training_setup.make_estimator(model_fn, setup)
-  train_input_fn = input_pipeline.pretraining_input_fn_builder(
-      training_setup.input_files_for_this_worker(setup, input_files),
-      FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
-      is_training=True, global_batch_size=FLAGS.train_batch_size,
-      num_replicas=setup.plan.num_replicas,
-      deterministic=FLAGS.tf_random_seed is not None,
-      record_kind=record_kind, masking=masking,
-      masking_seed=FLAGS.tf_random_seed,
-      # The chief's directory: horovod's other ranks keep a scratch one.
-      start_step_fn=lambda: input_pipeline.checkpoint_step(FLAGS.output_dir),
-      max_sequences_per_pack=max_sequences_per_pack)
-  eval_input_fn = input_pipeline.pretraining_input_fn_builder(
-      input_files, FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
-      is_training=False, global_batch_size=FLAGS.eval_batch_size,
-      num_replicas=1, deterministic=True, record_kind=record_kind,
-      masking=masking, max_sequences_per_pack=max_sequences_per_pack)
-
-  throughput_summary, result = None, None
-  if FLAGS.do_train:
-    throughput_summary = training_setup.train(
-        estimator, setup, train_input_fn, eval_input_fn,
-        FLAGS.num_train_steps, FLAGS.max_eval_steps, input_files=input_files)
-  if FLAGS.do_eval:
-    result = estimator.evaluate(input_fn=eval_input_fn,
-                                steps=FLAGS.max_eval_steps)
-    if setup.is_chief:
-      # The run summary below prints the metrics.
-      training_setup.write_eval_results(FLAGS.output_dir, result, log=False)
-  if setup.is_chief:
-    training_setup.print_run_summary(FLAGS.output_dir, throughput_summary,
-                                     result)
+  runner.run(
+      run, input_fn_maker(FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
+                          record_kind, masking, max_sequences_per_pack,
+                          FLAGS.tf_random_seed, FLAGS.output_dir),
+      train_files=input_files if FLAGS.do_train else None,
+      eval_files=input_files if FLAGS.do_eval else None,
+      eval_batch_size=FLAGS.eval_batch_size, eval_steps=FLAGS.max_eval_steps)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
 # coding=utf-8
 """BERT fine-tuning on SQuAD 1.1 and 2.0 with tf.estimator.
 
-Upstream's flags, features and output files (TPU flags dropped), on the same
-Estimator set-up as run_classifier.py (training_setup.py): one device,
-MirroredStrategy, MultiWorkerMirroredStrategy, CentralStorageStrategy or
-horovod, --use_fp16, gradient accumulation, preemption, throughput logs.
+Upstream's flags, features and output files (TPU flags dropped), run by the
+task runner (runner.py) as run_pretraining.py and run_classifier.py are: one
+device, MirroredStrategy, MultiWorkerMirroredStrategy, CentralStorageStrategy
+or horovod, --use_fp16, --use_bf16, gradient accumulation, preemption,
+throughput logs, a run summary.
 `--train_batch_size` is the global batch over all replicas and
 micro-batches.
 
@@ -46,19 +47,16 @@ from absl import logging
 import tensorflow.compat.v1 as tf
 
 import atomic_io
-import distribution
+import checkpoints
 import input_pipeline
 import modeling
-import optimization
 import run_classifier
-import run_pretraining
+import runner
 import squad_data
 import squad_evaluation
 import squad_predictions
 import squad_task
-import throughput
 import tokenization
-import training_setup
 from errors import UserError, main_with_user_errors
 
 FLAGS = flags.FLAGS
@@ -69,27 +67,16 @@ TRAIN_SHUFFLE_SEED = 12345
 
 
 def define_flags():
-  """Upstream's run_squad flags and training_setup's.
+  """Upstream's run_squad flags beyond the runner's (runner.define_flags).
 
   Called by the program only: importing this module defines no flags.
   """
-  flags.DEFINE_string("bert_config_file", None,
-                      "bert_config.json of the pre-trained model.")
-  flags.DEFINE_string("vocab_file", None,
-                      "The vocab the BERT model was trained with.")
-  flags.DEFINE_string("output_dir", None,
-                      "Checkpoints, features and predictions go here; a "
-                      "rerun with the same directory resumes.")
+  runner.define_flags()
   flags.DEFINE_string("train_file", None,
                       "SQuAD json for training, e.g. train-v1.1.json.")
   flags.DEFINE_string("predict_file", None,
                       "SQuAD json to predict, e.g. dev-v1.1.json; with gold "
                       "answers it is also evaluated.")
-  flags.DEFINE_string("init_checkpoint", None,
-                      "Initial weights: a checkpoint prefix or a directory "
-                      "(run_pretraining.py's output_dir, Google's "
-                      ".../bert_model.ckpt, or a Hugging Face BERT "
-                      "directory with config.json + model.safetensors).")
   flags.DEFINE_bool("do_lower_case", True,
                     "Lower-case the input text: True for uncased models.")
   flags.DEFINE_integer("max_seq_length", 384,
@@ -100,26 +87,13 @@ def define_flags():
                        "windows over a long context.")
   flags.DEFINE_integer("max_query_length", 64,
                        "Questions are cut to this many sub-tokens.")
-  flags.DEFINE_bool("do_train", False, "Whether to run training.")
   flags.DEFINE_bool("do_predict", False,
                     "Whether to predict (and evaluate) --predict_file.")
-  flags.DEFINE_integer("train_batch_size", 32,
-                       "Total batch size for training, over all replicas.")
   flags.DEFINE_integer("predict_batch_size", 8,
                        "Total batch size for predictions.")
-  flags.DEFINE_float("learning_rate", 5e-5, "The initial learning rate.")
   flags.DEFINE_float("num_train_epochs", 3.0, "Epochs of training.")
   flags.DEFINE_float("warmup_proportion", 0.1,
                      "Fraction of the training steps with linear warm-up.")
-  flags.DEFINE_integer("save_checkpoints_steps", 1000,
-                       "How often to save the model checkpoint.")
-  flags.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints to keep.")
-  flags.DEFINE_integer("iterations_per_loop", 1000,
-                       "Accepted for upstream compatibility; unused off TPU.")
-  flags.DEFINE_integer("num_accumulation_steps", 1,
-                       "Gradient accumulation: micro-batches per update. Each "
-                       "replica's micro-batch is train_batch_size / (replicas "
-                       "x num_accumulation_steps).")
   flags.DEFINE_integer("n_best_size", 20,
                        "Answers kept per question in nbest_predictions.json "
                        "(and start/end positions tried per window).")
@@ -134,13 +108,45 @@ def define_flags():
   flags.DEFINE_float("null_score_diff_threshold", 0.0,
                      "SQuAD 2.0: answer \"\" when null score - best non-null "
                      "score exceeds this.")
-  training_setup.define_flags()
+
+
+def question_answering_task(bert_config):
+  """SQuAD as a runner.Task: upstream's span loss; its mean as the eval loss
+  (train_and_evaluate under a TF_CONFIG cluster); unique_ids [B] and
+  start_logits / end_logits [B, S] as predictions."""
+
+  def logits(features, is_training):
+    return squad_task.create_model(bert_config, is_training,
+                                   features["input_ids"],
+                                   features["input_mask"],
+                                   features["segment_ids"])
+
+  def loss(features, is_training):
+    start_logits, end_logits = logits(features, is_training)
+    return squad_task.span_loss(start_logits, end_logits,
+                                features["start_positions"],
+                                features["end_positions"])
+
+  def eval_outputs(features):
+    mean_loss = loss(features, False)
+    return mean_loss, {"eval_loss": tf.metrics.mean(mean_loss)}
+
+  def predictions(features):
+    start_logits, end_logits = logits(features, False)
+    return {"unique_ids": features["unique_ids"],
+            "start_logits": start_logits, "end_logits": end_logits}
+
+  return runner.Task(
+      build_variables=lambda: squad_task.build_squad_variables(bert_config),
+      train_loss_fns=runner.mean_loss_shares(
+          lambda features: loss(features, True)),
+      eval_outputs=eval_outputs, predictions=predictions)
 
 
 def model_fn_builder(bert_config, init_checkpoint, learning_rate,
                      num_train_steps, num_warmup_steps, optimizer_options,
                      num_accumulation_steps=1):
-  """Returns the Estimator model_fn for SQuAD.
+  """Returns the Estimator model_fn for SQuAD (question_answering_task).
 
   Args:
     bert_config: BertConfig.
@@ -148,61 +154,15 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
     learning_rate: peak learning rate.
     num_train_steps: optimizer updates of the whole run.
     num_warmup_steps: warm-up updates.
-    optimizer_options: extra create_optimizer keyword arguments
-      (training_setup.Setup.optimizer_options).
+    optimizer_options: extra create_accumulating_optimizer keyword arguments
+      (runner.optimizer_options).
     num_accumulation_steps: micro-batches per update; each replica's batch
       must divide by it.
-
-  The model_fn trains on the span loss; EVAL (train_and_evaluate under a
-  TF_CONFIG cluster) reports it; PREDICT returns unique_ids [B] and
-  start_logits / end_logits [B, S].
   """
-
-  def micro_batch_loss_fns(features):
-    def loss_fn(index, micro_batch):
-      with tf.variable_scope(tf.get_variable_scope(),
-                             reuse=True if index else None,
-                             auxiliary_name_scope=False):
-        start_logits, end_logits = squad_task.create_model(
-            bert_config, True, micro_batch["input_ids"],
-            micro_batch["input_mask"], micro_batch["segment_ids"])
-      # Equal-size micro-batches: each mean counts 1/K of the replica's.
-      return distribution.replica_share(squad_task.span_loss(
-          start_logits, end_logits, micro_batch["start_positions"],
-          micro_batch["end_positions"]) / float(num_accumulation_steps))
-    return [functools.partial(loss_fn, i, micro_batch)
-            for i, micro_batch in enumerate(
-                run_pretraining.split_micro_batches(features,
-                                                    num_accumulation_steps))]
-
-  def model_fn(features, labels, mode, params):
-    del labels, params
-    if mode == tf.estimator.ModeKeys.TRAIN:
-      step = optimization.create_accumulating_optimizer(
-          micro_batch_loss_fns(features), learning_rate, num_train_steps,
-          num_warmup_steps, **optimizer_options)
-      if init_checkpoint:
-        training_setup.init_from_checkpoint(init_checkpoint)
-      return tf.estimator.EstimatorSpec(
-          mode, loss=throughput.register_step_metrics(step),
-          train_op=step.train_op)
-    start_logits, end_logits = squad_task.create_model(
-        bert_config, False, features["input_ids"], features["input_mask"],
-        features["segment_ids"])
-    if init_checkpoint:
-      training_setup.init_from_checkpoint(init_checkpoint)
-    if mode == tf.estimator.ModeKeys.EVAL:
-      loss = squad_task.span_loss(start_logits, end_logits,
-                                  features["start_positions"],
-                                  features["end_positions"])
-      return tf.estimator.EstimatorSpec(
-          mode, loss=loss,
-          eval_metric_ops={"eval_loss": tf.metrics.mean(loss)})
-    return tf.estimator.EstimatorSpec(mode, predictions={
-        "unique_ids": features["unique_ids"], "start_logits": start_logits,
-        "end_logits": end_logits})
-
-  return model_fn
+  return runner.model_fn_builder(
+      question_answering_task(bert_config), init_checkpoint, learning_rate,
+      num_train_steps, num_warmup_steps, optimizer_options,
+      num_accumulation_steps)
 
 
 def check_window_flags(max_seq_length, max_query_length, doc_stride):
@@ -242,9 +202,7 @@ def validate_flags():
     raise UserError("--do_train needs --train_file")
   if FLAGS.do_predict and not FLAGS.predict_file:
     raise UserError("--do_predict needs --predict_file")
-  for name in ("train_batch_size", "predict_batch_size",
-               "save_checkpoints_steps", "n_best_size", "max_answer_length",
-               "num_accumulation_steps"):
+  for name in ("predict_batch_size", "n_best_size", "max_answer_length"):
     if getattr(FLAGS, name) < 1:
       raise UserError("--%s must be >= 1, got %d" %
                       (name, getattr(FLAGS, name)))
@@ -292,7 +250,7 @@ def check_fine_tuned(init_checkpoint, output_dir):
     raise UserError("--do_predict without --do_train needs a fine-tuned "
                     "checkpoint in --output_dir %s (there is none) or a "
                     "fine-tuned SQuAD --init_checkpoint" % output_dir)
-  path = training_setup.resolve_checkpoint(init_checkpoint)
+  path = checkpoints.resolve_init_checkpoint(init_checkpoint)
   if squad_task.OUTPUT_WEIGHTS not in dict(tf.train.list_variables(path)):
     raise UserError("--do_predict without --do_train: --init_checkpoint %s "
                     "has no SQuAD head (%s), so its answers would be random; "
@@ -316,37 +274,65 @@ def write_features(path, features, is_training):
 
 
 def input_fn_builder(path, max_seq_length, batch_size, has_positions,
-                     is_training=False, num_replicas=1, record_shard=None):
-  """An Estimator input_fn over one file of SQuAD records.
+                     is_training=False, num_replicas=1):
+  """An Estimator input_fn over SQuAD records.
 
   Args:
-    path: the TFRecord file (write_features).
+    path: the TFRecord file(s) (write_features).
     max_seq_length: S.
     batch_size: global batch.
     has_positions: the records are training records (answer positions).
     is_training: shuffle, repeat and drop a partial batch; else one ordered
       pass (predictions line up with the features).
-    num_replicas, record_shard: see classifier_input_fn_builder.
+    num_replicas: replicas in sync; the dataset yields per-replica batches.
   """
   return input_pipeline.classifier_input_fn_builder(
       path, max_seq_length, is_training=is_training,
       drop_remainder=is_training, global_batch_size=batch_size,
-      num_replicas=num_replicas, record_shard=record_shard,
+      num_replicas=num_replicas,
       feature_spec=squad_task.feature_spec(max_seq_length, has_positions))
 
 
-def predict(estimator, path, features, batch_size, max_seq_length):
-  """RawResults of every feature, in file order."""
-  results = []
-  input_fn = input_fn_builder(path, max_seq_length, batch_size, False)
-  for prediction in estimator.predict(input_fn, yield_single_examples=True):
-    results.append(squad_predictions.RawResult(
-        unique_id=int(prediction["unique_ids"]),
-        start_logits=[float(x) for x in prediction["start_logits"].flat],
-        end_logits=[float(x) for x in prediction["end_logits"].flat]))
-    if len(results) % 1000 == 0:
-      logging.info("Predicted %d of %d windows", len(results), len(features))
-  return results
+def input_fn_maker(max_seq_length):
+  """The runner's make_input_fn over SQuAD records: training records (with
+  answer positions) for TRAIN and EVAL, predict records for PREDICT."""
+  def make_input_fn(files, mode, global_batch_size, num_replicas):
+    return input_fn_builder(
+        files, max_seq_length, global_batch_size,
+        has_positions=mode != tf.estimator.ModeKeys.PREDICT,
+        is_training=mode == tf.estimator.ModeKeys.TRAIN,
+        num_replicas=num_replicas)
+  return make_input_fn
+
+
+def answers(examples, features, n_best_size, max_answer_length,
+            do_lower_case, version_2_with_negative, null_score_diff_threshold,
+            output_dir, predict_file, predictions):
+  """Writes the answers of the predict outputs; returns their evaluation.
+
+  Args:
+    examples, features: the predicted SquadExamples and their windows.
+    n_best_size, max_answer_length, do_lower_case, version_2_with_negative,
+    null_score_diff_threshold: the flags' values.
+    output_dir: where predictions.json (nbest, null_odds) go.
+    predict_file: the SQuAD json, evaluated when it has answers.
+    predictions: the runner's prediction dicts, one per window in order.
+
+  Returns:
+    The official evaluation's figures, or None without gold answers.
+  """
+  results = [squad_predictions.RawResult(
+      unique_id=int(p["unique_ids"]),
+      start_logits=[float(x) for x in p["start_logits"].flat],
+      end_logits=[float(x) for x in p["end_logits"].flat])
+             for p in predictions]
+  predicted, nbest, null_odds = squad_predictions.compute_predictions(
+      examples, features, results, n_best_size, max_answer_length,
+      do_lower_case, version_2_with_negative, null_score_diff_threshold)
+  paths = squad_predictions.write_predictions(
+      output_dir, predicted, nbest, null_odds, version_2_with_negative)
+  logging.info("Wrote %s", ", ".join(paths))
+  return evaluate(predict_file, predicted, null_odds, version_2_with_negative)
 
 
 def evaluate(predict_file, predictions, null_odds, version_2_with_negative):
@@ -359,6 +345,32 @@ def evaluate(predict_file, predictions, null_odds, version_2_with_negative):
   return squad_evaluation.evaluate_v1(dataset, predictions)
 
 
+def write_inputs(output_dir, train_examples, predict_examples, tokenizer,
+                 max_seq_length, doc_stride, max_query_length):
+  """Writes train.tf_record (shuffled, as upstream) and eval.tf_record.
+
+  Returns:
+    (train record files or None, their number of windows,
+     predict record files or None, the predict windows' InputFeatures).
+  """
+  train_files = predict_files = None
+  num_train_features, predict_features = 0, []
+  if train_examples:
+    random.Random(TRAIN_SHUFFLE_SEED).shuffle(train_examples)
+    train_files = [os.path.join(output_dir, "train.tf_record")]
+    num_train_features = write_features(
+        train_files[0], squad_data.convert_examples_to_features(
+            train_examples, tokenizer, max_seq_length, doc_stride,
+            max_query_length, is_training=True), is_training=True)
+  if predict_examples:
+    predict_features = list(squad_data.convert_examples_to_features(
+        predict_examples, tokenizer, max_seq_length, doc_stride,
+        max_query_length, is_training=False))
+    predict_files = [os.path.join(output_dir, "eval.tf_record")]
+    write_features(predict_files[0], predict_features, is_training=False)
+  return train_files, num_train_features, predict_files, predict_features
+
+
 def main(argv):
   del argv
   # --verbose_logging: also the answers whose text could not be aligned back
@@ -366,87 +378,35 @@ def main(argv):
   if FLAGS.verbose_logging:
     logging.set_verbosity(logging.DEBUG)
   bert_config, train_examples, predict_examples = validate_flags()
-  setup = training_setup.prepare(training_setup.options_from_flags(
-      FLAGS, FLAGS.output_dir, FLAGS.train_batch_size))
-  if FLAGS.init_checkpoint:
-    training_setup.check_init_checkpoint(
-        FLAGS.init_checkpoint,
-        lambda: squad_task.build_squad_variables(bert_config))
-  tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
-
   num_train_steps, num_warmup_steps = 0, 0
   if FLAGS.do_train:
-    run_pretraining.micro_batch_size(FLAGS.train_batch_size,
-                                     setup.plan.num_replicas,
-                                     FLAGS.num_accumulation_steps)
     num_train_steps, num_warmup_steps = run_classifier.train_steps(
         len(train_examples), FLAGS.train_batch_size, FLAGS.num_train_epochs,
         FLAGS.warmup_proportion)
-  estimator = training_setup.make_estimator(
-      model_fn_builder(bert_config, FLAGS.init_checkpoint,
-                       FLAGS.learning_rate, num_train_steps, num_warmup_steps,
-                       setup.optimizer_options, FLAGS.num_accumulation_steps),
-      setup)
-
-  throughput_summary = None
+  run = runner.prepare(FLAGS, question_answering_task(bert_config),
+                       num_train_steps, num_warmup_steps)
+  train_files, num_train_features, predict_files, predict_features = (
+      write_inputs(FLAGS.output_dir, train_examples, predict_examples,
+                   tokenization.FullTokenizer(FLAGS.vocab_file,
+                                              FLAGS.do_lower_case),
+                   FLAGS.max_seq_length, FLAGS.doc_stride,
+                   FLAGS.max_query_length))
   if FLAGS.do_train:
-    random.Random(TRAIN_SHUFFLE_SEED).shuffle(train_examples)
-    train_file = os.path.join(FLAGS.output_dir, "train.tf_record")
-    num_features = write_features(
-        train_file, squad_data.convert_examples_to_features(
-            train_examples, tokenizer, FLAGS.max_seq_length,
-            FLAGS.doc_stride, FLAGS.max_query_length, is_training=True),
-        is_training=True)
-    if FLAGS.skip_corrupt_records:
-      train_file, = training_setup.skip_corrupt_records(setup, [train_file])
     logging.info("***** Training: %d questions in %d windows, global batch "
-                 "%d, %d steps *****", len(train_examples), num_features,
+                 "%d, %d steps *****", len(train_examples), num_train_features,
                  FLAGS.train_batch_size, num_train_steps)
-    throughput_summary = training_setup.train(
-        estimator, setup,
-        input_fn_builder(
-            train_file, FLAGS.max_seq_length, FLAGS.train_batch_size, True,
-            is_training=True, num_replicas=setup.plan.num_replicas,
-            record_shard=training_setup.record_shard_for_this_worker()),
-        # Under a TF_CONFIG cluster, train() runs train_and_evaluate, which
-        # needs an eval input: the training file's span loss.
-        input_fn_builder(train_file, FLAGS.max_seq_length,
-                         FLAGS.predict_batch_size, True),
-        num_train_steps, None, input_files=[train_file])
-
-  eval_result = None
-  if FLAGS.do_predict:
-    features = list(squad_data.convert_examples_to_features(
-        predict_examples, tokenizer, FLAGS.max_seq_length, FLAGS.doc_stride,
-        FLAGS.max_query_length, is_training=False))
-    path = os.path.join(FLAGS.output_dir, "eval.tf_record")
-    write_features(path, features, is_training=False)
-    logging.info("***** Predict: %d questions in %d windows, batch %d *****",
-                 len(predict_examples), len(features),
-                 FLAGS.predict_batch_size)
-    results = predict(estimator, path, features, FLAGS.predict_batch_size,
-                      FLAGS.max_seq_length)
-    predictions, nbest, null_odds = squad_predictions.compute_predictions(
-        predict_examples, features, results, FLAGS.n_best_size,
-        FLAGS.max_answer_length, FLAGS.do_lower_case,
-        FLAGS.version_2_with_negative, FLAGS.null_score_diff_threshold)
-    if setup.is_chief:
-      paths = squad_predictions.write_predictions(
-          FLAGS.output_dir, predictions, nbest, null_odds,
-          FLAGS.version_2_with_negative)
-      logging.info("Wrote %s", ", ".join(paths))
-      eval_result = evaluate(FLAGS.predict_file, predictions, null_odds,
-                             FLAGS.version_2_with_negative)
-      if eval_result is not None:
-        # None when predicting straight from --init_checkpoint.
-        latest = tf.train.latest_checkpoint(FLAGS.output_dir)
-        if latest:
-          eval_result["global_step"] = int(
-              tf.train.load_variable(latest, "global_step"))
-        training_setup.write_eval_results(FLAGS.output_dir, eval_result)
-  if setup.is_chief:
-    training_setup.print_run_summary(FLAGS.output_dir, throughput_summary,
-                                     eval_result)
+  runner.run(
+      run, input_fn_maker(FLAGS.max_seq_length), train_files=train_files,
+      predict_files=predict_files,
+      predict_batch_size=FLAGS.predict_batch_size,
+      predict_message="***** Predict: %d questions in %d windows, batch %d "
+      "*****" % (len(predict_examples or ()), len(predict_features),
+                 FLAGS.predict_batch_size),
+      use_predictions=functools.partial(
+          answers, predict_examples, predict_features, FLAGS.n_best_size,
+          FLAGS.max_answer_length, FLAGS.do_lower_case,
+          FLAGS.version_2_with_negative, FLAGS.null_score_diff_threshold,
+          FLAGS.output_dir, FLAGS.predict_file))
 
 
 if __name__ == "__main__":

@@ -12,115 +12,15 @@ Steady state excludes, as NVIDIA's BERT reference does:
   - every step during which a checkpoint was written.
 """
 
-import collections
 import json
 import os
 import time
-import weakref
 
 from absl import logging
 import tensorflow.compat.v1 as tf
 
 import atomic_io
-import distribution
-
-# Graph -> its StepMetrics entries: written by register_step_metrics only,
-# read by step_metrics only. Not a graph collection, which every checkpoint's
-# meta graph would try (and fail) to serialize.
-_STEP_METRICS = weakref.WeakKeyDictionary()
-
-# What the training hooks watch of a step: the global batch's loss (as the
-# sum of this process's entries), the learning rate, the loss scale or None.
-StepMetrics = collections.namedtuple(
-    "StepMetrics", ["loss", "learning_rate", "loss_scale"])
-
-
-def register_step_metrics(step):
-  """The TRAIN model_fn's hand-over of its step to the training hooks.
-
-  Called once per replica with the optimization.TrainStep it built; the
-  hooks (throughput, the non-finite loss guard) refuse to run without it.
-  The hooks add up this process's entries and log the global batch's loss.
-  With all replicas in this process their loss shares add up to it (as
-  Estimator sums them). Horovod ranks and the workers of a multi_worker
-  cluster hold only their own shares, so each entry is the step's loss
-  summed over every replica (step.loss, which rode in the gradient
-  all-reduce), divided among the local replicas.
-
-  Args:
-    step: this replica's optimization.TrainStep.
-
-  Returns:
-    The loss for the EstimatorSpec: the share under a tf.distribute
-    strategy (Estimator sums the shares over all replicas), the global
-    batch's loss under horovod.
-  """
-  reported, watched = step.loss_share, step.loss_share
-  num_local = distribution.num_local_replicas()
-  if distribution.num_replicas_in_sync() > num_local:
-    watched = step.loss / float(num_local)
-    if distribution.process_group():
-      reported = step.loss
-  _STEP_METRICS.setdefault(tf.get_default_graph(), []).append(StepMetrics(
-      loss=watched, learning_rate=step.learning_rate,
-      loss_scale=step.loss_scale))
-  return reported
-
-
-# Graph -> the BatchCounts of each local replica's batch (register_batch_counts).
-_BATCH_COUNTS = weakref.WeakKeyDictionary()
-
-# What a step's global batch holds besides its rows: sequences (more than the
-# rows when rows are packed) and real, non-padding tokens.
-BatchCounts = collections.namedtuple("BatchCounts",
-                                     ["sequences", "real_tokens"])
-
-
-def register_batch_counts(sequences, real_tokens):
-  """The TRAIN model_fn's count of what one replica's batch holds.
-
-  The hook then also logs sequences/sec and real tokens/sec (the figure
-  packing improves). Called once per replica, in a replica context. The
-  counts of the replicas of this process are summed; with several processes
-  (multi_worker, horovod) they are scaled by replicas / local replicas, an
-  estimate of the global batch's (exact with one process).
-
-  Args:
-    sequences: scalar, the sequences in this replica's batch.
-    real_tokens: scalar, its tokens that are not padding.
-  """
-  scale = (distribution.num_replicas_in_sync() /
-           float(distribution.num_local_replicas()))
-  _BATCH_COUNTS.setdefault(tf.get_default_graph(), []).append(BatchCounts(
-      sequences=tf.cast(sequences, tf.float32) * scale,
-      real_tokens=tf.cast(real_tokens, tf.float32) * scale))
-
-
-def batch_counts():
-  """BatchCounts of the default graph's global batch, or None if the model_fn
-  registered none."""
-  entries = _BATCH_COUNTS.get(tf.get_default_graph())
-  if not entries:
-    return None
-  return BatchCounts(sequences=tf.add_n([e.sequences for e in entries]),
-                     real_tokens=tf.add_n([e.real_tokens for e in entries]))
-
-
-def step_metrics():
-  """The StepMetrics of the default graph's training step, for the hooks.
-
-  Raises:
-    ValueError: the TRAIN model_fn did not call register_step_metrics, so
-      nothing would watch its loss.
-  """
-  entries = _STEP_METRICS.get(tf.get_default_graph())
-  if not entries:
-    raise ValueError("The training model_fn must hand its step to the hooks "
-                     "with throughput.register_step_metrics(step).")
-  return StepMetrics(loss=tf.add_n([e.loss for e in entries]),
-                     learning_rate=entries[0].learning_rate,
-                     loss_scale=entries[0].loss_scale)
-
+import train_step
 
 def steady_state(step_records, warmup_steps):
   """Steady-state throughput from per-step records.
@@ -153,7 +53,7 @@ def steady_state(step_records, warmup_steps):
 
 
 # Per-step counts recorded when the model_fn registers BatchCounts.
-COUNTED = BatchCounts._fields
+COUNTED = train_step.BatchCounts._fields
 
 
 class CheckpointMarker(tf.estimator.CheckpointSaverListener):
@@ -198,12 +98,12 @@ class ThroughputHook(tf.train.SessionRunHook):
 
   def begin(self):
     self._global_step = tf.train.get_global_step()
-    metrics = step_metrics()
+    metrics = train_step.step_metrics()
     self._fetches = {"global_step": self._global_step, "loss": metrics.loss,
                      "learning_rate": metrics.learning_rate}
     if metrics.loss_scale is not None:
       self._fetches["loss_scale"] = metrics.loss_scale
-    counts = batch_counts()
+    counts = train_step.batch_counts()
     if counts is not None:
       self._fetches.update(counts._asdict())
     self._jsonl = None

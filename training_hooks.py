@@ -1,6 +1,7 @@
-"""SessionRunHooks of the training programs (run_pretraining, run_classifier).
+"""SessionRunHooks of the training programs (run_pretraining, run_classifier,
+run_squad).
 
-training_setup.train decides which of them a run gets; each watches or acts
+runner.train decides which of them a run gets; each watches or acts
 on one thing: the profiler window, a non-finite loss, a stalled step (a dead
 peer), a stop signal (preemption), the final weights' fingerprint.
 """
@@ -20,7 +21,7 @@ import tensorflow.compat.v1 as tf
 import atomic_io
 import errors
 import preemption
-import throughput
+import train_step
 
 
 class ProfilerHook(tf.train.SessionRunHook):
@@ -62,7 +63,7 @@ class NonFiniteLossHook(tf.train.SessionRunHook):
     self._use_fp16 = use_fp16
 
   def begin(self):
-    self._fetches = {"loss": throughput.step_metrics().loss,
+    self._fetches = {"loss": train_step.step_metrics().loss,
                      "step": tf.train.get_global_step()}
 
   def before_run(self, run_context):

@@ -19,8 +19,9 @@ brackets); an option given on the command line wins.
                         to N [HOSTS, default localhost:N]
   -c, --config FILE     bert_config.json [BERT_CONFIG, default
                         configs/bert_base.json]
-  -i, --input GLOBS     pretraining TFRecords, comma-separated globs; at
-                        least N files, each rank reads its own [INPUT_FILE]
+  -i, --input GLOBS     pretraining TFRecords, comma-separated globs; each
+                        rank reads its own files (its own records of fewer
+                        files than ranks) [INPUT_FILE]
   -o, --output DIR      checkpoints and logs, written by rank 0 only
                         [OUTPUT_DIR]
   -b, --batch N         GLOBAL batch over all ranks (each rank gets

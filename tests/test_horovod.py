@@ -1,9 +1,10 @@
 """Tests of --distribution_strategy=horovod (horovod_engine.py).
 
 The tests that launch ranks need horovod (scripts/install_horovod.sh) and are
-skipped, with that reason, without it. The file sharding helper, the launcher
-script's argument checks and the missing-horovod error run everywhere; the
-last hides an installed horovod behind a package that fails to import.
+skipped, with that reason, without it. How ranks share out the input (the
+runner's InputContext), the launcher script's argument checks and the
+missing-horovod error run everywhere; the last hides an installed horovod
+behind a package that fails to import.
 """
 
 import json
@@ -19,10 +20,9 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from conftest import REPO_ROOT, TINY_CONFIG, load_checkpoint, run_program
-import horovod_engine
+import input_pipeline
 import run_classifier
 import synthetic_data
-from errors import UserError
 
 try:
   import horovod.tensorflow  # noqa: F401  pylint: disable=unused-import
@@ -54,18 +54,61 @@ def rank_lines(output, tag):
   return found
 
 
-def test_files_of_rank_deals_files_round_robin():
-  files = ["f0", "f1", "f2", "f3", "f4"]
-  assert horovod_engine.files_of_rank(files, 0, 2) == ["f0", "f2", "f4"]
-  assert horovod_engine.files_of_rank(files, 1, 2) == ["f1", "f3"]
-  shares = [horovod_engine.files_of_rank(files, r, 3) for r in range(3)]
-  assert shares == [["f0", "f3"], ["f1", "f4"], ["f2"]]
+def pretraining_rows(files, num_ranks, rank, num_rows, start_step=None):
+  """The input_ids rows (as tuples) that rank `rank` of `num_ranks` reads,
+  one per step (per-rank batch 1), as the runner feeds a horovod rank; with
+  num_ranks=None, the whole stream one process reads."""
+  context = None
+  if num_ranks:
+    context = tf.distribute.InputContext(num_input_pipelines=num_ranks,
+                                         input_pipeline_id=rank,
+                                         num_replicas_in_sync=num_ranks)
+  with tf.Graph().as_default():
+    input_fn = input_pipeline.pretraining_input_fn_builder(
+        files, SEQ, PREDS, is_training=True,
+        global_batch_size=num_ranks or 1, num_replicas=num_ranks or 1,
+        deterministic=True,
+        start_step_fn=(lambda: start_step) if start_step else None)
+    batch = tf.data.make_one_shot_iterator(
+        input_fn(input_context=context)).get_next()["input_ids"]
+    with tf.Session() as sess:
+      return [tuple(sess.run(batch)[0].tolist()) for _ in range(num_rows)]
 
 
-def test_fewer_files_than_ranks_is_a_user_error():
-  with pytest.raises(UserError) as e:
-    horovod_engine.files_of_rank(["only.tfrecord"], 0, 3)
-  assert "1 file(s)" in str(e.value) and "3 ranks" in str(e.value)
+@pytest.mark.parametrize("num_ranks", [2, 3])
+def test_fewer_files_than_ranks_share_out_the_records_exactly(tmp_path,
+                                                               num_ranks):
+  path = synthetic_data.write_synthetic_pretraining_records(
+      str(tmp_path / "one.tfrecord"), 12, SEQ, PREDS, VOCAB)
+  assert input_pipeline.shards_by_record(1, num_ranks)
+  stream = pretraining_rows([path], None, 0, 24)  # two epochs, in order
+  assert len(set(stream[:12])) == 12
+  per_epoch = 12 // num_ranks
+  shares = [pretraining_rows([path], num_ranks, rank, 2 * per_epoch)
+            for rank in range(num_ranks)]
+  for rank, share in enumerate(shares):
+    # Rank r reads records r, r+N, r+2N, ... of the stream, epoch after epoch.
+    assert share == stream[rank::num_ranks]
+  # Disjoint and covering: every record once per epoch over all ranks.
+  first_epoch = [row for share in shares for row in share[:per_epoch]]
+  assert sorted(first_epoch) == sorted(stream[:12])
+  # A rank resuming at step 2 starts where the uninterrupted run would be.
+  for rank in range(num_ranks):
+    assert pretraining_rows([path], num_ranks, rank, 1, start_step=2) == [
+        stream[2 * num_ranks + rank]]
+
+
+def test_at_least_as_many_files_as_ranks_share_out_whole_files(tmp_path):
+  paths = [synthetic_data.write_synthetic_pretraining_records(
+      str(tmp_path / ("f%d.tfrecord" % i)), 4, SEQ, PREDS, VOCAB, seed=i)
+           for i in range(3)]
+  assert not input_pipeline.shards_by_record(3, 2)
+  files_read = [pretraining_rows(paths, 2, rank, 4 * (2 - rank))
+                for rank in (0, 1)]
+  # Rank 0 reads files 0 and 2, rank 1 file 1, each in order.
+  assert files_read[0] == (pretraining_rows([paths[0]], None, 0, 4) +
+                           pretraining_rows([paths[2]], None, 0, 4))
+  assert files_read[1] == pretraining_rows([paths[1]], None, 0, 4)
 
 
 def hide_horovod(tmp_path):
@@ -130,6 +173,7 @@ PROBE = textwrap.dedent("""\
     sys.path.insert(0, %(repo)r)
     import tensorflow.compat.v1 as tf
     tf.disable_v2_behavior()
+    import types
     import distribution, horovod_engine, input_pipeline, training_setup
 
     plan = distribution.StrategyPlan("horovod", ["/cpu:0"],
@@ -151,14 +195,14 @@ PROBE = textwrap.dedent("""\
       out = {"is_chief": is_chief, "sum32": sess.run(sum32).tolist(),
              "sum16": sess.run(sum16).tolist(),
              "dtype16": sess.run(sum16).dtype.name,
-             "broadcast": sess.run(var).tolist(),
-             "files": horovod_engine.shard_files(["f0", "f1", "f2"])}
-      shard = training_setup.record_shard_for_this_worker()
+             "broadcast": sess.run(var).tolist()}
+      context = training_setup.input_context(types.SimpleNamespace(plan=plan))
       batches = input_pipeline.classifier_input_fn_builder(
           %(records)r, 4, is_training=False, drop_remainder=False,
-          global_batch_size=2, record_shard=shard)()
+          global_batch_size=2)(input_context=context)
       labels = tf.data.make_one_shot_iterator(batches).get_next()["label_ids"]
-      out["record_shard"] = list(shard)
+      out["record_shard"] = [context.num_input_pipelines,
+                             context.input_pipeline_id]
       out["labels"] = sess.run(labels).tolist() + sess.run(labels).tolist()
     print("PROBE " + json.dumps(out), flush=True)
     """)
@@ -192,7 +236,6 @@ def test_two_ranks_sum_broadcast_and_shard(tmp_path):
     # Rank 1 started from 11.0; the broadcast gives it rank 0's 1.0.
     assert out[rank]["broadcast"] == [1.0]
   assert out[0]["is_chief"] and not out[1]["is_chief"]
-  assert out[0]["files"] == ["f0", "f2"] and out[1]["files"] == ["f1"]
   # run_classifier's single train file: each rank reads its own records.
   assert out[0]["record_shard"] == [2, 0] and out[1]["record_shard"] == [2, 1]
   assert out[0]["labels"] == [0, 2, 4, 6] and out[1]["labels"] == [1, 3, 5, 7]
@@ -232,13 +275,16 @@ def pretraining_data(tmp_path_factory):
   return paths
 
 
-def launch_two_ranks(data, output_dir, scratch_root, steps, extra=()):
-  """run_pretraining.py on 2 ranks through scripts/run_pre_horovod.sh."""
+def launch_two_ranks(data, output_dir, scratch_root, steps, extra=(),
+                     inputs=None):
+  """run_pretraining.py on 2 ranks through scripts/run_pre_horovod.sh, on
+  `inputs` (default: one file per rank)."""
   env = dict(os.environ, PYTHON=sys.executable, TF_CPP_MIN_LOG_LEVEL="2",
              BERT_HOROVOD_SCRATCH_ROOT=scratch_root)
   command = [
       os.path.join(REPO_ROOT, "scripts", "run_pre_horovod.sh"), "-n", "2",
-      "-c", data["config"], "-i", "%s,%s" % (data["rank0"], data["rank1"]),
+      "-c", data["config"],
+      "-i", inputs or "%s,%s" % (data["rank0"], data["rank1"]),
       "-o", output_dir, "-b", str(2 * PER_RANK_BATCH), "-s", str(SEQ),
       "-p", str(PREDS), "-t", str(steps), "-w", "2", "-l", LEARNING_RATE,
       "--", "--tf_random_seed", "1", "--log_every_n_steps", "1"] + list(extra)
@@ -304,11 +350,12 @@ def test_only_rank0_writes_summaries_and_results(two_rank_run):
   assert summary["final_step"] == STEPS
 
 
-@requires_horovod
-@pytest.mark.slow
-def test_two_ranks_equal_one_device_with_double_batch(pretraining_data,
-                                                      two_rank_run, tmp_path):
-  one_dir = str(tmp_path / "one_device")
+@pytest.fixture(scope="module")
+def one_device_run(pretraining_data, tmp_path_factory):
+  """The run every 2-rank run must equal: one device, the `combined` file,
+  double the per-rank batch, same steps, learning rate and seed. Returns
+  its (final, initial) weights."""
+  one_dir = str(tmp_path_factory.mktemp("one_device"))
   result = run_program(
       ["run_pretraining.py", "--bert_config_file", pretraining_data["config"],
        "--input_file", pretraining_data["combined"], "--output_dir", one_dir,
@@ -319,19 +366,47 @@ def test_two_ranks_equal_one_device_with_double_batch(pretraining_data,
        "--learning_rate", LEARNING_RATE, "--tf_random_seed", "1",
        "--distribution_strategy", "one_device"])
   assert result.returncode == 0, result.stderr[-3000:]
-  single = load_checkpoint(os.path.join(one_dir, "model.ckpt-%d" % STEPS))
-  start = load_checkpoint(os.path.join(one_dir, "model.ckpt-0"))
-  ranks = load_checkpoint(os.path.join(two_rank_run["output_dir"],
-                                         "model.ckpt-%d" % STEPS))
+  return (load_checkpoint(os.path.join(one_dir, "model.ckpt-%d" % STEPS)),
+          load_checkpoint(os.path.join(one_dir, "model.ckpt-0")))
+
+
+def assert_equal_weights(ranks, single):
   assert sorted(single) == sorted(ranks)
   for name in single:
     np.testing.assert_allclose(ranks[name], single[name], rtol=0, atol=1e-5,
                                err_msg=name)
+
+
+@requires_horovod
+@pytest.mark.slow
+def test_two_ranks_equal_one_device_with_double_batch(two_rank_run,
+                                                      one_device_run):
+  single, start = one_device_run
+  assert_equal_weights(load_checkpoint(os.path.join(
+      two_rank_run["output_dir"], "model.ckpt-%d" % STEPS)), single)
   # The weights moved by much more than the tolerance: the match means the
   # same updates, with the learning rate applied once, not times the ranks.
   moved = max(np.max(np.abs(single[n] - start[n])) for n in start
               if n != "global_step")
   assert moved > 1e-3
+
+
+@requires_horovod
+@pytest.mark.slow
+def test_two_ranks_on_one_file_read_by_record_and_equal_one_device(
+    pretraining_data, one_device_run, tmp_path):
+  # Fewer files than ranks: each rank reads every other record of the one
+  # file, so step k's two per-rank batches are together the one device's
+  # k-th batch of the same file.
+  output_dir = str(tmp_path / "ranks")
+  result = launch_two_ranks(pretraining_data, output_dir,
+                            str(tmp_path / "scratch"), STEPS,
+                            inputs=pretraining_data["combined"])
+  for rank in (0, 1):
+    assert ("horovod rank %d of 2 reads one record in 2, from record %d, of "
+            "1 input file(s)" % (rank, rank)) in result.stderr
+  assert_equal_weights(load_checkpoint(os.path.join(
+      output_dir, "model.ckpt-%d" % STEPS)), one_device_run[0])
 
 
 @requires_horovod

@@ -20,6 +20,7 @@ import distribution
 import modeling
 import optimization
 import run_pretraining
+import runner
 import synthetic_data
 from conftest import (REPO_ROOT, TINY_CONFIG, TWO_CPUS, expect_user_error,
                       fp16_training_state, load_checkpoint, run_ok,
@@ -260,7 +261,7 @@ def test_micro_batch_gradients_sum_to_the_whole_batch_gradient(graph):
     naive_loss = tf.add_n([
         m[0] + n[0] for m, n in (
             run_pretraining.pretraining_model(config, micro, True)
-            for micro in run_pretraining.split_micro_batches(features, 4))
+            for micro in runner.split_micro_batches(features, 4))
     ]) / 4.0
     naive_grads = tf.gradients(naive_loss, tf.trainable_variables())
   # Micro-batches reuse the variables: none was added or renamed.
@@ -376,12 +377,12 @@ def test_fp16_nonfinite_micro_batch_skips_the_whole_update(mixed_precision,
 @pytest.mark.parametrize("batch,replicas,k,expected", [
     (8, 1, 1, 8), (8, 1, 4, 2), (8, 2, 2, 2), (32, 4, 8, 1)])
 def test_micro_batch_size(batch, replicas, k, expected):
-  assert run_pretraining.micro_batch_size(batch, replicas, k) == expected
+  assert runner.micro_batch_size(batch, replicas, k) == expected
 
 
 def test_micro_batch_size_must_divide():
   with pytest.raises(UserError) as e:
-    run_pretraining.micro_batch_size(8, 2, 3)
+    runner.micro_batch_size(8, 2, 3)
   assert str(e.value) == (
       "--train_batch_size=8 (the global batch per update) must divide by 2 "
       "replicas x --num_accumulation_steps=3 = 6")

@@ -5,7 +5,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import optimization
-import throughput
+import train_step
 from conftest import (TWO_CPUS, build_fp16_step, fp16_training_state,
                       two_replica_strategy)
 
@@ -190,9 +190,9 @@ def test_the_train_step_reaches_the_hooks_only_through_register_step_metrics(
       init_loss_scale=1024)
   # A model_fn that forgets the hand-over disables no guard silently.
   with pytest.raises(ValueError, match="register_step_metrics"):
-    throughput.step_metrics()
-  assert throughput.register_step_metrics(step) is step.loss_share
-  metrics = throughput.step_metrics()
+    train_step.step_metrics()
+  assert train_step.register_step_metrics(step) is step.loss_share
+  metrics = train_step.step_metrics()
   with tf.Session() as sess:
     sess.run(tf.global_variables_initializer())
     before = sess.run(metrics)

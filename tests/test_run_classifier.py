@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import types
 
 import numpy as np
 import pytest
@@ -376,8 +377,12 @@ def test_record_shards_split_the_training_file_between_ranks(tmp_path, graph):
   for index in (0, 1):
     input_fn = input_pipeline.classifier_input_fn_builder(
         path, 6, is_training=True, drop_remainder=True, global_batch_size=2,
-        shuffle_seed=7, record_shard=(2, index))
-    batch = tf.data.make_one_shot_iterator(input_fn()).get_next()
+        shuffle_seed=7)
+    # What the runner hands each horovod rank (training_setup.input_context).
+    context = tf.distribute.InputContext(
+        num_input_pipelines=2, input_pipeline_id=index, num_replicas_in_sync=2)
+    batch = tf.data.make_one_shot_iterator(
+        input_fn(input_context=context)).get_next()
     with tf.Session() as sess:
       rows = np.concatenate([sess.run(batch)["input_ids"] for _ in range(12)])
     # Row i of the file is [CLS] w_i [SEP] with w_i = id 3 + i; padding is 0.
@@ -387,8 +392,21 @@ def test_record_shards_split_the_training_file_between_ranks(tmp_path, graph):
   assert seen[1] <= {4, 6, 8, 10, 12, 0} and len(seen[1]) >= 4
 
 
-def test_only_horovod_ranks_shard_the_classifier_records():
-  assert training_setup.record_shard_for_this_worker() is None
+def test_only_horovod_ranks_get_an_input_context_from_the_runner():
+  plan = distribution.StrategyPlan("mirrored", ["/cpu:0", "/cpu:1"], 1,
+                                   "auto", 600, None)
+  # Strategies: Estimator hands the input_fn its own InputContext.
+  assert training_setup.input_context(types.SimpleNamespace(plan=plan)) is None
+  horovod = plan._replace(name="horovod", devices=["/cpu:0"], num_workers=2)
+  distribution.join_process_group(distribution.ProcessGroup(
+      engine="horovod", rank=1, size=2, sum_across_processes=None))
+  try:
+    context = training_setup.input_context(
+        types.SimpleNamespace(plan=horovod))
+  finally:
+    distribution.leave_process_group()
+  assert (context.num_input_pipelines, context.input_pipeline_id,
+          context.num_replicas_in_sync) == (2, 1, 2)
 
 
 # ---------------------------------------------------------------- model head

@@ -139,13 +139,17 @@ def test_horovod_launcher_ends_with_the_ranks_error_line_and_code(workdir):
   result = subprocess.run(
       [os.path.join(REPO_ROOT, "scripts", "run_pre_horovod.sh"), "-n", "2",
        "-c", str(workdir / "tiny.json"), "-i", str(workdir / "data.tfrecord"),
-       "-o", str(workdir / "horovod_one_file"), "-b", "8", "-s", "32",
-       "-p", "5", "-t", "4"],
+       "-o", str(workdir / "horovod_bad_accumulation"), "-b", "8",
+       "-s", "32", "-p", "5", "-t", "4", "--",
+       "--num_accumulation_steps=3"],
       cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
   output = result.stdout + result.stderr
   assert result.returncode == 2, output[-3000:]
   assert "Traceback" not in output and "RuntimeError" not in output
   error_lines = [l for l in output.splitlines() if "error:" in l]
   assert error_lines == [result.stderr.rstrip().splitlines()[-1]], output
-  assert error_lines[0].startswith(
-      "error: --input_file matches 1 file(s) but horovod runs 2 ranks")
+  # Found by every rank once horovod has started (the batch splits between
+  # the 2 ranks, not into their micro-batches).
+  assert error_lines[0] == (
+      "error: --train_batch_size=8 (the global batch per update) must divide "
+      "by 2 replicas x --num_accumulation_steps=3 = 6")

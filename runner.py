@@ -1,0 +1,630 @@
+"""The task runner: what every training program does, written once.
+
+A program (run_pretraining.py, run_classifier.py, run_squad.py) describes its
+task as a `Task` (the variables it builds, the per-micro-batch shares of the
+training loss, the eval loss and metrics, the predictions) and its input as
+a function building input_fns, then calls
+
+  run = runner.prepare(FLAGS, task, ...)   # engine, flags, --init_checkpoint
+  runner.run(run, make_input_fn, ...)      # train, evaluate, predict
+
+The runner owns the rest, once: the flags the programs share
+(`define_flags`), the engine (training_setup.py: strategy or horovod,
+precision, RunConfig), the model_fn (optimizer, gradient accumulation, loss
+scale, the step contract of train_step.py, initialisation from
+--init_checkpoint), the non-finite loss guard, input sharding (one decision:
+the InputContext of training_setup.input_context), skipping corrupt records,
+the Estimator, train / evaluate / predict with the hooks of
+training_hooks.py and the throughput hook, preemption (a stop signal ends
+training after the step in flight, checkpointed), eval_results.txt and the
+run summary.
+"""
+
+import atexit
+import collections
+import functools
+import os
+import shutil
+import tempfile
+
+from absl import flags
+from absl import logging
+import tensorflow.compat.v1 as tf
+
+import atomic_io
+import checkpoints
+import distribution
+import errors
+import horovod_engine
+import input_pipeline
+import optimization
+import preemption
+import throughput
+import train_step
+import training_hooks
+import training_setup
+from errors import UserError
+
+TRAIN = tf.estimator.ModeKeys.TRAIN
+EVAL = tf.estimator.ModeKeys.EVAL
+PREDICT = tf.estimator.ModeKeys.PREDICT
+
+
+def define_flags():
+  """The flags every training program has; each program adds its task's.
+
+  Called by the programs only, before `app.run`; also enables XLA on CPUs
+  (training_setup.allow_xla_on_cpu), which must happen that early.
+  """
+  training_setup.allow_xla_on_cpu()
+  distribution.define_flags()
+  flags.DEFINE_string("bert_config_file", None,
+                      "bert_config.json of the model.")
+  flags.DEFINE_string("vocab_file", None,
+                      "The WordPiece vocab the model was (or is) trained "
+                      "with; checked against bert_config's vocab_size.")
+  flags.DEFINE_string("output_dir", None,
+                      "Checkpoints, events, throughput logs and results go "
+                      "here; a rerun with the same directory resumes.")
+  flags.DEFINE_string("init_checkpoint", None,
+                      "Initial weights: a checkpoint prefix or a directory "
+                      "(a training output_dir, Google's .../bert_model.ckpt, "
+                      "or a Hugging Face BERT directory with config.json + "
+                      "model.safetensors); ignored when output_dir already "
+                      "has a checkpoint.")
+  flags.DEFINE_bool("do_train", False, "Whether to run training.")
+  flags.DEFINE_integer("train_batch_size", 32,
+                       "Total batch size for training, over all replicas.")
+  flags.DEFINE_integer("num_accumulation_steps", 1,
+                       "Gradient accumulation: micro-batches per update. Each "
+                       "replica's micro-batch is train_batch_size / (replicas "
+                       "* K); the update and global_step come once per K.")
+  flags.DEFINE_float("learning_rate", 5e-5, "The initial learning rate.")
+  flags.DEFINE_integer("save_checkpoints_steps", 1000,
+                       "How often to save the model checkpoint.")
+  flags.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints to keep.")
+  flags.DEFINE_integer("iterations_per_loop", 1000,
+                       "Accepted for upstream compatibility; unused off TPU.")
+  flags.DEFINE_bool("use_fp16", False,
+                    "Mixed precision: enable_mixed_precision_graph_rewrite "
+                    "with dynamic loss scaling (GPU kernels only).")
+  flags.DEFINE_bool("use_bf16", False,
+                    "Mixed precision: bfloat16 compute, float32 variables, "
+                    "no loss scaling, through TensorFlow's oneDNN bfloat16 "
+                    "graph rewrite (CPUs; fast with avx512_bf16 or amx).")
+  flags.DEFINE_integer("init_loss_scale", 2**15,
+                       "--use_fp16: initial dynamic loss scale.")
+  flags.DEFINE_integer("loss_scale_growth_steps", 2000,
+                       "--use_fp16: finite steps before the scale doubles.")
+  flags.DEFINE_integer("log_every_n_steps", 100,
+                       "Steps between throughput/loss log lines.")
+  flags.DEFINE_integer("throughput_warmup_steps", 10,
+                       "Leading steps left out of the steady-state "
+                       "examples/sec figure.")
+  flags.DEFINE_integer("tf_random_seed", None,
+                       "Graph-level seed; also makes the input order "
+                       "deterministic (no sloppy interleave, no shuffle).")
+  flags.DEFINE_bool("use_xla", False, "XLA JIT compilation (level ON_1).")
+  flags.DEFINE_enum("optimizer", "adamw", optimization.OPTIMIZERS,
+                    "adamw: upstream's Adam with decoupled weight decay; "
+                    "lamb: LAMB (layer-wise trust ratio, arXiv:1904.00962).")
+  flags.DEFINE_bool("lamb_bias_correction", False,
+                    "--optimizer=lamb: Adam's bias correction of the moments "
+                    "(off in the LAMB paper's BERT recipe).")
+  flags.DEFINE_bool("stop_on_nonfinite_loss", True,
+                    "Without --use_fp16, stop at the first step whose loss "
+                    "is NaN or inf (naming the step) instead of training on.")
+  flags.DEFINE_bool("skip_corrupt_records", False,
+                    "Leave out input records that fail their CRC check "
+                    "(reads every input file once before training; the "
+                    "count is logged and in throughput_summary.json) instead "
+                    "of stopping at the first one.")
+  flags.DEFINE_string("profile_steps", None,
+                      "A,B: write a TensorFlow profiler trace of steps A..B "
+                      "(counted in this run) to output_dir/plugins/profile "
+                      "for TensorBoard's profile tab.")
+
+
+# What a program tells the runner about its task; every field but the first
+# three may be None (the task has no such mode or count).
+#   build_variables(): creates every trainable variable of the model (B=1),
+#     to compare --init_checkpoint's shapes with before training.
+#   train_loss_fns(features, num_micro_batches): K functions without
+#     arguments, one per micro-batch of this replica's [B, ...] features, each
+#     building the model (the first creates the variables, the others reuse
+#     them) and returning its part of this replica's share of the global
+#     batch's loss: the shares of every micro-batch, replica and process add
+#     up to one device's loss on the global batch.
+#   eval_outputs(features): (mean loss, eval_metric_ops) of an eval batch.
+#   predictions(features): the dict of [B, ...] tensors predict yields.
+#   batch_counts(features): (sequences, real tokens) of a training batch,
+#     when the throughput figures count more than rows (packed rows).
+Task = collections.namedtuple(
+    "Task", ["build_variables", "train_loss_fns", "eval_outputs",
+             "predictions", "batch_counts"])
+Task.__new__.__defaults__ = (None, None)
+
+
+def split_micro_batches(features, num_micro_batches):
+  """K feature dicts of consecutive [B/K, ...] slices of the [B, ...] ones."""
+  if num_micro_batches == 1:
+    return [features]
+  pieces = {name: tf.split(t, num_micro_batches, axis=0)
+            for name, t in features.items()}
+  return [{name: pieces[name][i] for name in features}
+          for i in range(num_micro_batches)]
+
+
+def reusing_variables(index):
+  """The variable scope of micro-batch `index`: reuse=True from the second
+  on, so that a variable name that changed between builds fails loudly
+  instead of training a fresh copy."""
+  return tf.variable_scope(tf.get_variable_scope(),
+                           reuse=True if index else None,
+                           auxiliary_name_scope=False)
+
+
+def mean_loss_shares(mean_loss_fn):
+  """Task.train_loss_fns for a loss that is a mean over equal examples.
+
+  Args:
+    mean_loss_fn: function(micro_batch features) -> the batch's mean loss
+      (builds the model).
+
+  Returns:
+    train_loss_fns(features, K): micro-batches and replicas hold equally
+    many examples, so each micro-batch's mean counts 1/K of its replica's,
+    which counts 1/replicas (distribution.replica_share).
+  """
+  def train_loss_fns(features, num_micro_batches):
+    def loss_fn(index, micro_batch):
+      with reusing_variables(index):
+        loss = mean_loss_fn(micro_batch)
+      if num_micro_batches > 1:
+        loss /= float(num_micro_batches)
+      return distribution.replica_share(loss)
+    return [functools.partial(loss_fn, i, micro_batch) for i, micro_batch
+            in enumerate(split_micro_batches(features, num_micro_batches))]
+  return train_loss_fns
+
+
+def model_fn_builder(task, init_checkpoint, learning_rate, num_train_steps,
+                     num_warmup_steps, optimizer_options,
+                     num_accumulation_steps=1):
+  """The Estimator model_fn of `task`.
+
+  TRAIN: one update from the summed gradients of num_accumulation_steps
+  micro-batches (optimization.create_accumulating_optimizer), handed to the
+  hooks through train_step.register_step_metrics; EVAL and PREDICT: the
+  task's outputs on one unreplicated batch. Every mode starts from
+  `init_checkpoint` when given.
+
+  Args:
+    task: a Task.
+    init_checkpoint: checkpoint (prefix or directory) to start from, or None.
+    learning_rate: peak learning rate.
+    num_train_steps: optimizer updates of the whole run.
+    num_warmup_steps: warm-up updates.
+    optimizer_options: extra create_accumulating_optimizer keyword arguments
+      (use_fp16, optimizer_name, ...; see optimizer_options).
+    num_accumulation_steps: micro-batches per update; each replica's batch
+      must divide by it.
+  """
+
+  def model_fn(features, labels, mode, params):
+    del labels, params
+    if mode == TRAIN:
+      if task.batch_counts is not None:
+        train_step.register_batch_counts(*task.batch_counts(features))
+      step = optimization.create_accumulating_optimizer(
+          task.train_loss_fns(features, num_accumulation_steps),
+          learning_rate, num_train_steps, num_warmup_steps,
+          **optimizer_options)
+      spec = dict(loss=train_step.register_step_metrics(step),
+                  train_op=step.train_op)
+    elif mode == EVAL:
+      # Eval runs unreplicated: the mean loss itself, not a replica's share.
+      loss, metrics = task.eval_outputs(features)
+      spec = dict(loss=loss, eval_metric_ops=metrics)
+    elif mode == PREDICT and task.predictions is not None:
+      spec = dict(predictions=task.predictions(features))
+    else:
+      raise ValueError("This task has no %s mode" % mode)
+    if init_checkpoint:
+      checkpoints.init_from_checkpoint(init_checkpoint)
+    return tf.estimator.EstimatorSpec(mode, **spec)
+
+  return model_fn
+
+
+def optimizer_options(values):
+  """The create_accumulating_optimizer options of the parsed flags.
+
+  Raises:
+    UserError: --lamb_bias_correction without --optimizer=lamb.
+  """
+  if values.lamb_bias_correction and values.optimizer != "lamb":
+    raise UserError("--lamb_bias_correction needs --optimizer=lamb; upstream's "
+                    "AdamW has no bias correction")
+  return {"use_fp16": values.use_fp16,
+          "init_loss_scale": values.init_loss_scale,
+          "loss_scale_growth_steps": values.loss_scale_growth_steps,
+          "optimizer_name": values.optimizer,
+          "lamb_bias_correction": values.lamb_bias_correction}
+
+
+def micro_batch_size(global_batch_size, num_replicas, num_accumulation_steps):
+  """Examples per replica per micro-batch.
+
+  Raises:
+    UserError: the global batch does not split evenly.
+  """
+  if global_batch_size % (num_replicas * num_accumulation_steps):
+    raise UserError(
+        "--train_batch_size=%d (the global batch per update) must divide by "
+        "%d replicas x --num_accumulation_steps=%d = %d" %
+        (global_batch_size, num_replicas, num_accumulation_steps,
+         num_replicas * num_accumulation_steps))
+  return global_batch_size // (num_replicas * num_accumulation_steps)
+
+
+# A prepared run: the task, the engine (training_setup.Setup), the parsed
+# flags and the model_fn built from them.
+Run = collections.namedtuple("Run", ["task", "setup", "values", "model_fn",
+                                     "num_train_steps"])
+
+
+def prepare(values, task, num_train_steps=0, num_warmup_steps=0):
+  """Checks the shared flags, sets up the engine, checks --init_checkpoint.
+
+  Args:
+    values: the parsed FLAGS (define_flags' and the program's).
+    task: the program's Task.
+    num_train_steps: optimizer updates of the whole run (0: no training).
+    num_warmup_steps: warm-up updates.
+
+  Returns:
+    A Run. `run.setup.is_chief` tells whether this process writes results.
+
+  Raises:
+    UserError: flags that are invalid or contradict each other or the
+      machine, or an --init_checkpoint that does not fit the model.
+  """
+  for name in ("train_batch_size", "save_checkpoints_steps",
+               "num_accumulation_steps"):
+    if getattr(values, name) < 1:
+      raise UserError("--%s must be >= 1, got %d" %
+                      (name, getattr(values, name)))
+  options = optimizer_options(values)
+  setup = training_setup.prepare(training_setup.options_from_flags(
+      values, values.output_dir, values.train_batch_size))
+  accumulation = values.num_accumulation_steps
+  micro_batch = micro_batch_size(values.train_batch_size,
+                                 setup.plan.num_replicas, accumulation)
+  if accumulation > 1:
+    logging.info(
+        "gradient accumulation: %d micro-batches of %d examples per replica, "
+        "one update per %d examples", accumulation, micro_batch,
+        values.train_batch_size)
+  if values.init_checkpoint:
+    checkpoints.check_init_checkpoint(values.init_checkpoint,
+                                      task.build_variables)
+  model_fn = model_fn_builder(task, values.init_checkpoint,
+                              values.learning_rate, num_train_steps,
+                              num_warmup_steps, options, accumulation)
+  return Run(task=task, setup=setup, values=values, model_fn=model_fn,
+             num_train_steps=num_train_steps)
+
+
+def run(prepared, make_input_fn, train_files=None, eval_files=None,
+        eval_batch_size=None, eval_steps=None, eval_message=None,
+        predict_files=None, predict_batch_size=None, predict_message=None,
+        use_predictions=None):
+  """Trains, evaluates and predicts, as the files given ask.
+
+  Args:
+    prepared: the Run of `prepare`.
+    make_input_fn: function(files, mode, global_batch_size, num_replicas) ->
+      an Estimator input_fn(params, input_context=None) over `files` (mode
+      TRAIN: shuffled as the task wants and repeated; EVAL / PREDICT: one
+      ordered pass, the records of EVAL with their labels).
+    train_files: the training records, or None not to train.
+    eval_files: the records to evaluate, or None; under a TF_CONFIG cluster
+      train_and_evaluate evaluates them, or the training records without.
+    eval_batch_size: batch of evaluation.
+    eval_steps: evaluation steps (None: the whole eval input).
+    eval_message: logged before evaluating.
+    predict_files: the records to predict, or None.
+    predict_batch_size: batch of prediction.
+    predict_message: logged before predicting.
+    use_predictions: on the chief, function(list of the prediction dicts, in
+      input order) -> evaluation figures of them (written as eval results)
+      or None.
+
+  Raises:
+    errors.TrainingStopped: a stop signal ended training (checkpointed).
+    errors.TrainingFailed: training cannot go on (one line says why).
+  """
+  setup, values = prepared.setup, prepared.values
+  estimator = make_estimator(prepared.model_fn, setup)
+  throughput_summary, result = None, None
+  if train_files:
+    cleaned = list(train_files)
+    if values.skip_corrupt_records:
+      cleaned = skip_corrupt_records(setup, cleaned)
+    # Evaluating the training records reads the cleaned copies too.
+    eval_files = [dict(zip(train_files, cleaned)).get(f, f)
+                  for f in eval_files or ()] or None
+    throughput_summary = train(
+        estimator, setup,
+        for_this_process(setup, make_input_fn(
+            cleaned, TRAIN, values.train_batch_size,
+            setup.plan.num_replicas), cleaned),
+        make_input_fn(eval_files or cleaned, EVAL,
+                      eval_batch_size or predict_batch_size, 1),
+        prepared.num_train_steps, eval_steps, input_files=cleaned)
+  if eval_files:
+    if eval_message:
+      logging.info("%s", eval_message)
+    result = estimator.evaluate(
+        make_input_fn(eval_files, EVAL, eval_batch_size, 1), steps=eval_steps)
+  if predict_files:
+    if predict_message:
+      logging.info("%s", predict_message)
+    predictions = predict(estimator, make_input_fn(
+        predict_files, PREDICT, predict_batch_size, 1))
+    if setup.is_chief and use_predictions is not None:
+      result = use_predictions(predictions) or result
+      latest = tf.train.latest_checkpoint(values.output_dir)
+      if result is not None and latest and "global_step" not in result:
+        # None when predicting straight from --init_checkpoint.
+        result["global_step"] = int(tf.train.load_variable(latest,
+                                                           "global_step"))
+  if setup.is_chief:
+    if result is not None:
+      write_eval_results(values.output_dir, result)
+    print_run_summary(values.output_dir, throughput_summary, result)
+
+
+def predict(estimator, input_fn):
+  """The prediction dicts of every record of `input_fn`, in order."""
+  predictions = []
+  for prediction in estimator.predict(input_fn, yield_single_examples=True):
+    predictions.append(prediction)
+    if len(predictions) % 1000 == 0:
+      logging.info("Predicted %d records", len(predictions))
+  return predictions
+
+
+def for_this_process(setup, input_fn, files):
+  """`input_fn` reading this process's share of the training `files`.
+
+  One decision for every engine: tf.distribute strategies hand the input_fn
+  their InputContext (one pipeline per worker); horovod ranks get theirs
+  from training_setup.input_context. The input_fns share out whole files
+  when there are at least as many as pipelines, else records
+  (input_pipeline.shards_by_record).
+  """
+  context = training_setup.input_context(setup)
+  if context is None:
+    return input_fn
+  rank, size = context.input_pipeline_id, context.num_input_pipelines
+  if input_pipeline.shards_by_record(len(files), size):
+    logging.info("horovod rank %d of %d reads one record in %d, from record "
+                 "%d, of %d input file(s) (fewer files than ranks)", rank,
+                 size, size, rank, len(files))
+  else:
+    logging.info("horovod rank %d reads %d of %d input files, first %s",
+                 rank, len(files[rank::size]), len(files), files[rank])
+
+  def input_fn_of_rank(params=None):
+    return input_fn(params, input_context=context)
+
+  return input_fn_of_rank
+
+
+def skip_corrupt_records(setup, input_files):
+  """The input files without their corrupt records (--skip_corrupt_records).
+
+  Cleaned copies of the affected files live in a temporary directory removed
+  at exit; the count goes to the log and the throughput summary.
+  """
+  scratch = tempfile.mkdtemp(prefix="bert-clean-records-")
+  atexit.register(shutil.rmtree, scratch, True)
+  files, skipped = input_pipeline.without_corrupt_records(input_files,
+                                                          scratch)
+  setup.extra_info["corrupt_records_skipped"] = len(skipped)
+  if skipped:
+    logging.warning("--skip_corrupt_records: skipped %d corrupt record(s): %s",
+                    len(skipped), "; ".join(
+                        "%s record %d (byte %d)" % s for s in skipped))
+  else:
+    logging.info("--skip_corrupt_records: no corrupt record in %d file(s)",
+                 len(input_files))
+  return files
+
+
+def make_estimator(model_fn, setup, params=None):
+  """The Estimator of a training program, with the loss Estimator watches.
+
+  Estimator always stops on a NaN loss through its own NanTensorHook. Where a
+  non-finite loss must not stop the run (fp16 overflow steps, or
+  --nostop_on_nonfinite_loss), it is shown a finite stand-in; NonFiniteLossHook
+  reports the real value.
+  """
+  if setup.stop_on_nonfinite_loss:
+    wrapped = model_fn
+  else:
+    def wrapped(features, labels, mode, params):
+      spec = model_fn(features, labels, mode, params)
+      if mode != TRAIN:
+        return spec
+      finite = tf.where(tf.is_finite(spec.loss), spec.loss,
+                        tf.zeros_like(spec.loss))
+      return spec._replace(loss=finite)
+  return tf.estimator.Estimator(model_fn=wrapped, config=setup.run_config,
+                                params=params)
+
+
+def task_name(plan):
+  """`worker-0`, `chief-0`, `rank-1`, or `local` for naming per-task files."""
+  group = distribution.process_group()
+  if group:
+    return "rank-%d" % group.rank
+  if plan.cluster:
+    return distribution.cluster_task()[0]
+  return "local"
+
+
+def train(estimator, setup, train_input_fn, eval_input_fn, max_steps,
+          eval_steps, input_files=None):
+  """Trains to `max_steps` global steps with throughput logging.
+
+  SIGTERM/SIGINT stop training after the step in flight (preemption.py).
+
+  Args:
+    estimator: from make_estimator.
+    setup: the training_setup.Setup.
+    train_input_fn: training input.
+    eval_input_fn: evaluation input (train_and_evaluate under TF_CONFIG).
+    max_steps: the global step to train to.
+    eval_steps: evaluation steps under TF_CONFIG.
+    input_files: the TFRecord files train_input_fn reads, to name the one
+      holding a corrupt record.
+
+  Returns:
+    The throughput summary dict (see throughput.ThroughputHook).
+
+  Raises:
+    errors.TrainingStopped: a stop signal ended training (checkpoint written).
+    errors.TrainingFailed: training cannot go on (one line says why).
+  """
+  hook = throughput.ThroughputHook(
+      setup.output_dir, setup.global_batch_size, setup.plan.num_replicas,
+      max_steps, log_every=setup.log_every, warmup_steps=setup.warmup_steps,
+      is_chief=setup.is_chief, extra_info=setup.extra_info)
+  stop_hook = training_hooks.StopOnSignalHook(
+      multi_process=setup.plan.num_workers > 1)
+  hooks = [hook, training_hooks.WeightsFingerprintHook(
+      setup.output_dir, task_name(setup.plan), setup.strategy), stop_hook]
+  hooks.append(training_hooks.NonFiniteLossHook(
+      stop=setup.stop_on_nonfinite_loss,
+      use_fp16=setup.use_fp16))
+  if setup.plan.num_workers > 1 and setup.plan.collective_timeout_seconds:
+    hooks.append(training_hooks.StallWatchdogHook(
+        setup.plan.collective_timeout_seconds))
+  if setup.profile_steps:
+    hooks.append(training_hooks.ProfilerHook(setup.output_dir,
+                                             *setup.profile_steps))
+  listeners = [throughput.CheckpointMarker(hook)]
+  if setup.plan.name == "horovod":
+    hooks.append(horovod_engine.broadcast_hook())
+    if not setup.is_chief:
+      # Saving listeners need a CheckpointSaverHook; only rank 0 has one.
+      listeners = []
+  try:
+    with preemption.catching_stop_signals():
+      if setup.plan.cluster:
+        tf.estimator.train_and_evaluate(
+            estimator,
+            tf.estimator.TrainSpec(train_input_fn, max_steps=max_steps,
+                                   hooks=hooks, saving_listeners=listeners),
+            tf.estimator.EvalSpec(eval_input_fn, steps=eval_steps,
+                                  start_delay_secs=0, throttle_secs=60))
+      else:
+        estimator.train(train_input_fn, max_steps=max_steps, hooks=hooks,
+                        saving_listeners=listeners)
+  except tf.train.NanLossDuringTrainingError:
+    raise errors.TrainingFailed(
+        "the training loss became NaN; stopping without checkpointing it. "
+        "Lower --learning_rate or check the data") from None
+  except tf.errors.OpError as e:
+    raise _training_failure(e, setup, input_files) from None
+  if stop_hook.stopped_at_step is not None or preemption.requested_signal():
+    if setup.plan.name == "horovod":
+      horovod_engine.barrier()
+    raise errors.TrainingStopped(_stop_message(setup, stop_hook.final_step))
+  return getattr(hook, "summary", None)
+
+
+def _training_failure(error, setup, input_files):
+  """The TrainingFailed for an OpError that ended training, or `error`."""
+  saving = checkpoints.save_failure_message(error, setup.run_config.model_dir)
+  if saving:
+    return errors.TrainingFailed(saving)
+  reason = errors.op_error_reason(error.message)
+  if isinstance(error, (tf.errors.DeadlineExceededError,
+                        tf.errors.UnavailableError)):
+    return errors.TrainingFailed(
+        "lost contact with another worker (%s: %s); rerun every worker with "
+        "the same command to resume from the last checkpoint" %
+        (type(error).__name__, reason))
+  if setup.plan.name == "horovod" and _lost_a_horovod_rank(error.message):
+    return errors.TrainingFailed(
+        "another horovod rank failed or died, and horovod shut down; rerun "
+        "the same command to resume every rank from the last checkpoint")
+  if isinstance(error, tf.errors.DataLossError):
+    return errors.TrainingFailed(input_pipeline.corrupt_input_message(
+        input_files or [], reason))
+  return error
+
+
+def _lost_a_horovod_rank(message):
+  """Whether an OpError of a horovod run says another rank is gone.
+
+  Depending on which collective was running, a dead rank shows as horovod
+  shutting down or as gloo's connection to it being reset.
+  """
+  return ("Horovod has been shut down" in message or
+          ("gloo/transport" in message and
+           ("Connection reset by peer" in message or
+            "Connection closed by peer" in message)))
+
+
+def _stop_message(setup, step):
+  """The line of a process that stopped on a signal at global step `step`
+  (None: no training step ran, e.g. the run was already complete)."""
+  latest = tf.train.latest_checkpoint(setup.run_config.model_dir)
+  if step is None:
+    step = int(tf.train.load_variable(latest, "global_step")) if latest else 0
+  checkpoint = "model.ckpt-%d" % step
+  if setup.is_chief and latest:
+    checkpoint = os.path.basename(latest)
+  return preemption.stop_message(step, checkpoint, setup.is_chief)
+
+
+def write_eval_results(output_dir, result):
+  """Writes eval_results.txt as upstream does (`name = value` lines, sorted).
+
+  The run summary prints the same figures, so they are not logged here.
+  """
+  path = os.path.join(output_dir, "eval_results.txt")
+  with atomic_io.atomic_open(path, "w") as writer:
+    for key in sorted(result.keys()):
+      writer.write("%s = %s\n" % (key, str(result[key])))
+  return path
+
+
+def print_run_summary(output_dir, throughput_summary, eval_result):
+  """The numbers a user came for, on stdout at the end of a run."""
+  lines = ["***** Run summary: %s *****" % output_dir]
+  if throughput_summary:
+    eps = throughput_summary.get("examples_per_sec")
+    lines.append(
+        "throughput: %s (%s per replica)%s, %s x%d, steps %d..%d; excluded "
+        "%d warm-up step(s) and %d with a checkpoint save" % (
+            "%.2f examples/sec" % eps if eps else "n/a (too few steps)",
+            "%.2f" % (eps / throughput_summary["num_replicas"]) if eps
+            else "n/a", throughput.describe_counts(throughput_summary),
+            throughput_summary.get("strategy"),
+            throughput_summary["num_replicas"],
+            throughput_summary["first_step"],
+            throughput_summary["final_step"],
+            throughput_summary["steps_excluded_warmup"],
+            throughput_summary["steps_excluded_checkpoint"]))
+  if throughput_summary and "corrupt_records_skipped" in throughput_summary:
+    lines.append("corrupt input records skipped: %d" %
+                 throughput_summary["corrupt_records_skipped"])
+  for key in sorted(eval_result or {}):
+    lines.append("eval %s = %s" % (key, eval_result[key]))
+  print("\n".join(lines), flush=True)
