@@ -967,8 +967,7 @@ def main(argv):
     num_train_steps, num_warmup_steps = train_steps(
         len(examples["train"]), FLAGS.train_batch_size, FLAGS.num_train_epochs,
         FLAGS.warmup_proportion)
-  run = runner.prepare(FLAGS, classifier_task(bert_config, len(label_list)),
-                       num_train_steps, num_warmup_steps)
+  run = runner.prepare(FLAGS, classifier_task(bert_config, len(label_list)))
   files = write_inputs(
       run.setup.is_chief, FLAGS.output_dir, examples, label_list,
       tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case),
@@ -979,6 +978,7 @@ def main(argv):
                  num_train_steps)
   runner.run(
       run, input_fn_maker(FLAGS.max_seq_length),
+      num_train_steps=num_train_steps, num_warmup_steps=num_warmup_steps,
       train_files=files.get("train"), eval_files=files.get("dev"),
       eval_batch_size=FLAGS.eval_batch_size,
       eval_message="***** Eval: %d examples, batch %d *****" % (

@@ -548,8 +548,7 @@ def main(argv):
   del argv
   (bert_config, input_files, record_kind, masking,
    max_sequences_per_pack) = validate_flags()
-  run = runner.prepare(FLAGS, pretraining_task(bert_config),
-                       FLAGS.num_train_steps, FLAGS.num_warmup_steps)
+  run = runner.prepare(FLAGS, pretraining_task(bert_config))
   logging.info("Input files: %d, first %s", len(input_files), input_files[0])
   if max_sequences_per_pack is not None:
     logging.info("packed records: up to %d sequences per row; "
@@ -560,6 +559,8 @@ def main(argv):
       run, input_fn_maker(FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
                           record_kind, masking, max_sequences_per_pack,
                           FLAGS.tf_random_seed, FLAGS.output_dir),
+      num_train_steps=FLAGS.num_train_steps,
+      num_warmup_steps=FLAGS.num_warmup_steps,
       train_files=input_files if FLAGS.do_train else None,
       eval_files=input_files if FLAGS.do_eval else None,
       eval_batch_size=FLAGS.eval_batch_size, eval_steps=FLAGS.max_eval_steps)

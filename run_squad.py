@@ -383,8 +383,7 @@ def main(argv):
     num_train_steps, num_warmup_steps = run_classifier.train_steps(
         len(train_examples), FLAGS.train_batch_size, FLAGS.num_train_epochs,
         FLAGS.warmup_proportion)
-  run = runner.prepare(FLAGS, question_answering_task(bert_config),
-                       num_train_steps, num_warmup_steps)
+  run = runner.prepare(FLAGS, question_answering_task(bert_config))
   train_files, num_train_features, predict_files, predict_features = (
       write_inputs(FLAGS.output_dir, train_examples, predict_examples,
                    tokenization.FullTokenizer(FLAGS.vocab_file,
@@ -396,7 +395,9 @@ def main(argv):
                  "%d, %d steps *****", len(train_examples), num_train_features,
                  FLAGS.train_batch_size, num_train_steps)
   runner.run(
-      run, input_fn_maker(FLAGS.max_seq_length), train_files=train_files,
+      run, input_fn_maker(FLAGS.max_seq_length),
+      num_train_steps=num_train_steps, num_warmup_steps=num_warmup_steps,
+      train_files=train_files,
       predict_files=predict_files,
       predict_batch_size=FLAGS.predict_batch_size,
       predict_message="***** Predict: %d questions in %d windows, batch %d "

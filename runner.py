@@ -5,7 +5,7 @@ task as a `Task` (the variables it builds, the per-micro-batch shares of the
 training loss, the eval loss and metrics, the predictions) and its input as
 a function building input_fns, then calls
 
-  run = runner.prepare(FLAGS, task, ...)   # engine, flags, --init_checkpoint
+  run = runner.prepare(FLAGS, task)        # engine, flags, --init_checkpoint
   runner.run(run, make_input_fn, ...)      # train, evaluate, predict
 
 The runner owns the rest, once: the flags the programs share
@@ -269,19 +269,17 @@ def micro_batch_size(global_batch_size, num_replicas, num_accumulation_steps):
 
 
 # A prepared run: the task, the engine (training_setup.Setup), the parsed
-# flags and the model_fn built from them.
-Run = collections.namedtuple("Run", ["task", "setup", "values", "model_fn",
-                                     "num_train_steps"])
+# flags and the optimizer's options from them.
+Run = collections.namedtuple("Run", ["task", "setup", "values",
+                                     "optimizer_options"])
 
 
-def prepare(values, task, num_train_steps=0, num_warmup_steps=0):
+def prepare(values, task):
   """Checks the shared flags, sets up the engine, checks --init_checkpoint.
 
   Args:
     values: the parsed FLAGS (define_flags' and the program's).
     task: the program's Task.
-    num_train_steps: optimizer updates of the whole run (0: no training).
-    num_warmup_steps: warm-up updates.
 
   Returns:
     A Run. `run.setup.is_chief` tells whether this process writes results.
@@ -309,17 +307,13 @@ def prepare(values, task, num_train_steps=0, num_warmup_steps=0):
   if values.init_checkpoint:
     checkpoints.check_init_checkpoint(values.init_checkpoint,
                                       task.build_variables)
-  model_fn = model_fn_builder(task, values.init_checkpoint,
-                              values.learning_rate, num_train_steps,
-                              num_warmup_steps, options, accumulation)
-  return Run(task=task, setup=setup, values=values, model_fn=model_fn,
-             num_train_steps=num_train_steps)
+  return Run(task=task, setup=setup, values=values, optimizer_options=options)
 
 
-def run(prepared, make_input_fn, train_files=None, eval_files=None,
-        eval_batch_size=None, eval_steps=None, eval_message=None,
-        predict_files=None, predict_batch_size=None, predict_message=None,
-        use_predictions=None):
+def run(prepared, make_input_fn, num_train_steps=0, num_warmup_steps=0,
+        train_files=None, eval_files=None, eval_batch_size=None,
+        eval_steps=None, eval_message=None, predict_files=None,
+        predict_batch_size=None, predict_message=None, use_predictions=None):
   """Trains, evaluates and predicts, as the files given ask.
 
   Args:
@@ -328,6 +322,9 @@ def run(prepared, make_input_fn, train_files=None, eval_files=None,
       an Estimator input_fn(params, input_context=None) over `files` (mode
       TRAIN: shuffled as the task wants and repeated; EVAL / PREDICT: one
       ordered pass, the records of EVAL with their labels).
+    num_train_steps: optimizer updates of the whole run (the global step
+      training ends at).
+    num_warmup_steps: warm-up updates.
     train_files: the training records, or None not to train.
     eval_files: the records to evaluate, or None; under a TF_CONFIG cluster
       train_and_evaluate evaluates them, or the training records without.
@@ -346,7 +343,10 @@ def run(prepared, make_input_fn, train_files=None, eval_files=None,
     errors.TrainingFailed: training cannot go on (one line says why).
   """
   setup, values = prepared.setup, prepared.values
-  estimator = make_estimator(prepared.model_fn, setup)
+  estimator = make_estimator(model_fn_builder(
+      prepared.task, values.init_checkpoint, values.learning_rate,
+      num_train_steps, num_warmup_steps, prepared.optimizer_options,
+      values.num_accumulation_steps), setup)
   throughput_summary, result = None, None
   if train_files:
     cleaned = list(train_files)
@@ -362,7 +362,7 @@ def run(prepared, make_input_fn, train_files=None, eval_files=None,
             setup.plan.num_replicas), cleaned),
         make_input_fn(eval_files or cleaned, EVAL,
                       eval_batch_size or predict_batch_size, 1),
-        prepared.num_train_steps, eval_steps, input_files=cleaned)
+        num_train_steps, eval_steps, input_files=cleaned)
   if eval_files:
     if eval_message:
       logging.info("%s", eval_message)
