@@ -63,6 +63,7 @@ import tensorflow.compat.v1 as tf
 
 import atomic_io
 import checkpoint_formats
+import classifier_packing
 import distribution
 import input_pipeline
 import modeling
@@ -133,6 +134,15 @@ def define_flags():
   flags.DEFINE_list("labels", None,
                     "tsv task: the labels, comma-separated; default: the "
                     "sorted distinct labels of train.tsv.")
+  flags.DEFINE_bool(
+      "pack_sequences", False,
+      "Pack up to --max_sequences_per_pack examples into each row of "
+      "--max_seq_length tokens (classifier_packing.py): no compute spent on "
+      "padding, the same logits per example. --*_batch_size then count "
+      "rows.")
+  flags.DEFINE_integer(
+      "max_sequences_per_pack", 3,
+      "With --pack_sequences: the most examples in one row.")
   training_setup.define_flags()
 
 
@@ -640,26 +650,37 @@ def pad_to_batches(examples, batch_size):
 
 
 def create_model(bert_config, is_training, input_ids, input_mask, segment_ids,
-                 labels, num_labels, use_one_hot_embeddings=False):
+                 labels, num_labels, use_one_hot_embeddings=False,
+                 sequence_ids=None, position_ids=None, cls_positions=None,
+                 example_weights=None):
   """A classification head on BERT's pooled [CLS] output.
 
   Args:
     bert_config: BertConfig.
     is_training: enables dropout.
     input_ids, input_mask, segment_ids: int32 [B, S].
-    labels: int32 [B] label ids.
+    labels: int32 [B] label ids ([B*N] for packed rows).
     num_labels: number of classes C.
     use_one_hot_embeddings: see modeling.BertModel.
+    sequence_ids, position_ids, cls_positions: packed rows of up to N
+      examples (classifier_packing.model_inputs); X = B*N examples then.
+    example_weights: float32 [X]: the loss is the weighted mean (0.0 for
+      an empty slot); None: the plain mean.
 
   Returns:
-    (mean loss, per_example_loss [B], logits [B, C], probabilities [B, C]).
+    (mean loss, per_example_loss [X], logits [X, C], probabilities [X, C]),
+    X = B unpacked.
   """
   model = modeling.BertModel(
       config=bert_config, is_training=is_training, input_ids=input_ids,
       input_mask=input_mask, token_type_ids=segment_ids,
-      use_one_hot_embeddings=use_one_hot_embeddings)
+      use_one_hot_embeddings=use_one_hot_embeddings,
+      sequence_ids=sequence_ids, position_ids=position_ids,
+      cls_positions=cls_positions)
   output_layer = model.get_pooled_output()
   hidden_size = output_layer.shape[-1]
+  if cls_positions is not None:
+    output_layer = tf.reshape(output_layer, [-1, hidden_size])
   # Top-level names, as upstream: classifier checkpoints stay interchangeable.
   output_weights = tf.get_variable(
       "output_weights", [num_labels, hidden_size],
@@ -674,7 +695,11 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids,
     probabilities = tf.nn.softmax(logits, axis=-1)
     per_example_loss = tf.nn.sparse_softmax_cross_entropy_with_logits(
         labels=labels, logits=logits)
-    loss = tf.reduce_mean(per_example_loss)
+    if example_weights is None:
+      loss = tf.reduce_mean(per_example_loss)
+    else:
+      loss = tf.reduce_sum(example_weights * per_example_loss) / tf.maximum(
+          tf.reduce_sum(example_weights), 1.0)
   return loss, per_example_loss, logits, probabilities
 
 
@@ -715,11 +740,26 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
   def model_fn(features, labels, mode, params):
     del labels, params
     is_training = mode == tf.estimator.ModeKeys.TRAIN
-    loss, per_example_loss, logits, probabilities = create_model(
-        bert_config, is_training, features["input_ids"],
-        features["input_mask"], features["segment_ids"],
-        features["label_ids"], num_labels)
-    loss_share = distribution.replica_share(loss)
+    if classifier_packing.is_packed(features):
+      packed = classifier_packing.model_inputs(features)
+      label_ids, weights = packed["labels"], packed["example_weights"]
+      loss, per_example_loss, logits, probabilities = create_model(
+          bert_config, is_training, features["input_ids"],
+          features["input_mask"], features["segment_ids"],
+          num_labels=num_labels, **packed)
+      loss_share = classifier_packing.loss_share(per_example_loss, weights)
+      predictions = {"probabilities": tf.reshape(
+          probabilities, [-1, features["cls_positions"].shape[-1],
+                          num_labels]),
+                     "example_index": features["example_index"]}
+    else:
+      label_ids, weights = features["label_ids"], features["is_real_example"]
+      loss, per_example_loss, logits, probabilities = create_model(
+          bert_config, is_training, features["input_ids"],
+          features["input_mask"], features["segment_ids"], label_ids,
+          num_labels)
+      loss_share = distribution.replica_share(loss)
+      predictions = {"probabilities": probabilities}
     if init_checkpoint:
       training_setup.init_from_checkpoint(init_checkpoint)
 
@@ -731,14 +771,13 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
           mode, loss=throughput.register_step_metrics(step),
           train_op=step.train_op)
     if mode == tf.estimator.ModeKeys.EVAL:
-      metrics = classifier_metrics(per_example_loss, features["label_ids"],
-                                   logits, features["is_real_example"])
+      metrics = classifier_metrics(per_example_loss, label_ids, logits,
+                                   weights)
       # Eval runs unreplicated: the mean loss itself, not a replica's share
       # (under horovod the share is the mean over the number of ranks).
       return tf.estimator.EstimatorSpec(mode, loss=loss,
                                         eval_metric_ops=metrics)
-    return tf.estimator.EstimatorSpec(
-        mode, predictions={"probabilities": probabilities})
+    return tf.estimator.EstimatorSpec(mode, predictions=predictions)
 
   return model_fn
 
@@ -877,6 +916,9 @@ def validate_flags():
     raise UserError("--warmup_proportion must be in [0, 1]")
   if FLAGS.max_seq_length < 3:
     raise UserError("--max_seq_length must be >= 3 ([CLS] and two [SEP])")
+  if FLAGS.pack_sequences and FLAGS.max_sequences_per_pack < 1:
+    raise UserError("--max_sequences_per_pack=%d must be at least 1" %
+                    FLAGS.max_sequences_per_pack)
   bert_config = modeling.BertConfig.from_json_file(FLAGS.bert_config_file)
   modeling.check_seq_length_fits(bert_config, FLAGS.max_seq_length)
   tokenization.check_vocab_fits_config(FLAGS.vocab_file,
@@ -901,14 +943,29 @@ def validate_flags():
 
 
 def write_features(path, examples, label_list, max_seq_length, tokenizer,
-                   batch_size=None):
+                   batch_size=None, max_sequences_per_pack=None):
   """Writes the records of `examples` to `path`, padded to whole batches if
-  batch_size is given; returns `path`."""
+  batch_size is given.
+
+  With max_sequences_per_pack, the records are packed rows of up to that
+  many examples (classifier_packing.py), shuffled if no batch_size is given
+  (training).
+
+  Returns:
+    (path, the number of records).
+  """
+  if max_sequences_per_pack:
+    features = [convert_single_example(i, example, label_list,
+                                       max_seq_length, tokenizer)
+                for i, example in enumerate(examples)]
+    return path, classifier_packing.write_packed_features(
+        path, features, max_seq_length, max_sequences_per_pack, batch_size,
+        shuffle=not batch_size)
   if batch_size:
     examples = pad_to_batches(examples, batch_size)
   file_based_convert_examples_to_features(examples, label_list,
                                           max_seq_length, tokenizer, path)
-  return path
+  return path, len(examples)
 
 
 def train_steps(num_examples, train_batch_size, num_train_epochs,
@@ -926,8 +983,18 @@ def train_steps(num_examples, train_batch_size, num_train_epochs,
   return num_train_steps, int(num_train_steps * warmup_proportion)
 
 
+def packed_feature_spec(max_seq_length, max_sequences_per_pack):
+  """The records' parsing spec for packed rows; None (the classifier's own)
+  without packing."""
+  if not max_sequences_per_pack:
+    return None
+  return classifier_packing.feature_spec(max_seq_length,
+                                         max_sequences_per_pack)
+
+
 def predict(estimator, is_chief, output_dir, examples, label_list, tokenizer,
-            max_seq_length, batch_size, is_ranking):
+            max_seq_length, batch_size, is_ranking,
+            max_sequences_per_pack=None):
   """Predicts the test examples; writes test_results.tsv (and the ranking).
 
   Args:
@@ -940,20 +1007,28 @@ def predict(estimator, is_chief, output_dir, examples, label_list, tokenizer,
     max_seq_length: S of the records.
     batch_size: predict batch size.
     is_ranking: also write ranked_results.tsv (the rerank task).
+    max_sequences_per_pack: predict on packed rows of up to this many
+      examples; None: one example per row.
   """
-  path = write_features(os.path.join(output_dir, "predict.tf_record"),
-                        examples, label_list, max_seq_length, tokenizer,
-                        batch_size)
+  path, _ = write_features(os.path.join(output_dir, "predict.tf_record"),
+                           examples, label_list, max_seq_length, tokenizer,
+                           batch_size, max_sequences_per_pack)
   input_fn = input_pipeline.classifier_input_fn_builder(
       path, max_seq_length, is_training=False, drop_remainder=True,
-      global_batch_size=batch_size)
+      global_batch_size=batch_size,
+      feature_spec=packed_feature_spec(max_seq_length,
+                                       max_sequences_per_pack))
   logging.info("***** Predict: %d examples, batch %d *****", len(examples),
                batch_size)
-  probabilities = []
-  for prediction in estimator.predict(input_fn):
-    if len(probabilities) == len(examples):
-      break  # the rest is padding
-    probabilities.append(prediction["probabilities"])
+  if max_sequences_per_pack:
+    probabilities = classifier_packing.predictions_in_input_order(
+        estimator.predict(input_fn), len(examples))
+  else:
+    probabilities = []
+    for prediction in estimator.predict(input_fn):
+      if len(probabilities) == len(examples):
+        break  # the rest is padding
+      probabilities.append(prediction["probabilities"])
   if not is_chief:
     return
   write_test_results(os.path.join(output_dir, "test_results.tsv"),
@@ -977,11 +1052,17 @@ def main(argv):
   if setup.is_chief:
     write_labels(FLAGS.output_dir, label_list)
   tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
+  per_pack = FLAGS.max_sequences_per_pack if FLAGS.pack_sequences else None
+  spec = packed_feature_spec(FLAGS.max_seq_length, per_pack)
 
   num_train_steps, num_warmup_steps = 0, 0
   if FLAGS.do_train:
+    train_file, num_train_records = write_features(
+        os.path.join(FLAGS.output_dir, "train.tf_record"), examples["train"],
+        label_list, FLAGS.max_seq_length, tokenizer,
+        max_sequences_per_pack=per_pack)
     num_train_steps, num_warmup_steps = train_steps(
-        len(examples["train"]), FLAGS.train_batch_size, FLAGS.num_train_epochs,
+        num_train_records, FLAGS.train_batch_size, FLAGS.num_train_epochs,
         FLAGS.warmup_proportion)
   estimator = training_setup.make_estimator(
       model_fn_builder(bert_config, len(label_list), FLAGS.init_checkpoint,
@@ -990,33 +1071,35 @@ def main(argv):
 
   eval_input_fn = None
   if FLAGS.do_eval:
-    eval_file = write_features(
+    eval_file, _ = write_features(
         os.path.join(FLAGS.output_dir, "eval.tf_record"), examples["dev"],
-        label_list, FLAGS.max_seq_length, tokenizer, FLAGS.eval_batch_size)
+        label_list, FLAGS.max_seq_length, tokenizer, FLAGS.eval_batch_size,
+        per_pack)
     eval_input_fn = input_pipeline.classifier_input_fn_builder(
         eval_file, FLAGS.max_seq_length, is_training=False,
-        drop_remainder=True, global_batch_size=FLAGS.eval_batch_size)
+        drop_remainder=True, global_batch_size=FLAGS.eval_batch_size,
+        feature_spec=spec)
   if FLAGS.do_train:
-    train_file = write_features(
-        os.path.join(FLAGS.output_dir, "train.tf_record"), examples["train"],
-        label_list, FLAGS.max_seq_length, tokenizer)
     if FLAGS.skip_corrupt_records:
       train_file, = training_setup.skip_corrupt_records(setup, [train_file])
-    logging.info("***** Training: %d examples, global batch %d, %d steps "
-                 "*****", len(examples["train"]), FLAGS.train_batch_size,
-                 num_train_steps)
+    logging.info("***** Training: %d examples%s, global batch %d, %d steps "
+                 "*****", len(examples["train"]),
+                 " in %d packed rows" % num_train_records if per_pack else "",
+                 FLAGS.train_batch_size, num_train_steps)
     train_input_fn = input_pipeline.classifier_input_fn_builder(
         train_file, FLAGS.max_seq_length, is_training=True,
         drop_remainder=True, global_batch_size=FLAGS.train_batch_size,
         num_replicas=setup.plan.num_replicas,
-        record_shard=training_setup.record_shard_for_this_worker())
+        record_shard=training_setup.record_shard_for_this_worker(),
+        feature_spec=spec)
     # Under a TF_CONFIG cluster, train() runs train_and_evaluate, which needs
     # an eval input even without --do_eval: then the training file serves.
     training_setup.train(
         estimator, setup, train_input_fn,
         eval_input_fn or input_pipeline.classifier_input_fn_builder(
             train_file, FLAGS.max_seq_length, is_training=False,
-            drop_remainder=False, global_batch_size=FLAGS.eval_batch_size),
+            drop_remainder=False, global_batch_size=FLAGS.eval_batch_size,
+            feature_spec=spec),
         num_train_steps, None, input_files=[train_file])
   if FLAGS.do_eval:
     logging.info("***** Eval: %d examples, batch %d *****",
@@ -1027,7 +1110,8 @@ def main(argv):
   if FLAGS.do_predict:
     predict(estimator, setup.is_chief, FLAGS.output_dir, examples["test"],
             label_list, tokenizer, FLAGS.max_seq_length,
-            FLAGS.predict_batch_size, isinstance(processor, RerankProcessor))
+            FLAGS.predict_batch_size, isinstance(processor, RerankProcessor),
+            per_pack)
 
 
 if __name__ == "__main__":
