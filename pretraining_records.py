@@ -118,13 +118,12 @@ PACKED = RecordKind(
 PACKED_UNMASKED = RecordKind(
     name="packed unmasked",
     features=tuple(f for f in PACKED.features if f.length != PRED),
-    serialized_order=None,  # Set below, from PACKED's.
+    serialized_order=("input_ids", "input_mask", "next_sentence_labels",
+                      "next_sentence_weights", "sequence_ids",
+                      "position_ids", "cls_positions", "segment_ids"),
     description="packed unmasked (create_pretraining_data.py "
                 "--pack_sequences --masking=dynamic: several sequences per "
                 "row)")
-PACKED_UNMASKED = PACKED_UNMASKED._replace(serialized_order=tuple(
-    name for name in PACKED.serialized_order
-    if name in {f.name for f in PACKED_UNMASKED.features}))
 
 RECORD_KINDS = (MASKED, UNMASKED, PACKED, PACKED_UNMASKED)
 

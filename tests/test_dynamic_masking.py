@@ -130,9 +130,10 @@ def test_the_record_table_is_upstreams_reader_spec():
 # ----------------------------------------------------- drawn in tf.data ----
 
 
-def masking_params(data, whole_word=False, prob=0.15):
+def masking_params(data, whole_word=False, prob=0.15, seq_length=SEQ,
+                   max_predictions=PREDS):
   return dynamic_masking.masking_params_from_vocab(
-      data["vocab"], SEQ, PREDS, prob, whole_word)
+      data["vocab"], seq_length, max_predictions, prob, whole_word)
 
 
 def read_examples(path, kind, masking, num_examples, batch=8, seed=1,
@@ -141,7 +142,9 @@ def read_examples(path, kind, masking, num_examples, batch=8, seed=1,
   """The first num_examples features the input_fn yields, one dict each."""
   with tf.Graph().as_default():
     input_fn = input_pipeline.pretraining_input_fn_builder(
-        [path], SEQ, PREDS, is_training=is_training,
+        [path], masking.max_seq_length if masking else SEQ,
+        masking.max_predictions_per_seq if masking else PREDS,
+        is_training=is_training,
         global_batch_size=batch, num_replicas=num_replicas,
         deterministic=True, record_kind=kind, masking=masking,
         masking_seed=seed, max_sequences_per_pack=max_sequences_per_pack)
@@ -425,19 +428,35 @@ def test_bad_input_records_end_with_one_error_line(data, tmp_path):
 # ------------------------------------------------ packed unmasked rows ----
 
 PACKED_UNMASKED = pretraining_records.PACKED_UNMASKED
-PER_PACK = 3
-ROW_WIDTH = packing.masked_positions_per_row(SEQ, PREDS, 0.15, PER_PACK)
+# Longer than SEQ: two of upstream's instances (two sentences at least) fit
+# one row often enough.
+PACKED_SEQ, PACKED_PREDS, PER_PACK = 128, 20, 3
+ROW_WIDTH = packing.masked_positions_per_row(PACKED_SEQ, PACKED_PREDS, 0.15,
+                                             PER_PACK)
+
+
+def packed_data_args(d, output, *extra):
+  args = create_data_args(d, output, *extra)
+  args[args.index("--max_seq_length=%d" % SEQ)] = (
+      "--max_seq_length=%d" % PACKED_SEQ)
+  args[args.index("--max_predictions_per_seq=%d" % PREDS)] = (
+      "--max_predictions_per_seq=%d" % PACKED_PREDS)
+  return args
 
 
 @pytest.fixture(scope="module")
 def packed(data):
-  """create_pretraining_data.py --pack_sequences --masking=dynamic rows of
-  the instances of data["unmasked"] (same flags otherwise)."""
-  result = run_ok(create_data_args(
-      data["dir"], "packed_unmasked.tfrecord", "--masking=dynamic",
-      "--pack_sequences", "--max_sequences_per_pack=%d" % PER_PACK))
+  """create_pretraining_data.py --pack_sequences --masking=dynamic rows, and
+  the unmasked records of the same flags otherwise (--short_seq_prob=0.5:
+  a third of the sequences short enough to share a row)."""
+  short = ("--masking=dynamic", "--short_seq_prob=0.5")
+  run_ok(packed_data_args(data["dir"], "short.tfrecord", *short))
+  result = run_ok(packed_data_args(
+      data["dir"], "packed_unmasked.tfrecord", "--pack_sequences",
+      "--max_sequences_per_pack=%d" % PER_PACK, *short))
   path = str(data["dir"] / "packed_unmasked.tfrecord")
-  return {"path": path, "rows": parsed(path), "log": result.stderr}
+  return {"path": path, "rows": parsed(path), "log": result.stderr,
+          "unpacked": parsed(str(data["dir"] / "short.tfrecord"))}
 
 
 def sequences_of_row(row):
@@ -463,7 +482,7 @@ def test_packed_unmasked_rows_hold_the_unmasked_instances(data, packed):
   whole = sorted(
       (tuple(u["input_ids"][:sum(u["input_mask"])]),
        tuple(u["segment_ids"][:sum(u["input_mask"])]),
-       u["next_sentence_labels"][0]) for u in parsed(data["unmasked"]))
+       u["next_sentence_labels"][0]) for u in packed["unpacked"])
   assert cut == whole
   assert sum(len(sequences_of_row(r)) > 1 for r in rows) > 50
   for raw in list(tf.io.tf_record_iterator(packed["path"]))[:50]:
@@ -471,13 +490,15 @@ def test_packed_unmasked_rows_hold_the_unmasked_instances(data, packed):
         PACKED_UNMASKED, pretraining_records.parse_example(raw)
     ).SerializeToString() == raw
   assert ("masks are drawn in training, up to %d per row (train with "
-          "--max_predictions_per_seq=%d, per sequence)" % (ROW_WIDTH, PREDS)
+          "--max_predictions_per_seq=%d, per sequence)" % (ROW_WIDTH,
+                                                            PACKED_PREDS)
           in packed["log"])
 
 
 def read_packed(data, packed, num_rows, whole_word=False, seed=1):
   return read_examples(packed["path"], PACKED_UNMASKED,
-                       masking_params(data, whole_word=whole_word),
+                       masking_params(data, whole_word, seq_length=PACKED_SEQ,
+                                      max_predictions=PACKED_PREDS),
                        num_rows, seed=seed, max_sequences_per_pack=PER_PACK)
 
 
@@ -493,15 +514,15 @@ def check_packed_masks(row, drawn, vocab):
       ROW_WIDTH - count)
   ids = row["input_ids"]
   assert list(drawn["masked_lm_ids"][:count]) == [ids[p] for p in positions]
-  for p in range(SEQ):
+  for p in range(PACKED_SEQ):
     if p not in positions:
       assert drawn["input_ids"][p] == ids[p]
   specials = {vocab["[CLS]"], vocab["[SEP]"]}
   chosen = []
   for start, end in sequences_of_row(row):
     mine = [p for p in positions if start <= p < end]
-    assert len(mine) == dynamic_masking.num_to_predict(end - start, PREDS,
-                                                       0.15)
+    assert len(mine) == dynamic_masking.num_to_predict(
+        end - start, PACKED_PREDS, 0.15)
     assert all(ids[p] not in specials for p in mine)
     chosen.append(mine)
   # Every masked position lies in some sequence (never in padding).
@@ -554,7 +575,8 @@ def test_packed_rows_whole_word_masks_stay_in_their_sequence(data, packed):
           words[-1].append(p)
         else:
           words.append([p])
-      budget = dynamic_masking.num_to_predict(end - start, PREDS, 0.15)
+      budget = dynamic_masking.num_to_predict(end - start, PACKED_PREDS,
+                                              0.15)
       mine = chosen & set(range(start, end))
       assert len(mine) <= budget
       for word in words:
@@ -569,8 +591,13 @@ def test_packed_rows_whole_word_masks_stay_in_their_sequence(data, packed):
 @pytest.mark.slow
 def test_training_on_packed_unmasked_rows(data, packed, tmp_path):
   out = tmp_path / "out"
-  result = run_ok(pretrain_args(data, out, packed["path"], 3, "--do_eval",
-                                "--max_eval_steps=2"))
+  config = tmp_path / "config.json"
+  config.write_text(json.dumps(dict(CONFIG,
+                                    max_position_embeddings=PACKED_SEQ)))
+  result = run_ok(pretrain_args(
+      data, out, packed["path"], 3, "--do_eval", "--max_eval_steps=2",
+      "--max_seq_length=%d" % PACKED_SEQ, "--bert_config_file=%s" % config,
+      "--max_predictions_per_seq=%d" % PACKED_PREDS))
   assert "packed records: up to %d sequences per row" % PER_PACK in (
       result.stderr)
   assert ("input records: packed unmasked" in result.stderr and
@@ -587,7 +614,8 @@ def test_packed_rows_with_masks_are_not_re_masked(data, tmp_path):
                           "--dupe_factor=1", "--output_file=%s" % path))
   args = pretrain_args(data, tmp_path / "out", path, 1, "--masking=dynamic")
   args[args.index("--max_predictions_per_seq=%d" % PREDS)] = (
-      "--max_predictions_per_seq=%d" % ROW_WIDTH)
+      "--max_predictions_per_seq=%d" % packing.masked_positions_per_row(
+          SEQ, PREDS, 0.15, PER_PACK))
   assert expect_user_error(run_program(args)) == (
       "error: --masking=dynamic but the --input_file rows are packed with "
       "their masks; drop --masking=dynamic, or make the rows with "

@@ -78,18 +78,33 @@ def test_the_peer_pads_each_batch_to_its_longest_sequence():
 
 @pytest.mark.slow
 def test_a_tiny_benchmark_computes_its_figures_from_the_runs(tmp_path):
-  corpus = os.path.join(REPO_ROOT, "sample_data", "corpus.txt")
+  sample = os.path.join(REPO_ROOT, "sample_data", "corpus.txt")
   vocab = str(tmp_path / "vocab.txt")
-  run_ok(["create_vocab.py", "--input_file=%s" % corpus,
+  run_ok(["create_vocab.py", "--input_file=%s" % sample,
           "--output_file=%s" % vocab, "--vocab_size=1000"])
+  # Documents of 2 sentences: short instances, as the benchmark's corpus.
+  corpus = str(tmp_path / "short_documents.txt")
+  with open(sample, encoding="utf-8") as f, open(corpus, "w") as out:
+    in_document = 0
+    for line in f:
+      if not line.strip():
+        in_document = 0
+        out.write("\n")
+        continue
+      out.write(line)
+      in_document += 1
+      if in_document == 2:
+        in_document = 0
+        out.write("\n")
   config = str(tmp_path / "config.json")
   with open(config, "w") as f:
-    json.dump(dict(TINY_CONFIG, vocab_size=1000), f)
+    json.dump(dict(TINY_CONFIG, vocab_size=1000, max_position_embeddings=128),
+              f)
   out = str(tmp_path / "bench")
   options = packing_speed.parse_args([
       "--input_file=%s" % corpus, "--vocab_file=%s" % vocab,
       "--output_dir=%s" % out, "--bert_config_file=%s" % config,
-      "--max_seq_length=64", "--max_predictions_per_seq=10",
+      "--max_seq_length=128", "--max_predictions_per_seq=20",
       "--dupe_factor=1", "--train_batch_size=4", "--short_steps=1",
       "--long_steps=3", "--rounds=1", "--timeout=600"])
   report = packing_speed.main(options)
@@ -117,4 +132,4 @@ def test_a_tiny_benchmark_computes_its_figures_from_the_runs(tmp_path):
   printed = json.loads(peer.stdout.strip().splitlines()[-1])
   assert printed["real_tokens"] == packing_speed.steps_total(
       counts["unpacked"], 4, 3)[0]
-  assert printed["padded_tokens"] < 3 * 4 * 64
+  assert printed["padded_tokens"] < 3 * 4 * 128
