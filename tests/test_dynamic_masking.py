@@ -19,7 +19,7 @@ import packing
 import pretraining_records
 import run_pretraining
 import tokenization
-from conftest import REPO_ROOT, TINY_CONFIG, expect_user_error
+from conftest import REPO_ROOT, expect_user_error, tiny_bert_config
 from conftest import load_checkpoint, run_ok
 from conftest import run_program
 from errors import UserError
@@ -27,7 +27,7 @@ from errors import UserError
 SEQ, PREDS, VOCAB = 64, 10, 1000
 MASKED, UNMASKED = pretraining_records.MASKED, pretraining_records.UNMASKED
 # conftest's tiny BERT (positions for SEQ tokens), with the vocab's size.
-CONFIG = dict(TINY_CONFIG, vocab_size=VOCAB)
+CONFIG = tiny_bert_config(vocab_size=VOCAB)
 
 
 def create_data_args(d, output, *extra):
@@ -592,8 +592,8 @@ def test_packed_rows_whole_word_masks_stay_in_their_sequence(data, packed):
 def test_training_on_packed_unmasked_rows(data, packed, tmp_path):
   out = tmp_path / "out"
   config = tmp_path / "config.json"
-  config.write_text(json.dumps(dict(CONFIG,
-                                    max_position_embeddings=PACKED_SEQ)))
+  config.write_text(json.dumps(tiny_bert_config(
+      max_position_embeddings=PACKED_SEQ, vocab_size=VOCAB)))
   result = run_ok(pretrain_args(
       data, out, packed["path"], 3, "--do_eval", "--max_eval_steps=2",
       "--max_seq_length=%d" % PACKED_SEQ, "--bert_config_file=%s" % config,

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import REPO_ROOT, TINY_CONFIG, run_ok
+from conftest import REPO_ROOT, run_ok, tiny_bert_config
 
 sys.path.insert(0, os.path.join(REPO_ROOT, "benchmarks"))
 import packing_speed  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -98,7 +98,7 @@ def test_a_tiny_benchmark_computes_its_figures_from_the_runs(tmp_path):
         out.write("\n")
   config = str(tmp_path / "config.json")
   with open(config, "w") as f:
-    json.dump(dict(TINY_CONFIG, vocab_size=1000, max_position_embeddings=128),
+    json.dump(tiny_bert_config(vocab_size=1000, max_position_embeddings=128),
               f)
   out = str(tmp_path / "bench")
   options = packing_speed.parse_args([
