@@ -19,7 +19,7 @@ import packing
 import pretraining_records
 import run_pretraining
 import tokenization
-from conftest import REPO_ROOT, TINY_CONFIG, expect_user_error
+from conftest import REPO_ROOT, expect_user_error, tiny_bert_config
 from conftest import load_checkpoint, run_ok
 from conftest import run_program
 from errors import UserError
@@ -27,7 +27,7 @@ from errors import UserError
 SEQ, PREDS, VOCAB = 64, 10, 1000
 MASKED, UNMASKED = pretraining_records.MASKED, pretraining_records.UNMASKED
 # conftest's tiny BERT (positions for SEQ tokens), with the vocab's size.
-CONFIG = dict(TINY_CONFIG, vocab_size=VOCAB)
+CONFIG = tiny_bert_config(vocab_size=VOCAB)
 
 
 def create_data_args(d, output, *extra):

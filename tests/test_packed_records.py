@@ -22,18 +22,13 @@ import tensorflow.compat.v1 as tf
 
 import packing
 from conftest import (REPO_ROOT, expect_user_error, load_checkpoint,
-                      run_ok, run_program)
+                      run_ok, run_program, tiny_bert_config)
 
 SEQ, PREDS, VOCAB = 128, 10, 1000
 PER_PACK = 3
 ROW_PREDS = packing.masked_positions_per_row(SEQ, PREDS, 0.15, PER_PACK)
 BATCH, STEPS = 16, 6
-CONFIG = {
-    "attention_probs_dropout_prob": 0.0, "hidden_act": "gelu",
-    "hidden_dropout_prob": 0.0, "hidden_size": 32, "initializer_range": 0.02,
-    "intermediate_size": 64, "max_position_embeddings": SEQ,
-    "num_attention_heads": 2, "num_hidden_layers": 2, "type_vocab_size": 2,
-    "vocab_size": VOCAB}
+CONFIG = tiny_bert_config(max_position_embeddings=SEQ, vocab_size=VOCAB)
 
 
 def create_args(d, output, *extra):
