@@ -12,6 +12,7 @@ import re
 import struct
 
 import tensorflow.compat.v1 as tf
+from tensorflow.python.data.ops import multi_device_iterator_ops  # pylint: disable=g-direct-tensorflow-import
 
 import dynamic_masking
 import pretraining_records
@@ -315,6 +316,12 @@ def _check_token_ids(path, features, vocab_size):
         (path, top, vocab_size))
 
 
+def _fixed_tuning_options():
+  options = tf.data.Options()
+  options.autotune.enabled = False
+  return options
+
+
 def _with_fixed_tuning(dataset):
   """`dataset` without tf.data's autotuning model thread.
 
@@ -323,14 +330,39 @@ def _with_fixed_tuning(dataset):
   Destroying the iterator, which the Estimator does inside Session.close()
   at the end of training, evaluation and prediction, waits for that thread;
   in TF 2.15 its wake-up can be lost, and close() then blocks for the rest of
-  the thread's interval: 10-25 s after a run of a minute or more, in about
+  the thread's interval: 10-50 s after a run of a minute or more, in about
   one run of three (docs/benchmarks.md). The parallelism left at AUTOTUNE
   resolves to fixed defaults (interleave: cycle_length; prefetch: the
   buffer-growing prefetch autotuner, which needs no thread).
+
+  The datasets a distribution strategy feeds its replicas from are covered
+  too (see `_fix_tuning_of_device_datasets`).
   """
-  options = tf.data.Options()
-  options.autotune.enabled = False
-  return dataset.with_options(options)
+  _fix_tuning_of_device_datasets()
+  return dataset.with_options(_fixed_tuning_options())
+
+
+def _fix_tuning_of_device_datasets():
+  """Turns autotuning off in the per-device datasets of tf.distribute.
+
+  Under every strategy (one_device included) the Estimator reads the input
+  through a MultiDeviceIterator, which serves each device from a dataset of
+  its own, built from a generator op over the input's iterator. Those
+  datasets do not inherit the input's options (TF 2.15), so each ran its own
+  autotuning thread, and the stall above happened there: in 4 of 10 runs of
+  60 steps, 44-53 s, with `RootDataset::Iterator::~Iterator` waiting under
+  the device iterator's `IteratorHandleOp`. TensorFlow offers no option for
+  them, so their builder is wrapped; idempotent.
+  """
+  build = multi_device_iterator_ops._create_device_dataset  # pylint: disable=protected-access
+  if getattr(build, "fixed_tuning", False):
+    return
+
+  def build_with_fixed_tuning(*args, **kwargs):
+    return build(*args, **kwargs).with_options(_fixed_tuning_options())
+
+  build_with_fixed_tuning.fixed_tuning = True
+  multi_device_iterator_ops._create_device_dataset = build_with_fixed_tuning  # pylint: disable=protected-access
 
 
 
