@@ -147,7 +147,9 @@ def define_flags():
       "histogram packing), so that training computes little padding. The "
       "records then also say which sequence each token belongs to, its "
       "position in it, and each sequence's [CLS] index and next-sentence "
-      "label; run_pretraining.py recognises them.")
+      "label; run_pretraining.py recognises them. With --masking=dynamic "
+      "the rows hold no masks and run_pretraining.py draws each sequence's "
+      "masks.")
   flags.DEFINE_integer(
       "max_sequences_per_pack", 3,
       "With --pack_sequences: the most sequences in one row.")
@@ -317,10 +319,6 @@ def main(argv):
     dupe_factor = 1 if FLAGS.masking == pretraining_instances.DYNAMIC else 10
   max_sequences_per_pack = None
   if FLAGS.pack_sequences:
-    if FLAGS.masking == pretraining_instances.DYNAMIC:
-      raise errors.UserError(
-          "--pack_sequences packs masked records; it cannot be combined "
-          "with --masking=dynamic")
     if FLAGS.max_sequences_per_pack < 1:
       raise errors.UserError(
           "--max_sequences_per_pack=%d must be at least 1"

@@ -26,6 +26,8 @@ import math
 
 import tensorflow.compat.v1 as tf
 
+import packing
+
 # Streams of random numbers: eval masks never equal any training epoch's.
 TRAIN_STREAM = 0
 EVAL_STREAM = 1
@@ -219,6 +221,14 @@ def mask_batch(input_ids, input_mask, uniforms, random_ids, params):
     chosen = is_candidate & tf.reduce_any(
         tf.equal(tf.expand_dims(top, 2), tf.range(seq_length)) &
         tf.expand_dims(wins, 2), axis=1)
+  return _masked_features(input_ids, chosen, uniforms, random_ids, params,
+                          max_predictions)
+
+
+def _masked_features(input_ids, chosen, uniforms, random_ids, params, width):
+  """The masked-LM features of rows whose chosen positions are `chosen`
+  (bool [B, S]), `width` predictions wide; see `mask_batch`."""
+  seq_length = params.max_seq_length
   use_mask_token = uniforms[:, 1] < 0.8
   use_random_id = uniforms[:, 2] >= 0.5
   masked_ids = tf.where_v2(
@@ -227,7 +237,7 @@ def mask_batch(input_ids, input_mask, uniforms, random_ids, params):
                input_ids))
   # The chosen positions in ascending order: the largest S - position first.
   score = tf.where_v2(chosen, seq_length - tf.range(seq_length), 0)
-  top = tf.math.top_k(score, k=max_predictions).values
+  top = tf.math.top_k(score, k=width).values
   weights = top > 0
   positions = tf.where_v2(weights, seq_length - top, 0)
   return {
@@ -237,6 +247,130 @@ def mask_batch(input_ids, input_mask, uniforms, random_ids, params):
                                                    batch_dims=1), 0),
       "masked_lm_weights": tf.cast(weights, tf.float32),
   }
+
+
+def _packed_whole_word_selection(is_candidate, input_ids, sequence_ids,
+                                 order_keys, budgets, params):
+  """`_whole_word_selection` for packed rows: words stay within their
+  sequence, and each sequence takes words while they fit its own budget.
+
+  Args:
+    is_candidate: bool [B, S].
+    input_ids: int32 [B, S].
+    sequence_ids: int32 [B, S], 1..N, 0 for padding.
+    order_keys: float32 [B, S], one random key per word (by word index).
+    budgets: int32 [B, N], each sequence's num_to_predict.
+    params: MaskingParams.
+
+  Returns:
+    bool [B, S], the chosen positions.
+  """
+  seq_length = params.max_seq_length
+  num_slots = budgets.shape[-1]
+  continuation = tf.reduce_any(
+      tf.equal(tf.expand_dims(input_ids, 2),
+               tf.constant(params.continuation_ids or (-1,), tf.int32)),
+      axis=2)
+  # [B, S, N]: the candidates of each sequence.
+  in_slot = tf.one_hot(sequence_ids - 1, num_slots, dtype=tf.int32)
+  candidates_before = tf.reduce_sum(
+      tf.cumsum(in_slot * tf.expand_dims(tf.cast(is_candidate, tf.int32), 2),
+                axis=1, exclusive=True) * in_slot, axis=2)
+  # A "##" piece joins the previous candidate of its own sequence.
+  starts = is_candidate & ~(continuation & (candidates_before > 0))
+  word = tf.cumsum(tf.cast(starts, tf.int32), axis=1) - 1
+  num_words = tf.reduce_sum(tf.cast(starts, tf.int32), axis=1, keepdims=True)
+  membership = tf.one_hot(tf.where_v2(is_candidate, word, -tf.ones_like(word)),
+                          seq_length, axis=1, dtype=tf.int32)
+  sizes = tf.reduce_sum(membership, axis=2)
+  # The sequence of each word (its tokens' sequence), one-hot [B, S, N].
+  word_slot = tf.cast(tf.matmul(tf.cast(membership, tf.float32),
+                                tf.cast(in_slot, tf.float32)) > 0, tf.int32)
+  exists = tf.range(seq_length) < num_words
+  order = tf.argsort(tf.where_v2(exists, order_keys, tf.fill(tf.shape(
+      order_keys), 2.0)), axis=1, stable=True)
+  ordered_sizes = tf.gather(sizes, order, batch_dims=1)
+  ordered_slots = tf.gather(word_slot, order, batch_dims=1)
+
+  def take(counts, word):
+    size, slot = word
+    used = tf.reduce_sum(counts * slot, axis=1)
+    fits = used + size <= tf.reduce_sum(budgets * slot, axis=1)
+    return counts + slot * tf.expand_dims(tf.where_v2(fits, size, 0), 1)
+
+  # Over the words in their random order, all rows at once: [S, B, N].
+  counts = tf.scan(take, (tf.transpose(ordered_sizes),
+                          tf.transpose(ordered_slots, [1, 0, 2])),
+                   initializer=tf.zeros_like(budgets))
+  previous = tf.concat([tf.zeros_like(counts[:1]), counts[:-1]], 0)
+  taken_in_order = tf.cast(tf.transpose(
+      tf.reduce_sum(counts - previous, axis=2) > 0), tf.int32)
+  inverse = tf.argsort(order, axis=1)
+  taken = tf.gather(taken_in_order, inverse, batch_dims=1)
+  return tf.reduce_sum(membership * tf.expand_dims(taken, 2), axis=1) > 0
+
+
+def mask_packed_batch(input_ids, input_mask, sequence_ids, uniforms,
+                      random_ids, params, max_sequences_per_pack):
+  """Draws the masks of a batch of packed rows (create_pretraining_data.py
+  --pack_sequences --masking=dynamic), each sequence by upstream's rule.
+
+  Each sequence of a row gets min(P, max(1, round(length * p))) masks among
+  its own tokens other than [CLS] and [SEP] (whole words within the
+  sequence with whole-word masking), as it would unpacked; the row's
+  predictions are W = packing.masked_positions_per_row wide, as the masks
+  of PACKED rows.
+
+  Args:
+    input_ids: int32 [B, S], the original tokens.
+    input_mask: int32 [B, S], 1 for real tokens.
+    sequence_ids: int32 [B, S], the sequence of each token, 1..N (0:
+      padding).
+    uniforms: float32 [B, 3, S] and
+    random_ids: int32 [B, S], from `example_draws`.
+    params: MaskingParams (max_predictions_per_seq: P, per sequence).
+    max_sequences_per_pack: N.
+
+  Returns:
+    dict as `mask_batch`'s, the masked-LM features [B, W].
+  """
+  width = packing.masked_positions_per_row(
+      params.max_seq_length, params.max_predictions_per_seq,
+      params.masked_lm_prob, max_sequences_per_pack)
+  is_candidate = ((input_mask > 0) & (sequence_ids > 0) &
+                  tf.not_equal(input_ids, params.cls_id) &
+                  tf.not_equal(input_ids, params.sep_id))
+  # [B, S, N] membership, [B, N] lengths: in float64, as Python computes
+  # length * masked_lm_prob.
+  in_slot = tf.one_hot(sequence_ids - 1, max_sequences_per_pack,
+                       dtype=tf.int32)
+  lengths = tf.cast(tf.reduce_sum(in_slot, axis=1), tf.float64)
+  budgets = tf.where_v2(lengths > 0, tf.cast(tf.minimum(
+      tf.constant(params.max_predictions_per_seq, tf.float64),
+      tf.maximum(tf.constant(1.0, tf.float64),
+                 tf.round(lengths * params.masked_lm_prob))), tf.int32), 0)
+  order_keys = uniforms[:, 0]
+  if params.do_whole_word_mask:
+    chosen = _packed_whole_word_selection(
+        is_candidate, input_ids, sequence_ids, order_keys, budgets, params)
+  else:
+    # Each sequence's candidates in a uniformly random order: a token wins
+    # if fewer than its sequence's budget of its candidates rank above it
+    # (a larger key, or an equal key at an earlier position, as top_k).
+    same_sequence = tf.equal(tf.expand_dims(sequence_ids, 2),
+                             tf.expand_dims(sequence_ids, 1))
+    keys = tf.where_v2(is_candidate, order_keys, -tf.ones_like(order_keys))
+    other, this = tf.expand_dims(keys, 1), tf.expand_dims(keys, 2)
+    earlier = tf.range(params.max_seq_length) < tf.expand_dims(
+        tf.range(params.max_seq_length), 1)
+    above = tf.reduce_sum(tf.cast(
+        same_sequence & ((other > this) | ((other == this) & earlier)),
+        tf.int32), axis=2)
+    token_budget = tf.reduce_sum(in_slot * tf.expand_dims(budgets, 1),
+                                 axis=2)
+    chosen = is_candidate & (above < token_budget)
+  return _masked_features(input_ids, chosen, uniforms, random_ids, params,
+                          width)
 
 
 def check_masked_lm_prob(masked_lm_prob, max_seq_length,

@@ -12,33 +12,25 @@ import re
 import struct
 
 import tensorflow.compat.v1 as tf
+from tensorflow.python.data.ops import multi_device_iterator_ops  # pylint: disable=g-direct-tensorflow-import
 
 import dynamic_masking
-import packing
 import pretraining_records
 from errors import UserError
 
 
 
-def record_feature_spec(kind, max_seq_length, max_predictions_per_seq):
-  """The tf.io parsing spec of records of `kind` (pretraining_records)."""
+def record_feature_spec(kind, max_seq_length, max_predictions_per_seq,
+                        max_sequences_per_pack=None):
+  """The tf.io parsing spec of records of `kind` (pretraining_records);
+  packed rows have `max_sequences_per_pack` sequence slots."""
   return {
       f.name: tf.io.FixedLenFeature(
           [pretraining_records.feature_length(f, max_seq_length,
-                                              max_predictions_per_seq)],
+                                              max_predictions_per_seq,
+                                              max_sequences_per_pack)],
           tf.as_dtype(f.dtype))
       for f in kind.features}
-
-
-def packed_feature_spec(max_seq_length, max_predictions_per_seq,
-                        max_sequences_per_pack):
-  """The tf.io parsing spec of packed rows of up to `max_sequences_per_pack`
-  sequences (create_pretraining_data --pack_sequences)."""
-  return {name: tf.FixedLenFeature([length], tf.as_dtype(
-      packing.feature_dtype(name)))
-          for name, length in packing.feature_lengths(
-              max_seq_length, max_predictions_per_seq,
-              max_sequences_per_pack).items()}
 
 
 def decode_record(record, feature_spec):
@@ -254,11 +246,12 @@ def check_pretraining_records(input_files, max_seq_length,
   Returns:
     (kind, N): the `pretraining_records.RecordKind` of the records, and the
     sequence slots of packed rows (create_pretraining_data
-    --pack_sequences; their kind is MASKED) or None for unpacked records.
+    --pack_sequences), None for unpacked records.
 
   Raises:
     UserError: naming the file, the feature, its length and the flag; or
-      a file of each kind when the files hold different kinds.
+      a file of each kind when the files hold different kinds (packed rows
+      of different N count as different kinds).
   """
   flags_of = {pretraining_records.SEQ: "--max_seq_length",
               pretraining_records.PRED: "--max_predictions_per_seq"}
@@ -266,25 +259,21 @@ def check_pretraining_records(input_files, max_seq_length,
   for path in input_files:
     check_tfrecord_framing(path)
     features = first_example(path).features.feature
-    slots = packed_row_slots(features)
-    if slots is not None:
-      kind, name = pretraining_records.MASKED, (
-          "packed rows of up to %d sequences" % slots)
-    else:
-      kind = _kind_of_file(path, features)
+    kind = _kind_of_file(path, features)
+    slots = sequence_slots(features)
+    if slots is None:
       name = "%s records" % kind.name
+    else:
+      name = "%s rows of up to %d sequences" % (kind.name, slots)
     kinds.setdefault(name, (kind, slots, path))
     if len(kinds) > 1:
       raise UserError(
-          "--input_file mixes record kinds: %s" % "; ".join(
+          "--input_file mixes record kinds: %s; train on one kind at a "
+          "time" % "; ".join(
               "%s holds %s" % (p, n) for n, (_, _, p) in kinds.items()))
-    if slots is not None:
-      _check_record_features(path, features, max_seq_length,
-                             max_predictions_per_seq, slots, vocab_size)
-      continue
     for feature in kind.features:
       length = pretraining_records.feature_length(
-          feature, max_seq_length, max_predictions_per_seq)
+          feature, max_seq_length, max_predictions_per_seq, slots)
       value_kind = features[feature.name].WhichOneof("kind")
       values = getattr(features[feature.name], value_kind).value
       if len(values) != length:
@@ -306,54 +295,13 @@ def checkpoint_step(model_dir):
   return int(tf.train.load_variable(latest, "global_step"))
 
 
-def packed_row_slots(features):
+def sequence_slots(features):
   """N, the sequence slots of a packed row, from a record's features (a
-  tf.train.Features map); None for an unpacked record."""
-  if packing.PACKED_ONLY_FEATURE not in features:
+  tf.train.Features map: the length of cls_positions); None for an unpacked
+  record."""
+  if "cls_positions" not in features:
     return None
-  slots = features.get("cls_positions")
-  return len(slots.int64_list.value) if slots is not None else 0
-
-
-def _check_record_features(path, features, max_seq_length,
-                           max_predictions_per_seq, max_sequences_per_pack,
-                           vocab_size):
-  """Checks one record's features and lengths against the flags."""
-  flag_lengths = {"--max_seq_length": max_seq_length,
-                  "--max_predictions_per_seq": max_predictions_per_seq}
-  if max_sequences_per_pack is None:
-    expected = {"input_ids": "--max_seq_length",
-                "input_mask": "--max_seq_length",
-                "segment_ids": "--max_seq_length",
-                "masked_lm_positions": "--max_predictions_per_seq",
-                "masked_lm_ids": "--max_predictions_per_seq",
-                "masked_lm_weights": "--max_predictions_per_seq",
-                "next_sentence_labels": None}
-    flag_lengths[None] = 1
-  else:
-    expected = dict(
-        [(name, "--max_seq_length") for name in packing.TOKEN_FEATURES] +
-        [(name, "--max_predictions_per_seq")
-         for name in packing.MASK_FEATURES] +
-        [(name, None) for name in packing.SEQUENCE_FEATURES])
-    flag_lengths[None] = max_sequences_per_pack
-  for name, flag in expected.items():
-    if name not in features:
-      raise UserError("%s: feature %r is missing; is this a "
-                      "create_pretraining_data.py output?" % (path, name))
-    kind = features[name].WhichOneof("kind")
-    values = getattr(features[name], kind).value
-    length = flag_lengths[flag]
-    if len(values) != length:
-      if flag is None:
-        raise UserError("%s: feature %s has length %d, expected %d; "
-                        "recreate the data" % (path, name, len(values),
-                                               length))
-      raise UserError(
-          "%s: feature %s has length %d but %s=%d; recreate the data or "
-          "pass %s=%d" % (path, name, len(values), flag, length, flag,
-                          len(values)))
-  _check_token_ids(path, features, vocab_size)
+  return len(features["cls_positions"].int64_list.value)
 
 
 def _check_token_ids(path, features, vocab_size):
@@ -368,6 +316,12 @@ def _check_token_ids(path, features, vocab_size):
         (path, top, vocab_size))
 
 
+def _fixed_tuning_options():
+  options = tf.data.Options()
+  options.autotune.enabled = False
+  return options
+
+
 def _with_fixed_tuning(dataset):
   """`dataset` without tf.data's autotuning model thread.
 
@@ -376,14 +330,39 @@ def _with_fixed_tuning(dataset):
   Destroying the iterator, which the Estimator does inside Session.close()
   at the end of training, evaluation and prediction, waits for that thread;
   in TF 2.15 its wake-up can be lost, and close() then blocks for the rest of
-  the thread's interval: 10-25 s after a run of a minute or more, in about
+  the thread's interval: 10-50 s after a run of a minute or more, in about
   one run of three (docs/benchmarks.md). The parallelism left at AUTOTUNE
   resolves to fixed defaults (interleave: cycle_length; prefetch: the
   buffer-growing prefetch autotuner, which needs no thread).
+
+  The datasets a distribution strategy feeds its replicas from are covered
+  too (see `_fix_tuning_of_device_datasets`).
   """
-  options = tf.data.Options()
-  options.autotune.enabled = False
-  return dataset.with_options(options)
+  _fix_tuning_of_device_datasets()
+  return dataset.with_options(_fixed_tuning_options())
+
+
+def _fix_tuning_of_device_datasets():
+  """Turns autotuning off in the per-device datasets of tf.distribute.
+
+  Under every strategy (one_device included) the Estimator reads the input
+  through a MultiDeviceIterator, which serves each device from a dataset of
+  its own, built from a generator op over the input's iterator. Those
+  datasets do not inherit the input's options (TF 2.15), so each ran its own
+  autotuning thread, and the stall above happened there: in 4 of 10 runs of
+  60 steps, 44-53 s, with `RootDataset::Iterator::~Iterator` waiting under
+  the device iterator's `IteratorHandleOp`. TensorFlow offers no option for
+  them, so their builder is wrapped; idempotent.
+  """
+  build = multi_device_iterator_ops._create_device_dataset  # pylint: disable=protected-access
+  if getattr(build, "fixed_tuning", False):
+    return
+
+  def build_with_fixed_tuning(*args, **kwargs):
+    return build(*args, **kwargs).with_options(_fixed_tuning_options())
+
+  build_with_fixed_tuning.fixed_tuning = True
+  multi_device_iterator_ops._create_device_dataset = build_with_fixed_tuning  # pylint: disable=protected-access
 
 
 
@@ -424,8 +403,9 @@ def pretraining_input_fn_builder(input_files, max_seq_length,
     num_cpu_threads: parallel readers / parsers.
     record_kind: the `pretraining_records.RecordKind` of the files.
     masking: a `dynamic_masking.MaskingParams` to draw masks with (the
-      masks of MASKED records are then replaced), or None to use the
-      records' own masks (MASKED records only).
+      masks of MASKED records are then replaced; PACKED_UNMASKED rows get
+      each sequence's masks, dynamic_masking.mask_packed_batch), or None to
+      use the records' own masks (MASKED and PACKED records only).
     masking_seed: int, the seed of the training masks (eval masks use
       dynamic_masking.EVAL_SEED).
     start_step_fn: returns the global step training resumes from (called
@@ -438,19 +418,15 @@ def pretraining_input_fn_builder(input_files, max_seq_length,
     with int32 [B, S] / [B, P] (and, packed, [B, N]) tensors, B = per-replica
     batch of rows.
   """
-  if masking is None and record_kind is not pretraining_records.MASKED:
+  if masking is None and not pretraining_records.holds_masks(record_kind):
     raise ValueError("%s records hold no masks: pass `masking`" %
                      record_kind.name)
+  if masking is not None and record_kind is pretraining_records.PACKED:
+    raise ValueError("masks are drawn for packed rows without masks only")
   per_replica_batch = global_batch_size // num_replicas
-  if max_sequences_per_pack is not None:
-    if masking is not None:
-      raise ValueError("masks are not drawn for packed rows")
-    feature_spec = packed_feature_spec(max_seq_length,
-                                       max_predictions_per_seq,
-                                       max_sequences_per_pack)
-  else:
-    feature_spec = record_feature_spec(record_kind, max_seq_length,
-                                       max_predictions_per_seq)
+  feature_spec = record_feature_spec(record_kind, max_seq_length,
+                                     max_predictions_per_seq,
+                                     max_sequences_per_pack)
   if is_training:
     stream = dynamic_masking.TRAIN_STREAM
     seed = (dynamic_masking.DEFAULT_SEED if masking_seed is None
@@ -468,6 +444,11 @@ def pretraining_input_fn_builder(input_files, max_seq_length,
   def mask(features):
     uniforms, random_ids = features.pop("random_draws")
     original_ids = features["input_ids"]
+    if record_kind is pretraining_records.PACKED_UNMASKED:
+      features.update(dynamic_masking.mask_packed_batch(
+          original_ids, features["input_mask"], features["sequence_ids"],
+          uniforms, random_ids, masking, max_sequences_per_pack))
+      return features
     if record_kind is pretraining_records.MASKED:
       original_ids = dynamic_masking.restore_original_ids(features)
     features.update(dynamic_masking.mask_batch(

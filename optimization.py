@@ -72,17 +72,20 @@ class DataParallelOptimizer(tf.train.Optimizer):
 
   def __init__(self, learning_rate, weight_decay_rate=0.0,
                exclude_from_weight_decay=DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY,
-               clip_norm=1.0, name="Optimizer"):
+               clip_norm=1.0, name="Optimizer", reduced_by_caller=False):
     """Args:
       learning_rate: float or scalar tensor.
       weight_decay_rate: decoupled weight decay (AdamW style).
       exclude_from_weight_decay: regexes; matching variable names get none.
       clip_norm: global-norm clip on the reduced gradient; None disables it.
       name: name scope of the update ops.
+      reduced_by_caller: whether the caller sums the gradients with
+        `all_reduce` before passing them to `apply_gradients`, which then
+        applies them as they are; otherwise `apply_gradients` sums them.
     """
     super().__init__(use_locking=False, name=name)
     self._global_step = None
-    self._reduced_by_caller = False
+    self.reduced_by_caller = reduced_by_caller
     self.learning_rate = learning_rate
     self.weight_decay_rate = weight_decay_rate
     self.exclude_from_weight_decay = tuple(exclude_from_weight_decay or ())
@@ -107,8 +110,8 @@ class DataParallelOptimizer(tf.train.Optimizer):
     of a stop request at the same step for free, and so do `scalars` (the
     step's loss). For a caller that needs the sums whether or not the update
     is then applied (the fp16 wrapper skips the update of a step whose
-    gradients overflow, and that step still reports its loss): from then on
-    `apply_gradients` takes the gradients it gets as already reduced.
+    gradients overflow, and that step still reports its loss); such a caller
+    builds the optimizer with `reduced_by_caller=True`.
 
     Args:
       grads_and_vars: (gradient or None, variable) pairs of this replica.
@@ -118,10 +121,6 @@ class DataParallelOptimizer(tf.train.Optimizer):
       (summed (gradient, variable) pairs, the list of summed scalars, the op
       recording the stop votes, which the step must run).
     """
-    self._reduced_by_caller = True
-    return self._sum_over_replicas(grads_and_vars, scalars)
-
-  def _sum_over_replicas(self, grads_and_vars, scalars=()):
     grads_and_vars = [(g, v) for g, v in grads_and_vars if g is not None]
     if not grads_and_vars:
       raise ValueError("No gradients provided for any variable.")
@@ -136,8 +135,8 @@ class DataParallelOptimizer(tf.train.Optimizer):
             preemption.record_votes(reduced[num_grads]))
 
   def apply_gradients(self, grads_and_vars, global_step=None, name=None):
-    """All-reduces (unless `all_reduce` did), clips and applies; called in a
-    replica context.
+    """All-reduces (unless `reduced_by_caller`), clips and applies; called
+    in a replica context.
 
     Args:
       grads_and_vars: (gradient, variable) pairs of this replica.
@@ -147,12 +146,11 @@ class DataParallelOptimizer(tf.train.Optimizer):
     Returns:
       The op that applies the update (and increments global_step).
     """
-    if self._reduced_by_caller:
+    if self.reduced_by_caller:
       grads_and_vars = [(g, v) for g, v in grads_and_vars if g is not None]
       votes_recorded = tf.no_op()
     else:
-      grads_and_vars, _, votes_recorded = self._sum_over_replicas(
-          grads_and_vars)
+      grads_and_vars, _, votes_recorded = self.all_reduce(grads_and_vars)
     grads = [g for g, _ in grads_and_vars]
     tvars = [v for _, v in grads_and_vars]
     if self.clip_norm is not None:
@@ -224,9 +222,11 @@ class AdamWeightDecayOptimizer(DataParallelOptimizer):
   def __init__(self, learning_rate, weight_decay_rate=0.0, beta_1=0.9,
                beta_2=0.999, epsilon=1e-6,
                exclude_from_weight_decay=DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY,
-               clip_norm=1.0, name="AdamWeightDecayOptimizer"):
+               clip_norm=1.0, name="AdamWeightDecayOptimizer",
+               reduced_by_caller=False):
     super().__init__(learning_rate, weight_decay_rate,
-                     exclude_from_weight_decay, clip_norm, name)
+                     exclude_from_weight_decay, clip_norm, name,
+                     reduced_by_caller)
     self.beta_1 = beta_1
     self.beta_2 = beta_2
     self.epsilon = epsilon
@@ -274,9 +274,10 @@ class LambOptimizer(AdamWeightDecayOptimizer):
   def __init__(self, learning_rate, weight_decay_rate=0.0, beta_1=0.9,
                beta_2=0.999, epsilon=1e-6, bias_correction=False,
                exclude_from_weight_decay=DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY,
-               clip_norm=1.0, name="LambOptimizer"):
+               clip_norm=1.0, name="LambOptimizer", reduced_by_caller=False):
     super().__init__(learning_rate, weight_decay_rate, beta_1, beta_2,
-                     epsilon, exclude_from_weight_decay, clip_norm, name)
+                     epsilon, exclude_from_weight_decay, clip_norm, name,
+                     reduced_by_caller)
     self.bias_correction = bias_correction
 
   def _direction(self, var, m, v):
@@ -298,13 +299,15 @@ class LambOptimizer(AdamWeightDecayOptimizer):
     return self.learning_rate * trust_ratio
 
 
-def build_optimizer(optimizer_name, learning_rate, lamb_bias_correction=False):
+def build_optimizer(optimizer_name, learning_rate, lamb_bias_correction=False,
+                    reduced_by_caller=False):
   """Upstream's hyperparameters (decay 0.01, betas 0.9/0.999, epsilon 1e-6).
 
   Args:
     optimizer_name: one of OPTIMIZERS.
     learning_rate: float or scalar tensor.
     lamb_bias_correction: LAMB only: Adam's bias correction of the moments.
+    reduced_by_caller: see DataParallelOptimizer.
 
   Returns:
     A DataParallelOptimizer.
@@ -315,11 +318,12 @@ def build_optimizer(optimizer_name, learning_rate, lamb_bias_correction=False):
                        "has none.")
     return AdamWeightDecayOptimizer(
         learning_rate=learning_rate, weight_decay_rate=0.01, beta_1=0.9,
-        beta_2=0.999, epsilon=1e-6)
+        beta_2=0.999, epsilon=1e-6, reduced_by_caller=reduced_by_caller)
   if optimizer_name == "lamb":
     return LambOptimizer(
         learning_rate=learning_rate, weight_decay_rate=0.01, beta_1=0.9,
-        beta_2=0.999, epsilon=1e-6, bias_correction=lamb_bias_correction)
+        beta_2=0.999, epsilon=1e-6, bias_correction=lamb_bias_correction,
+        reduced_by_caller=reduced_by_caller)
   raise ValueError("Unknown optimizer %r; expected one of %s" %
                    (optimizer_name, ", ".join(OPTIMIZERS)))
 
@@ -381,7 +385,7 @@ def create_accumulating_optimizer(
   learning_rate = learning_rate_schedule(init_lr, num_train_steps,
                                          num_warmup_steps, global_step)
   optimizer = build_optimizer(optimizer_name, learning_rate,
-                              lamb_bias_correction)
+                              lamb_bias_correction, reduced_by_caller=True)
   # What computes and applies the gradients: the optimizer, or its fp16
   # wrapper (scaled loss, unscaled gradients, update skipped on overflow).
   applier, loss_scale = optimizer, None
@@ -452,30 +456,16 @@ def wrap_for_mixed_precision(optimizer, init_loss_scale, growth_steps):
   global_step) when any replica's gradient is not finite, halving the scale.
   Grappler's auto_mixed_precision pass then runs eligible GPU kernels in
   float16; it has nothing to rewrite on a CPU-only machine.
+
+  The wrapper's `apply_gradients` must get the gradients summed over every
+  replica and process (`optimizer.all_reduce`, with the optimizer built
+  `reduced_by_caller`): a non-finite gradient anywhere then makes every
+  sum non-finite, so all horovod ranks skip the same steps without a
+  collective of their own.
   """
-  group = distribution.process_group()
-  scale_class = (RankConsistentLossScale if group and group.size > 1
-                 else tf.mixed_precision.DynamicLossScale)
-  loss_scale = scale_class(initial_loss_scale=init_loss_scale,
-                           increment_period=growth_steps, multiplier=2.0)
+  loss_scale = tf.mixed_precision.DynamicLossScale(
+      initial_loss_scale=init_loss_scale, increment_period=growth_steps,
+      multiplier=2.0)
   return (tf.train.experimental.enable_mixed_precision_graph_rewrite(
       optimizer, loss_scale=loss_scale), loss_scale)
-
-
-class RankConsistentLossScale(tf.mixed_precision.DynamicLossScale):
-  """Dynamic loss scale whose skip decision is the same on every horovod rank.
-
-  tf.distribute strategies already reduce the finiteness check over replicas;
-  horovod ranks are separate processes, so without this one rank could skip a
-  step (and its all-reduce) while the others wait for it.
-  """
-
-  def update(self, grads):
-    finite = tf.cast(tf.reduce_all([tf.reduce_all(tf.is_finite(g))
-                                    for g in grads if g is not None]),
-                     tf.float32)
-    finite_ranks = distribution.sum_across_replicas([finite])[0]
-    verdict = tf.where(finite_ranks >= distribution.process_group().size, 0.0,
-                       float("inf"))
-    return super().update([verdict])
 

@@ -165,39 +165,32 @@ Sequence = collections.namedtuple(
                  "masked_lm_ids", "next_sentence_label"])
 
 
-# The features of a packed row by their width: S tokens, W masks, N sequences.
-TOKEN_FEATURES = ("input_ids", "input_mask", "segment_ids", "sequence_ids",
-                  "position_ids")
-MASK_FEATURES = ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
-SEQUENCE_FEATURES = ("cls_positions", "next_sentence_labels",
-                     "next_sentence_weights")
+def _packed_features(length):
+  return tuple(f.name for f in pretraining_records.PACKED.features
+               if f.length == length)
 
+
+# The features of a packed row (pretraining_records.PACKED) by their width:
+# S tokens, W masks, N sequence slots.
+TOKEN_FEATURES = _packed_features(pretraining_records.SEQ)
+MASK_FEATURES = _packed_features(pretraining_records.PRED)
+SEQUENCE_FEATURES = _packed_features(pretraining_records.PACK)
 
 # The per-token feature only packed rows have: readers tell them by it.
 PACKED_ONLY_FEATURE = "sequence_ids"
 
 
-def feature_lengths(max_seq_length, max_predictions_per_row,
-                    max_sequences_per_pack):
-  """The length of each feature of a packed row, by name."""
-  lengths = {}
-  for names, length in ((TOKEN_FEATURES, max_seq_length),
-                        (MASK_FEATURES, max_predictions_per_row),
-                        (SEQUENCE_FEATURES, max_sequences_per_pack)):
-    lengths.update((name, length) for name in names)
-  return lengths
-
-
-def feature_dtype(name):
-  """"float32" for the weights of a packed row, "int64" for the others."""
-  return "float32" if name.endswith("weights") else "int64"
+def row_kind(row):
+  """The RecordKind of a packed row (`pack_row`'s dict): PACKED, or
+  PACKED_UNMASKED without masked-LM features."""
+  if MASK_FEATURES[0] in row:
+    return pretraining_records.PACKED
+  return pretraining_records.PACKED_UNMASKED
 
 
 def encode_row(row):
   """The serialized tf.train.Example of a packed row (`pack_row`'s dict)."""
-  return pretraining_records.encode_example(
-      (name, feature_dtype(name), row[name])
-      for name in TOKEN_FEATURES + MASK_FEATURES + SEQUENCE_FEATURES)
+  return pretraining_records.encode_example(row_kind(row), row)
 
 
 def masked_positions_per_row(max_seq_length, max_predictions_per_seq,
@@ -236,15 +229,16 @@ def pack_row(sequences, max_seq_length, max_sequences_per_pack,
     max_seq_length: S.
     max_sequences_per_pack: N.
     max_predictions_per_row: W, the width of the masked-LM features
-      (`masked_positions_per_row`).
+      (`masked_positions_per_row`); None for a row without masks
+      (PACKED_UNMASKED: masks are drawn in training).
 
   Returns:
     dict of lists: per token [S] `input_ids`, `input_mask`, `segment_ids`,
     `sequence_ids` (1..n, 0 for padding), `position_ids` (restarting at 0
     for each sequence); per mask [W] `masked_lm_positions` (in the row),
-    `masked_lm_ids`, `masked_lm_weights` (floats); per sequence slot [N]
-    `cls_positions`, `next_sentence_labels`, `next_sentence_weights`
-    (floats, 0.0 for an empty slot).
+    `masked_lm_ids`, `masked_lm_weights` (floats), unless W is None; per
+    sequence slot [N] `cls_positions`, `next_sentence_labels`,
+    `next_sentence_weights` (floats, 0.0 for an empty slot).
 
   Raises:
     ValueError: the sequences do not fit the row.
@@ -252,8 +246,9 @@ def pack_row(sequences, max_seq_length, max_sequences_per_pack,
   if len(sequences) > max_sequences_per_pack:
     raise ValueError("%d sequences in a row of at most %d" %
                      (len(sequences), max_sequences_per_pack))
-  row = {name: [] for name in
-         TOKEN_FEATURES + MASK_FEATURES + SEQUENCE_FEATURES}
+  kind = (pretraining_records.PACKED_UNMASKED
+          if max_predictions_per_row is None else pretraining_records.PACKED)
+  row = {f.name: [] for f in kind.features}
   for number, sequence in enumerate(sequences, start=1):
     start = len(row["input_ids"])
     length = len(sequence.input_ids)
@@ -262,34 +257,39 @@ def pack_row(sequences, max_seq_length, max_sequences_per_pack,
     row["segment_ids"].extend(sequence.segment_ids)
     row["sequence_ids"].extend([number] * length)
     row["position_ids"].extend(range(length))
-    row["masked_lm_positions"].extend(
-        start + position for position in sequence.masked_lm_positions)
-    row["masked_lm_ids"].extend(sequence.masked_lm_ids)
-    row["masked_lm_weights"].extend([1.0] * len(sequence.masked_lm_ids))
+    if max_predictions_per_row is not None:
+      row["masked_lm_positions"].extend(
+          start + position for position in sequence.masked_lm_positions)
+      row["masked_lm_ids"].extend(sequence.masked_lm_ids)
+      row["masked_lm_weights"].extend([1.0] * len(sequence.masked_lm_ids))
     row["cls_positions"].append(start)
     row["next_sentence_labels"].append(sequence.next_sentence_label)
     row["next_sentence_weights"].append(1.0)
   if len(row["input_ids"]) > max_seq_length:
     raise ValueError("sequences of %d tokens in a row of %d" %
                      (len(row["input_ids"]), max_seq_length))
-  if len(row["masked_lm_ids"]) > max_predictions_per_row:
+  if (max_predictions_per_row is not None and
+      len(row["masked_lm_ids"]) > max_predictions_per_row):
     raise ValueError("%d masked positions in a row of at most %d" %
                      (len(row["masked_lm_ids"]), max_predictions_per_row))
-  for name, width in feature_lengths(max_seq_length, max_predictions_per_row,
-                                     max_sequences_per_pack).items():
-    padding = 0.0 if feature_dtype(name) == "float32" else 0
-    row[name].extend([padding] * (width - len(row[name])))
+  for feature in kind.features:
+    width = pretraining_records.feature_length(
+        feature, max_seq_length, max_predictions_per_row,
+        max_sequences_per_pack)
+    padding = 0.0 if feature.dtype == "float32" else 0
+    row[feature.name].extend([padding] * (width - len(row[feature.name])))
   return row
 
 
 def sequence_from_features(features):
   """The Sequence of one unpacked record's features (lists, as
   pretraining_records.parse_example gives them): its real tokens, its masks
-  (weight > 0) and its next-sentence label."""
+  (weight > 0; none for an UNMASKED record) and its next-sentence label."""
   length = sum(features["input_mask"])
   masks = [(position, token) for position, token, weight in zip(
-      features["masked_lm_positions"], features["masked_lm_ids"],
-      features["masked_lm_weights"]) if weight > 0]
+      features.get("masked_lm_positions", ()),
+      features.get("masked_lm_ids", ()),
+      features.get("masked_lm_weights", ())) if weight > 0]
   return Sequence(list(features["input_ids"][:length]),
                   list(features["segment_ids"][:length]),
                   [position for position, _ in masks],
@@ -309,7 +309,8 @@ def pack_sequences(sequences, max_seq_length, max_sequences_per_pack,
     sequences: list of Sequence.
     max_seq_length: S.
     max_sequences_per_pack: N.
-    max_predictions_per_row: W (`masked_positions_per_row`).
+    max_predictions_per_row: W (`masked_positions_per_row`), or None for
+      rows without masks.
     rng: random.Random that shuffles the rows (SPFHP emits them grouped by
       pack strategy: all long sequences first).
 
@@ -346,7 +347,8 @@ def pack_records(records, max_seq_length, max_sequences_per_pack,
     records: iterable of unpacked records (bytes), in the order to pack.
     max_seq_length: S.
     max_sequences_per_pack: N.
-    max_predictions_per_row: W (`masked_positions_per_row`).
+    max_predictions_per_row: W (`masked_positions_per_row`); None for
+      UNMASKED records (the rows are PACKED_UNMASKED).
     rng: random.Random that shuffles the rows.
 
   Returns:

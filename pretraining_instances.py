@@ -458,15 +458,22 @@ def write_instances(documents, rng, vocab, params, dupe_factor, output_paths,
         pretraining_records.write_tfrecord_file(
             tmp, scratch.read_in_order(order[k::len(tmp_paths)]))
       return len(order)
+    unmasked = params.masking == DYNAMIC
     mask_width = packing.masked_positions_per_row(
         params.max_seq_length, params.max_predictions_per_seq,
         params.masked_lm_prob, max_sequences_per_pack)
     rows, packing_report = packing.pack_records(
         scratch.read_in_order(order), params.max_seq_length,
-        max_sequences_per_pack, mask_width, rng)
-    logging.info("%s; rows hold up to %d masked positions (train with "
-                 "--max_predictions_per_seq=%d)",
-                 packing.describe(packing_report), mask_width, mask_width)
+        max_sequences_per_pack, None if unmasked else mask_width, rng)
+    if unmasked:
+      logging.info("%s; masks are drawn in training, up to %d per row "
+                   "(train with --max_predictions_per_seq=%d, per "
+                   "sequence)", packing.describe(packing_report), mask_width,
+                   params.max_predictions_per_seq)
+    else:
+      logging.info("%s; rows hold up to %d masked positions (train with "
+                   "--max_predictions_per_seq=%d)",
+                   packing.describe(packing_report), mask_width, mask_width)
     for k, tmp in enumerate(tmp_paths):
       pretraining_records.write_tfrecord_file(tmp, rows[k::len(tmp_paths)])
   return len(rows)

@@ -40,10 +40,12 @@ def load_numpy():
 # The one description of the pretraining records: what the writer
 # (`ExampleEncoder`), the reader (input_pipeline) and synthetic_data use.
 # A feature's length is a flag's value (SEQ: --max_seq_length, PRED:
-# --max_predictions_per_seq) or a number.
+# --max_predictions_per_seq), the sequence slots of a packed row (PACK:
+# create_pretraining_data --max_sequences_per_pack) or a number.
 
 SEQ = "max_seq_length"
 PRED = "max_predictions_per_seq"
+PACK = "max_sequences_per_pack"
 
 RecordFeature = collections.namedtuple("RecordFeature",
                                        ["name", "dtype", "length"])
@@ -87,18 +89,58 @@ UNMASKED = RecordKind(
                       "segment_ids"),
     description="unmasked (create_pretraining_data.py --masking=dynamic)")
 
-# PACKED goes here: several sequences per row of S tokens, with per-token
-# features (the index of the token's sequence in the row, its position
-# within that sequence) and per-sequence ones (the index of each
-# sequence's [CLS], its next-sentence label), masked or unmasked.
+# Several sequences per row of S tokens (packing.py): per token, which
+# sequence of the row it belongs to (1, 2, ...; 0 for padding) and its
+# position within that sequence; per mask as MASKED, positions within the
+# row (PRED is the row's mask width, packing.masked_positions_per_row); per
+# sequence slot, the index of its [CLS], its next-sentence label and weight
+# (0.0: an empty slot).
+PACKED = RecordKind(
+    name="packed",
+    features=MASKED.features[:3] + (
+        RecordFeature("sequence_ids", "int64", SEQ),
+        RecordFeature("position_ids", "int64", SEQ),
+    ) + MASKED.features[3:6] + (
+        RecordFeature("cls_positions", "int64", PACK),
+        RecordFeature("next_sentence_labels", "int64", PACK),
+        RecordFeature("next_sentence_weights", "float32", PACK),
+    ),
+    serialized_order=("input_mask", "masked_lm_ids", "input_ids",
+                      "sequence_ids", "next_sentence_labels",
+                      "next_sentence_weights", "masked_lm_positions",
+                      "position_ids", "cls_positions", "masked_lm_weights",
+                      "segment_ids"),
+    description="packed (create_pretraining_data.py --pack_sequences: "
+                "several sequences per row)")
 
-RECORD_KINDS = (MASKED, UNMASKED)
+# PACKED rows without masks (create_pretraining_data.py --pack_sequences
+# --masking=dynamic): run_pretraining draws each sequence's masks.
+PACKED_UNMASKED = RecordKind(
+    name="packed unmasked",
+    features=tuple(f for f in PACKED.features if f.length != PRED),
+    serialized_order=("input_ids", "input_mask", "next_sentence_labels",
+                      "next_sentence_weights", "sequence_ids",
+                      "position_ids", "cls_positions", "segment_ids"),
+    description="packed unmasked (create_pretraining_data.py "
+                "--pack_sequences --masking=dynamic: several sequences per "
+                "row)")
+
+RECORD_KINDS = (MASKED, UNMASKED, PACKED, PACKED_UNMASKED)
+
+# The kinds whose rows hold several sequences.
+PACKED_KINDS = (PACKED, PACKED_UNMASKED)
 
 
-def feature_length(feature, max_seq_length, max_predictions_per_seq):
+def feature_length(feature, max_seq_length, max_predictions_per_seq,
+                   max_sequences_per_pack=None):
   """The number of values of `feature` (a `RecordFeature`) in a record."""
-  return {SEQ: max_seq_length, PRED: max_predictions_per_seq}.get(
-      feature.length, feature.length)
+  return {SEQ: max_seq_length, PRED: max_predictions_per_seq,
+          PACK: max_sequences_per_pack}.get(feature.length, feature.length)
+
+
+def holds_masks(kind):
+  """Whether records of `kind` carry their own masked-LM predictions."""
+  return any(f.name == "masked_lm_ids" for f in kind.features)
 
 
 def record_kind_of(feature_names):
@@ -351,24 +393,26 @@ def parse_example(record):
 _FEATURE_HEADERS = {}
 
 
-def encode_example(features):
-  """The serialized tf.train.Example of any int64/float32 features.
-
-  For record kinds without a specialised encoder (packed rows); the map
-  entries follow `features`' order, which any protobuf parser accepts.
+def encode_example(kind, values):
+  """The serialized tf.train.Example of one record of `kind`, for the kinds
+  without a specialised encoder (packed rows).
 
   Args:
-    features: iterable of (name, dtype "int64" or "float32", values).
+    kind: a `RecordKind`.
+    values: feature name -> sequence of numbers, for each of kind.features.
 
   Returns:
-    bytes.
+    bytes, as tf.train.Example.SerializeToString() gives them for
+    `kind.features` inserted in order (`tf_example`).
   """
+  dtypes = {f.name: f.dtype for f in kind.features}
   entries = []
-  for name, dtype, values in features:
-    if dtype == "float32":
-      tag, payload = b"\x12", struct.pack("<%df" % len(values), *values)
+  for name in kind.serialized_order:
+    numbers = values[name]
+    if dtypes[name] == "float32":
+      tag, payload = b"\x12", struct.pack("<%df" % len(numbers), *numbers)
     else:
-      tag, payload = b"\x1a", b"".join([varint(v) for v in values])
+      tag, payload = b"\x1a", b"".join([varint(v) for v in numbers])
     headers = _FEATURE_HEADERS.get((name, tag))
     if headers is None:
       headers = _FEATURE_HEADERS[(name, tag)] = _HeaderCache(name, tag)

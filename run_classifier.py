@@ -65,6 +65,8 @@ import tensorflow.compat.v1 as tf
 import atomic_io
 import checkpoint_formats
 import checkpoints
+import classifier_packing
+import distribution
 import input_pipeline
 import modeling
 import pretraining_records
@@ -112,6 +114,15 @@ def define_flags():
   flags.DEFINE_list("labels", None,
                     "tsv task: the labels, comma-separated; default: the "
                     "sorted distinct labels of train.tsv.")
+  flags.DEFINE_bool(
+      "pack_sequences", False,
+      "Pack up to --max_sequences_per_pack examples into each row of "
+      "--max_seq_length tokens (classifier_packing.py): no compute spent on "
+      "padding, the same logits per example. --*_batch_size then count "
+      "rows.")
+  flags.DEFINE_integer(
+      "max_sequences_per_pack", 3,
+      "With --pack_sequences: the most examples in one row.")
 
 
 class InputExample(object):
@@ -618,28 +629,39 @@ def pad_to_batches(examples, batch_size):
 
 
 def create_model(bert_config, is_training, input_ids, input_mask, segment_ids,
-                 labels, num_labels, use_one_hot_embeddings=False):
+                 labels, num_labels, use_one_hot_embeddings=False,
+                 sequence_ids=None, position_ids=None, cls_positions=None,
+                 example_weights=None):
   """A classification head on BERT's pooled [CLS] output.
 
   Args:
     bert_config: BertConfig.
     is_training: enables dropout.
     input_ids, input_mask, segment_ids: int32 [B, S].
-    labels: int32 [B] label ids.
+    labels: int32 [B] label ids ([B*N] for packed rows).
     num_labels: number of classes C.
     use_one_hot_embeddings: see modeling.BertModel.
+    sequence_ids, position_ids, cls_positions: packed rows of up to N
+      examples (classifier_packing.model_inputs); X = B*N examples then.
+    example_weights: float32 [X]: the loss is the weighted mean (0.0 for
+      an empty slot); None: the plain mean.
 
   Returns:
-    (mean loss, per_example_loss [B], logits [B, C], probabilities [B, C]).
+    (mean loss, per_example_loss [X], logits [X, C], probabilities [X, C]),
+    X = B unpacked.
   """
   # An explicit scope: a second micro-batch's model reuses bert/..., not
   # bert_1/...
   model = modeling.BertModel(
       config=bert_config, is_training=is_training, input_ids=input_ids,
       input_mask=input_mask, token_type_ids=segment_ids,
-      use_one_hot_embeddings=use_one_hot_embeddings, scope="bert")
+      use_one_hot_embeddings=use_one_hot_embeddings, scope="bert",
+      sequence_ids=sequence_ids, position_ids=position_ids,
+      cls_positions=cls_positions)
   output_layer = model.get_pooled_output()
   hidden_size = output_layer.shape[-1]
+  if cls_positions is not None:
+    output_layer = tf.reshape(output_layer, [-1, hidden_size])
   # Top-level names, as upstream: classifier checkpoints stay interchangeable.
   output_weights = tf.get_variable(
       "output_weights", [num_labels, hidden_size],
@@ -654,7 +676,11 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids,
     probabilities = tf.nn.softmax(logits, axis=-1)
     per_example_loss = tf.nn.sparse_softmax_cross_entropy_with_logits(
         labels=labels, logits=logits)
-    loss = tf.reduce_mean(per_example_loss)
+    if example_weights is None:
+      loss = tf.reduce_mean(per_example_loss)
+    else:
+      loss = tf.reduce_sum(example_weights * per_example_loss) / tf.maximum(
+          tf.reduce_sum(example_weights), 1.0)
   return loss, per_example_loss, logits, probabilities
 
 
@@ -678,27 +704,62 @@ def classifier_metrics(per_example_loss, label_ids, logits, is_real_example):
 
 
 def classifier_task(bert_config, num_labels):
-  """Classification as a runner.Task: the head's mean cross-entropy; eval
-  accuracy and loss over the real examples; class probabilities."""
+  """Classification as a runner.Task: the head's mean cross-entropy over the
+  real examples (of packed rows too: classifier_packing.py); eval accuracy
+  and loss over them; class probabilities."""
 
   def model(features, is_training):
-    return create_model(bert_config, is_training, features["input_ids"],
-                        features["input_mask"], features["segment_ids"],
-                        features["label_ids"], num_labels)
+    """create_model's outputs, the labels [X] and the example weights [X]."""
+    if classifier_packing.is_packed(features):
+      packed = classifier_packing.model_inputs(features)
+      return (create_model(bert_config, is_training, features["input_ids"],
+                           features["input_mask"], features["segment_ids"],
+                           num_labels=num_labels, **packed),
+              packed["labels"], packed["example_weights"])
+    return (create_model(bert_config, is_training, features["input_ids"],
+                         features["input_mask"], features["segment_ids"],
+                         features["label_ids"], num_labels),
+            features["label_ids"], features["is_real_example"])
+
+  unpacked_loss_fns = runner.mean_loss_shares(
+      lambda features: model(features, True)[0][0])
+
+  def train_loss_fns(features, num_micro_batches):
+    if not classifier_packing.is_packed(features):
+      return unpacked_loss_fns(features, num_micro_batches)
+    # Packed rows hold varying numbers of examples: each micro-batch divides
+    # its weighted sum by the global batch's number of examples.
+    count = tf.maximum(distribution.global_sum(tf.stop_gradient(
+        tf.reduce_sum(features["label_weights"]))), 1.0)
+
+    def loss_fn(index, micro_batch):
+      with runner.reusing_variables(index):
+        (_, per_example_loss, _, _), _, weights = model(micro_batch, True)
+      return tf.reduce_sum(weights * per_example_loss) / count
+
+    return [functools.partial(loss_fn, i, micro_batch) for i, micro_batch
+            in enumerate(runner.split_micro_batches(features,
+                                                    num_micro_batches))]
 
   def eval_outputs(features):
-    loss, per_example_loss, logits, _ = model(features, False)
-    return loss, classifier_metrics(per_example_loss, features["label_ids"],
-                                    logits, features["is_real_example"])
+    (loss, per_example_loss, logits, _), labels, weights = model(features,
+                                                                 False)
+    return loss, classifier_metrics(per_example_loss, labels, logits,
+                                    weights)
+
+  def predictions(features):
+    (_, _, _, probabilities), _, _ = model(features, False)
+    if not classifier_packing.is_packed(features):
+      return {"probabilities": probabilities}
+    return {"probabilities": tf.reshape(
+        probabilities, [-1, features["cls_positions"].shape[-1], num_labels]),
+            "example_index": features["example_index"]}
 
   return runner.Task(
       build_variables=lambda: build_classifier_variables(bert_config,
                                                          num_labels),
-      train_loss_fns=runner.mean_loss_shares(
-          lambda features: model(features, True)[0]),
-      eval_outputs=eval_outputs,
-      predictions=lambda features: {"probabilities": model(features,
-                                                           False)[3]})
+      train_loss_fns=train_loss_fns, eval_outputs=eval_outputs,
+      predictions=predictions)
 
 
 def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
@@ -856,6 +917,9 @@ def validate_flags():
     raise UserError("--warmup_proportion must be in [0, 1]")
   if FLAGS.max_seq_length < 3:
     raise UserError("--max_seq_length must be >= 3 ([CLS] and two [SEP])")
+  if FLAGS.pack_sequences and FLAGS.max_sequences_per_pack < 1:
+    raise UserError("--max_sequences_per_pack=%d must be at least 1" %
+                    FLAGS.max_sequences_per_pack)
   bert_config = modeling.BertConfig.from_json_file(FLAGS.bert_config_file)
   modeling.check_seq_length_fits(bert_config, FLAGS.max_seq_length)
   tokenization.check_vocab_fits_config(FLAGS.vocab_file,
@@ -880,14 +944,29 @@ def validate_flags():
 
 
 def write_features(path, examples, label_list, max_seq_length, tokenizer,
-                   batch_size=None):
+                   batch_size=None, max_sequences_per_pack=None):
   """Writes the records of `examples` to `path`, padded to whole batches if
-  batch_size is given; returns `path`."""
+  batch_size is given.
+
+  With max_sequences_per_pack, the records are packed rows of up to that
+  many examples (classifier_packing.py), shuffled if no batch_size is given
+  (training).
+
+  Returns:
+    (path, the number of records).
+  """
+  if max_sequences_per_pack:
+    features = [convert_single_example(i, example, label_list,
+                                       max_seq_length, tokenizer)
+                for i, example in enumerate(examples)]
+    return path, classifier_packing.write_packed_features(
+        path, features, max_seq_length, max_sequences_per_pack, batch_size,
+        shuffle=not batch_size)
   if batch_size:
     examples = pad_to_batches(examples, batch_size)
   file_based_convert_examples_to_features(examples, label_list,
                                           max_seq_length, tokenizer, path)
-  return path
+  return path, len(examples)
 
 
 def train_steps(num_examples, train_batch_size, num_train_epochs,
@@ -905,39 +984,56 @@ def train_steps(num_examples, train_batch_size, num_train_epochs,
   return num_train_steps, int(num_train_steps * warmup_proportion)
 
 
+def packed_feature_spec(max_seq_length, max_sequences_per_pack):
+  """The records' parsing spec for packed rows; None (the classifier's own)
+  without packing."""
+  if not max_sequences_per_pack:
+    return None
+  return classifier_packing.feature_spec(max_seq_length,
+                                         max_sequences_per_pack)
+
+
 def write_inputs(is_chief, output_dir, examples, label_list, tokenizer,
-                 max_seq_length, eval_batch_size, predict_batch_size):
+                 max_seq_length, eval_batch_size, predict_batch_size,
+                 max_sequences_per_pack=None):
   """Writes labels.txt (chief) and the records of each requested split.
 
   Returns:
-    {"train", "dev", "test": [record file]} of the splits in `examples`;
-    dev and test padded to whole batches.
+    ({"train", "dev", "test": [record file]} of the splits in `examples`,
+    dev and test padded to whole batches; the number of training records).
   """
   if is_chief:
     write_labels(output_dir, label_list)
-  files = {}
+  files, num_train_records = {}, 0
   for split, name, batch_size in (("dev", "eval", eval_batch_size),
                                   ("train", "train", None),
                                   ("test", "predict", predict_batch_size)):
     if split in examples:
-      files[split] = [write_features(
+      path, count = write_features(
           os.path.join(output_dir, "%s.tf_record" % name), examples[split],
-          label_list, max_seq_length, tokenizer, batch_size)]
-  return files
+          label_list, max_seq_length, tokenizer, batch_size,
+          max_sequences_per_pack)
+      files[split] = [path]
+      if split == "train":
+        num_train_records = count
+  return files, num_train_records
 
 
-def input_fn_maker(max_seq_length):
-  """The runner's make_input_fn over classifier records."""
+def input_fn_maker(max_seq_length, max_sequences_per_pack=None):
+  """The runner's make_input_fn over classifier records (packed rows of up
+  to max_sequences_per_pack examples when given)."""
+  spec = packed_feature_spec(max_seq_length, max_sequences_per_pack)
+
   def make_input_fn(files, mode, global_batch_size, num_replicas):
     is_training = mode == tf.estimator.ModeKeys.TRAIN
     return input_pipeline.classifier_input_fn_builder(
         files, max_seq_length, is_training=is_training,
         drop_remainder=is_training, global_batch_size=global_batch_size,
-        num_replicas=num_replicas)
+        num_replicas=num_replicas, feature_spec=spec)
   return make_input_fn
 
 
-def write_predictions(output_dir, examples, label_list, is_ranking,
+def write_predictions(output_dir, examples, label_list, is_ranking, packed,
                       predictions):
   """test_results.tsv (and ranked_results.tsv) from the predict outputs.
 
@@ -946,10 +1042,17 @@ def write_predictions(output_dir, examples, label_list, is_ranking,
     examples: the test InputExamples.
     label_list: the task's labels.
     is_ranking: also write ranked_results.tsv (the rerank task).
+    packed: the predictions are of packed rows (probabilities [N, C] and
+      example_index [N] each).
     predictions: the prediction dicts, in file order; those past the
       examples are padding.
   """
-  probabilities = [p["probabilities"] for p in predictions[:len(examples)]]
+  if packed:
+    probabilities = classifier_packing.predictions_in_input_order(
+        predictions, len(examples))
+  else:
+    probabilities = [p["probabilities"]
+                     for p in predictions[:len(examples)]]
   write_test_results(os.path.join(output_dir, "test_results.tsv"),
                      probabilities)
   if is_ranking:
@@ -962,22 +1065,24 @@ def main(argv):
   del argv
   bert_config, processor, label_list, examples = validate_flags()
   logging.info("Task %s, labels %s", FLAGS.task_name, label_list)
+  run = runner.prepare(FLAGS, classifier_task(bert_config, len(label_list)))
+  per_pack = FLAGS.max_sequences_per_pack if FLAGS.pack_sequences else None
+  files, num_train_records = write_inputs(
+      run.setup.is_chief, FLAGS.output_dir, examples, label_list,
+      tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case),
+      FLAGS.max_seq_length, FLAGS.eval_batch_size, FLAGS.predict_batch_size,
+      per_pack)
   num_train_steps, num_warmup_steps = 0, 0
   if FLAGS.do_train:
     num_train_steps, num_warmup_steps = train_steps(
-        len(examples["train"]), FLAGS.train_batch_size, FLAGS.num_train_epochs,
+        num_train_records, FLAGS.train_batch_size, FLAGS.num_train_epochs,
         FLAGS.warmup_proportion)
-  run = runner.prepare(FLAGS, classifier_task(bert_config, len(label_list)))
-  files = write_inputs(
-      run.setup.is_chief, FLAGS.output_dir, examples, label_list,
-      tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case),
-      FLAGS.max_seq_length, FLAGS.eval_batch_size, FLAGS.predict_batch_size)
-  if FLAGS.do_train:
-    logging.info("***** Training: %d examples, global batch %d, %d steps "
-                 "*****", len(examples["train"]), FLAGS.train_batch_size,
-                 num_train_steps)
+    logging.info("***** Training: %d examples%s, global batch %d, %d steps "
+                 "*****", len(examples["train"]),
+                 " in %d packed rows" % num_train_records if per_pack else "",
+                 FLAGS.train_batch_size, num_train_steps)
   runner.run(
-      run, input_fn_maker(FLAGS.max_seq_length),
+      run, input_fn_maker(FLAGS.max_seq_length, per_pack),
       num_train_steps=num_train_steps, num_warmup_steps=num_warmup_steps,
       train_files=files.get("train"), eval_files=files.get("dev"),
       eval_batch_size=FLAGS.eval_batch_size,
@@ -989,7 +1094,8 @@ def main(argv):
           len(examples.get("test", ())), FLAGS.predict_batch_size),
       use_predictions=functools.partial(
           write_predictions, FLAGS.output_dir, examples.get("test"),
-          label_list, isinstance(processor, RerankProcessor)))
+          label_list, isinstance(processor, RerankProcessor),
+          per_pack is not None))
 
 
 if __name__ == "__main__":

@@ -503,16 +503,18 @@ def validate_flags():
       input_pipeline.check_pretraining_records(
           input_files, FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
           vocab_size=bert_config.vocab_size))
-  masking = None
-  if max_sequences_per_pack is None:
+  if record_kind is pretraining_records.PACKED:
+    if FLAGS.masking == MASKING_DYNAMIC:
+      raise UserError(
+          "--masking=dynamic but the --input_file rows are packed with their "
+          "masks; drop --masking=dynamic, or make the rows with "
+          "create_pretraining_data.py --pack_sequences --masking=dynamic")
+    masking = None
+  else:
     masking = masking_for_records(
         FLAGS.masking, record_kind, FLAGS.vocab_file, FLAGS.max_seq_length,
         FLAGS.max_predictions_per_seq, FLAGS.masked_lm_prob,
         FLAGS.do_whole_word_mask)
-  elif FLAGS.masking == MASKING_DYNAMIC:
-    raise UserError("--masking=dynamic: masks are not drawn for packed rows "
-                    "(create_pretraining_data --pack_sequences); train on "
-                    "their own masks")
   return (bert_config, input_files, record_kind, masking,
           max_sequences_per_pack)
 
@@ -553,8 +555,7 @@ def main(argv):
   if max_sequences_per_pack is not None:
     logging.info("packed records: up to %d sequences per row; "
                  "--train_batch_size counts rows", max_sequences_per_pack)
-  else:
-    logging.info("%s", describe_masking(record_kind, masking))
+  logging.info("%s", describe_masking(record_kind, masking))
   runner.run(
       run, input_fn_maker(FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
                           record_kind, masking, max_sequences_per_pack,

@@ -126,11 +126,18 @@ def wall_seconds(argv, env, timeout):
   return seconds
 
 
+def count_rate(short_count, long_count, short_seconds, long_seconds):
+  """What the long run did beyond the short one (examples, tokens), per
+  second of its extra wall time; None if it took no longer."""
+  extra = long_seconds - short_seconds
+  return (long_count - short_count) / extra if extra > 0 else None
+
+
 def rate_from_two_runs(batch, short_steps, long_steps, short_seconds,
                        long_seconds):
   """examples/sec from the wall times of a short and a long run."""
-  extra = long_seconds - short_seconds
-  return batch * (long_steps - short_steps) / extra if extra > 0 else None
+  return count_rate(batch * short_steps, batch * long_steps, short_seconds,
+                    long_seconds)
 
 
 def ours_command(args, input_file, run_dir, precision, steps):

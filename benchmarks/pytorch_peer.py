@@ -15,21 +15,34 @@ function BERT was trained with, in the peer's fastest form. Inputs are random
 batches of the right shape prepared before timing (our trainer reads
 TFRecords through tf.data, which runs ahead of the step).
 
+With --input_file (unpacked masked records of create_pretraining_data.py)
+the peer trains on those records' sequences instead, in file order (the
+order run_pretraining.py reads them in with --tf_random_seed), --train_batch
+_size sequences per step, each batch padded to its longest sequence (dynamic
+padding: what Hugging Face's DataCollatorWithPadding does, the peer a user
+would pick over padding every row to --max_seq_length). The masked-LM
+positions and weights are the records' own.
+
 --bf16 runs the forward pass and the loss under
 torch.autocast("cpu", dtype=torch.bfloat16) (float32 weights and optimizer,
 as run_pretraining.py --use_bf16).
 
 Prints one JSON line: examples_per_sec over the timed steps (wall clock of
-each step, after --warmup_steps untimed ones).
+each step, after --warmup_steps untimed ones); with --input_file also the
+real (non-padding) tokens and the padded tokens of all steps.
 
-Example:
+Examples:
   python benchmarks/pytorch_peer.py --bert_config_file=configs/bert_mini.json \
     --max_seq_length=128 --max_predictions_per_seq=20 --train_batch_size=32
+  python benchmarks/pytorch_peer.py --bert_config_file=configs/bert_mini.json \
+    --max_seq_length=512 --max_predictions_per_seq=80 --train_batch_size=4 \
+    --input_file=unpacked.tfrecord
 """
 
 import argparse
 import json
 import os
+import sys
 import time
 
 import numpy as np
@@ -84,6 +97,69 @@ def random_batches(rng, count, batch_size, seq_length, max_predictions,
   return batches
 
 
+def read_sequences(input_file):
+  """The sequences of unpacked masked records, in file order.
+
+  Returns:
+    list of dicts of int64 numpy arrays: input_ids and token_type_ids of the
+    real tokens only, positions, labels (masked_lm_ids), weights, and the
+    next-sentence label.
+  """
+  # TensorFlow only reads the file here, before torch builds anything.
+  import tensorflow.compat.v1 as tf  # pylint: disable=g-import-not-at-top
+  sequences = []
+  for raw in tf.io.tf_record_iterator(input_file):
+    feature = tf.train.Example.FromString(raw).features.feature
+    values = {name: np.array(getattr(f, f.WhichOneof("kind")).value)
+              for name, f in feature.items()}
+    if "masked_lm_ids" not in values or "sequence_ids" in values:
+      print("error: %s holds %s records; the peer reads unpacked masked "
+            "records (create_pretraining_data.py --masking=static, without "
+            "--pack_sequences)" % (input_file, "packed" if "sequence_ids" in
+                                   values else "unmasked"), file=sys.stderr)
+      sys.exit(2)
+    length = int(values["input_mask"].sum())
+    sequences.append({
+        "input_ids": values["input_ids"][:length],
+        "token_type_ids": values["segment_ids"][:length],
+        "positions": values["masked_lm_positions"],
+        "labels": values["masked_lm_ids"],
+        "weights": values["masked_lm_weights"].astype(np.float32),
+        "next_sentence_labels": values["next_sentence_labels"][0]})
+  return sequences
+
+
+def padded_to_longest(sequences):
+  """One batch of `sequences`, padded to the longest of them (with 0)."""
+  pad = torch.nn.utils.rnn.pad_sequence
+  lengths = [len(s["input_ids"]) for s in sequences]
+  return {
+      "input_ids": pad([torch.from_numpy(s["input_ids"]) for s in sequences],
+                       batch_first=True),
+      "token_type_ids": pad([torch.from_numpy(s["token_type_ids"])
+                             for s in sequences], batch_first=True),
+      "attention_mask": pad([torch.ones(n, dtype=torch.long)
+                             for n in lengths], batch_first=True),
+      "positions": torch.from_numpy(np.stack([s["positions"]
+                                              for s in sequences])),
+      "labels": torch.from_numpy(np.stack([s["labels"] for s in sequences])),
+      "weights": torch.from_numpy(np.stack([s["weights"]
+                                            for s in sequences])),
+      "next_sentence_labels": torch.from_numpy(np.array(
+          [s["next_sentence_labels"] for s in sequences])),
+  }
+
+
+def record_batches(sequences, batch_size, num_steps):
+  """The batches of `num_steps` steps over `sequences` read in order,
+  epoch after epoch (as run_pretraining.py's deterministic input_fn reads
+  them: a batch may span two epochs)."""
+  return [padded_to_longest([sequences[(step * batch_size + i) %
+                                       len(sequences)]
+                             for i in range(batch_size)])
+          for step in range(num_steps)]
+
+
 def pretraining_loss(model, batch):
   """Masked-LM (masked positions only) + next-sentence loss, as ours."""
   sequence_output, pooled_output = model.bert(
@@ -122,11 +198,16 @@ def train(args):
   model, config = build_model(args.bert_config_file)
   model.train()
   optimizer = adamw(model, args.learning_rate)
-  batches = random_batches(np.random.RandomState(0), 4, args.train_batch_size,
-                           args.max_seq_length, args.max_predictions_per_seq,
-                           config.vocab_size)
+  total_steps = args.warmup_steps + args.num_steps
+  if args.input_file:
+    batches = record_batches(read_sequences(args.input_file),
+                             args.train_batch_size, total_steps)
+  else:
+    batches = random_batches(np.random.RandomState(0), 4,
+                             args.train_batch_size, args.max_seq_length,
+                             args.max_predictions_per_seq, config.vocab_size)
   step_seconds = []
-  for step in range(args.warmup_steps + args.num_steps):
+  for step in range(total_steps):
     batch = batches[step % len(batches)]
     start = time.perf_counter()
     optimizer.zero_grad(set_to_none=True)
@@ -140,7 +221,7 @@ def train(args):
       raise RuntimeError("non-finite loss at step %d" % step)
     if step >= args.warmup_steps:
       step_seconds.append(seconds)
-  return {
+  result = {
       "framework": "pytorch %s, transformers %s" % (torch.__version__,
                                                      transformers.__version__),
       "threads": args.threads,
@@ -150,6 +231,12 @@ def train(args):
                           sum(step_seconds),
       "last_loss": loss.float().item(),
   }
+  if args.input_file:
+    result["real_tokens"] = sum(int(b["attention_mask"].sum())
+                                for b in batches)
+    result["padded_tokens"] = sum(b["attention_mask"].numel()
+                                  for b in batches)
+  return result
 
 
 def parse_args(argv=None):
@@ -158,6 +245,10 @@ def parse_args(argv=None):
   parser.add_argument("--max_seq_length", type=int, default=128)
   parser.add_argument("--max_predictions_per_seq", type=int, default=20)
   parser.add_argument("--train_batch_size", type=int, default=32)
+  parser.add_argument("--input_file",
+                      help="unpacked masked records to train on, each batch "
+                           "padded to its longest sequence (default: random "
+                           "full-length batches)")
   parser.add_argument("--learning_rate", type=float, default=5e-5)
   parser.add_argument("--num_steps", type=int, default=20,
                       help="timed steps")

@@ -35,6 +35,14 @@ TINY_CONFIG = {
     "vocab_size": 128}
 
 
+def tiny_bert_config(**overrides):
+  """TINY_CONFIG with `overrides` (e.g. vocab_size=...) replacing entries."""
+  unknown = set(overrides) - set(TINY_CONFIG)
+  if unknown:
+    raise KeyError("not BERT config keys: %s" % sorted(unknown))
+  return dict(TINY_CONFIG, **overrides)
+
+
 # Sequence length and masked positions of the pretraining `workdir`'s records.
 SEQ, PREDS = 32, 5
 

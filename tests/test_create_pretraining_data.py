@@ -1,14 +1,17 @@
 """Tests for create_pretraining_data.py.
 
-The golden files under tests/data/create_pretraining_data/ hold the records
-that google-research/bert's own create_pretraining_data.py and
-tokenization.py (commit eedf5716) wrote for corpus.txt and vocab.txt there,
-with the flags stored in each golden file ("flags"), to two output files
-("outputs": one list of records per file, in file order). Upstream was run
-from a scratch directory outside the repository with only its TF 1 calls
-renamed for TF 2.15 (tf.compat.v1 flags/logging/app, tf.io.gfile,
-tf.io.TFRecordWriter); each record was decoded to a dict of feature lists.
-The whole-word file differs only by --do_whole_word_mask=True.
+The golden files under tests/data/create_pretraining_data/ hold records that
+google-research/bert's own create_pretraining_data.py and tokenization.py
+(commit eedf5716), run outside this repository, wrote (README.md there says
+how):
+- golden_default.json, golden_whole_word_mask.json: corpus.txt and
+  vocab.txt with the flags stored in each file ("flags"), written to two
+  output files ("outputs": one list of records per file, in file order),
+  each record decoded to a dict of feature lists. The whole-word file
+  differs only by --do_whole_word_mask=True.
+- upstream_NAME.tfrecord: upstream's output file itself, for the flags in
+  upstream_NAME.flags (sequence length 128; tiny whole-word sequences;
+  every token masked; a vocab with repeated lines; a one-document corpus).
 """
 
 import collections
@@ -25,6 +28,7 @@ import create_pretraining_data as cpd
 import errors
 import pretraining_instances
 import pretraining_records
+import tokenization
 from conftest import run_program
 
 MASKED_FEATURES = [f.name for f in pretraining_records.MASKED.features]
@@ -73,12 +77,14 @@ def params_from_golden(golden_flags):
 
 
 def run_in_process(out_dir, params=SMALL_PARAMS, random_seed=12345,
-                   dupe_factor=2, num_outputs=2, input_file=CORPUS):
+                   dupe_factor=2, num_outputs=2, input_file=CORPUS,
+                   tokenizer_backend="fast"):
   """Runs faithful mode into `out_dir`; returns the output paths."""
   out_dir.mkdir(parents=True, exist_ok=True)
   outputs = [str(out_dir / ("out%d.tfrecord" % i)) for i in range(num_outputs)]
   cpd.run_faithful_mode(input_file, ",".join(outputs), VOCAB, True, params,
-                        random_seed, dupe_factor)
+                        random_seed, dupe_factor,
+                        tokenizer_backend=tokenizer_backend)
   return outputs
 
 
@@ -90,15 +96,103 @@ def read_bytes(path):
 # ---------------------------------------------------------------- golden ----
 
 
+@pytest.mark.parametrize("backend", ["fast", "python"])
 @pytest.mark.parametrize("golden_name", GOLDEN_FILES)
-def test_records_equal_upstream_golden(tmp_path, golden_name):
+def test_records_equal_upstream_golden(tmp_path, golden_name, backend):
   golden = load_golden(golden_name)
   flags = golden["flags"]
   outputs = run_in_process(tmp_path, params=params_from_golden(flags),
                            random_seed=flags["random_seed"],
-                           dupe_factor=flags["dupe_factor"])
+                           dupe_factor=flags["dupe_factor"],
+                           tokenizer_backend=backend)
   for path, expected in zip(outputs, golden["outputs"]):
     assert decode_records(path) == expected
+
+
+# Settings of the upstream_NAME.flags / upstream_NAME.tfrecord goldens.
+UPSTREAM_RUNS = ("seq128", "tiny_whole_word", "mask_all", "repeated_vocab",
+                 "one_document")
+
+
+def upstream_flags(name):
+  """upstream_NAME.flags (one --flag=value a line) as a dict of strings."""
+  with open(os.path.join(DATA_DIR, "upstream_%s.flags" % name)) as f:
+    pairs = [line.strip()[len("--"):].split("=", 1) for line in f
+             if line.strip()]
+  return dict(pairs)
+
+
+def upstream_golden_path(name):
+  return os.path.join(DATA_DIR, "upstream_%s.tfrecord" % name)
+
+
+def run_with_upstream_flags(out_dir, name, backend):
+  """Faithful mode with upstream_NAME.flags; returns the output path."""
+  flags = upstream_flags(name)
+  params = pretraining_instances.InstanceParams(
+      max_seq_length=int(flags["max_seq_length"]),
+      short_seq_prob=float(flags["short_seq_prob"]),
+      masked_lm_prob=float(flags["masked_lm_prob"]),
+      max_predictions_per_seq=int(flags["max_predictions_per_seq"]),
+      do_whole_word_mask=flags["do_whole_word_mask"] == "true")
+  output = str(out_dir / "out.tfrecord")
+  cpd.run_faithful_mode(
+      os.path.join(DATA_DIR, flags["input_file"]), output,
+      os.path.join(DATA_DIR, flags["vocab_file"]),
+      flags["do_lower_case"] == "true", params, int(flags["random_seed"]),
+      int(flags["dupe_factor"]), tokenizer_backend=backend)
+  return output
+
+
+@pytest.mark.parametrize("backend", ["fast", "python"])
+@pytest.mark.parametrize("name", UPSTREAM_RUNS)
+def test_output_file_equals_upstream_output_file(tmp_path, name, backend):
+  output = run_with_upstream_flags(tmp_path, name, backend)
+  assert read_bytes(output) == read_bytes(upstream_golden_path(name))
+
+
+def golden_examples(name):
+  return decode_records(upstream_golden_path(name))
+
+
+def test_upstream_goldens_exercise_their_settings():
+  # Guards the golden data: each setting must do what it is there for, or
+  # its byte equality would prove less than it claims.
+  vocab = list(tokenization.load_vocab(VOCAB))
+  for name in UPSTREAM_RUNS:
+    flags = upstream_flags(name)
+    records = golden_examples(name)
+    assert len(records) >= 5, name
+    assert {len(r["input_ids"]) for r in records} == {
+        int(flags["max_seq_length"])}, name
+  # Sequence length 128: some records are longer than 32 tokens, and each
+  # masks round(15%) of its tokens (20 at the most).
+  records = golden_examples("seq128")
+  assert max(sum(r["input_mask"]) for r in records) > 64
+  # Tiny whole-word sequences: some masked word piece ("##...") is masked
+  # together with the piece before it.
+  records = golden_examples("tiny_whole_word")
+  joined = 0
+  for r in records:
+    num_masked = int(sum(r["masked_lm_weights"]))
+    positions = r["masked_lm_positions"][:num_masked]
+    labels = dict(zip(positions, r["masked_lm_ids"]))
+    joined += sum(1 for p in positions
+                  if vocab[labels[p]].startswith("##") and p - 1 in labels)
+  assert joined > 0
+  # Mask all: every token but [CLS] and the two [SEP]s is predicted.
+  for r in golden_examples("mask_all"):
+    assert sum(r["masked_lm_weights"]) == sum(r["input_mask"]) - 3
+  # A lone document: some random next is drawn from the document itself.
+  assert 1 in {r["next_sentence_labels"][0]
+               for r in golden_examples("one_document")}
+  # Repeated vocab lines: "the" has its last line number, 150, which upstream
+  # writes as its id; ids after it moved by one.
+  repeated = tokenization.load_vocab(
+      os.path.join(DATA_DIR, upstream_flags("repeated_vocab")["vocab_file"]))
+  assert repeated["the"] == 150 and len(repeated) == len(vocab)
+  ids = {i for r in golden_examples("repeated_vocab") for i in r["input_ids"]}
+  assert 150 in ids and len(vocab) + 1 in ids
 
 
 def test_logs_first_20_examples_and_total(tmp_path, caplog):

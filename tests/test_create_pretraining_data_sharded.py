@@ -6,9 +6,10 @@ upstream's algorithm to each shard on its own (so each shard equals a
 faithful run over its text with the shard's seed), keep memory flat as the
 corpus grows, never leave a half-written file under a final name, resume,
 and report bad input in one line. Its fast parts must equal the reference
-code exactly: FastTokenizer vs tokenization.FullTokenizer, the id-based
-instance maker vs the faithful functions, the direct Example/TFRecord bytes
-vs TensorFlow's.
+code exactly: FastTokenizer vs tokenization.FullTokenizer and upstream's
+golden tokens, the direct Example/TFRecord bytes vs TensorFlow's. (The
+instance maker's records are pinned to upstream's own output files in
+test_create_pretraining_data.py.)
 
 Corpora are generated on the fly from sample_data/corpus.txt sentences.
 """
@@ -32,7 +33,6 @@ import pretraining_instances
 import pretraining_records
 import pretraining_shards
 import tokenization
-import upstream_reference as reference
 from conftest import REPO_ROOT
 from conftest import run_program
 
@@ -214,33 +214,6 @@ def test_fast_tokenizer_equals_python_on_hazards_and_random_unicode(
                                                      "\ue000"]
 
 
-def test_faithful_mode_with_python_backend_equals_upstream_golden(tmp_path):
-  with open(os.path.join(CPD_DIR, "golden_default.json")) as f:
-    golden = json.load(f)
-  flags = golden["flags"]
-  params = pretraining_instances.InstanceParams(
-      max_seq_length=flags["max_seq_length"],
-      short_seq_prob=flags["short_seq_prob"],
-      masked_lm_prob=flags["masked_lm_prob"],
-      max_predictions_per_seq=flags["max_predictions_per_seq"],
-      do_whole_word_mask=flags["do_whole_word_mask"])
-  outputs = [str(tmp_path / ("out%d.tfrecord" % i)) for i in range(2)]
-  cpd.run_faithful_mode(CPD_CORPUS, ",".join(outputs), CPD_VOCAB, True,
-                        params, flags["random_seed"], flags["dupe_factor"],
-                        tokenizer_backend="python")
-  for path, expected in zip(outputs, golden["outputs"]):
-    records = []
-    for raw in tf.io.tf_record_iterator(path):
-      feature = tf.train.Example.FromString(raw).features.feature
-      record = {name: list(feature[name].int64_list.value)
-                for name in MASKED_FEATURES
-                if name != "masked_lm_weights"}
-      record["masked_lm_weights"] = list(
-          feature["masked_lm_weights"].float_list.value)
-      records.append(record)
-    assert records == expected
-
-
 # ------------------------------------------------- records as bytes ----
 
 
@@ -265,78 +238,6 @@ def test_varint():
     expected = tf.train.Int64List(value=[value]).SerializeToString()[1:]
     # Field 1 of an Int64List holds one packed varint: tag, length, value.
     assert pretraining_records.varint(value) == expected[1:], value
-
-
-# --------------------------------------- instance maker vs reference ----
-
-
-def tokenized_documents(tokenizer):
-  """The documents of CPD_CORPUS as read_documents returns them."""
-  return cpd.read_corpus_documents(corpus_input.expand_inputs(CPD_CORPUS),
-                                   tokenizer.tokenize, lambda *args: None,
-                                   "text")
-
-
-def reference_records(documents, vocab, params, seed, dupe_factor):
-  """Upstream's records, serialized, through the faithful functions."""
-  instances = reference.create_training_instances(
-      documents, random.Random(seed), list(vocab.keys()), params, dupe_factor)
-  return [reference.instance_to_tf_example(
-      instance, vocab, params.max_seq_length,
-      params.max_predictions_per_seq).SerializeToString()
-          for instance in instances]
-
-
-def fast_records(documents, vocab, params, seed, dupe_factor):
-  encoder = pretraining_records.ExampleEncoder(
-      max(vocab.values()) + 1, params.max_seq_length,
-      params.max_predictions_per_seq)
-  codes = [[[encoder.token_codes[vocab[t]] for t in segment]
-            for segment in document] for document in documents]
-  maker = pretraining_instances.InstanceMaker(random.Random(seed), params, vocab, encoder)
-  records = []
-  maker.make_records(codes, dupe_factor, records.append, lambda *args: None)
-  return [records[i] for i in maker.shuffled_order(len(records))]
-
-
-@pytest.mark.parametrize("params", [
-    PARAMS,
-    PARAMS._replace(do_whole_word_mask=True),
-    PARAMS._replace(max_seq_length=128, max_predictions_per_seq=20,
-                    short_seq_prob=0.1),
-    PARAMS._replace(max_seq_length=9, short_seq_prob=0.9, masked_lm_prob=0.5,
-                    do_whole_word_mask=True),
-    PARAMS._replace(max_seq_length=200, masked_lm_prob=1.0,
-                    max_predictions_per_seq=300),
-], ids=["default", "whole_word", "seq128", "tiny_seq", "mask_all"])
-def test_shard_maker_equals_reference_algorithm(params):
-  tokenizer = tokenization.FullTokenizer(CPD_VOCAB, do_lower_case=True)
-  documents = tokenized_documents(tokenizer)
-  for seed in (0, 12345):
-    expected = reference_records(documents, tokenizer.vocab, params, seed, 3)
-    got = fast_records(documents, tokenizer.vocab, params, seed, 3)
-    assert len(got) == len(expected) > 40
-    assert got == expected
-
-
-def test_shard_maker_equals_reference_with_duplicate_vocab_entries():
-  # A repeated vocab line shortens the replacement list upstream draws from.
-  tokenizer = tokenization.FullTokenizer(CPD_VOCAB, do_lower_case=True)
-  vocab = dict(tokenizer.vocab)
-  vocab["the"] = max(vocab.values()) + 5
-  documents = tokenized_documents(tokenizer)
-  params = PARAMS._replace(masked_lm_prob=0.9, max_predictions_per_seq=30)
-  assert (fast_records(documents, vocab, params, 7, 2) ==
-          reference_records(documents, vocab, params, 7, 2))
-
-
-def test_single_document_shard_equals_reference():
-  documents = [[["hello", "world"], ["the", "cat"]]]
-  tokenizer = tokenization.FullTokenizer(CPD_VOCAB, do_lower_case=True)
-  vocab = tokenizer.vocab
-  documents = [[tokenizer.tokenize(" ".join(s)) for s in d] for d in documents]
-  assert (fast_records(documents, vocab, PARAMS, 1, 4) ==
-          reference_records(documents, vocab, PARAMS, 1, 4))
 
 
 # ------------------------------------------------- planning, reading ----

@@ -19,7 +19,7 @@ import packing
 import pretraining_records
 import run_pretraining
 import tokenization
-from conftest import REPO_ROOT, TINY_CONFIG, expect_user_error
+from conftest import REPO_ROOT, expect_user_error, tiny_bert_config
 from conftest import load_checkpoint, run_ok
 from conftest import run_program
 from errors import UserError
@@ -27,7 +27,7 @@ from errors import UserError
 SEQ, PREDS, VOCAB = 64, 10, 1000
 MASKED, UNMASKED = pretraining_records.MASKED, pretraining_records.UNMASKED
 # conftest's tiny BERT (positions for SEQ tokens), with the vocab's size.
-CONFIG = dict(TINY_CONFIG, vocab_size=VOCAB)
+CONFIG = tiny_bert_config(vocab_size=VOCAB)
 
 
 def create_data_args(d, output, *extra):
@@ -130,20 +130,24 @@ def test_the_record_table_is_upstreams_reader_spec():
 # ----------------------------------------------------- drawn in tf.data ----
 
 
-def masking_params(data, whole_word=False, prob=0.15):
+def masking_params(data, whole_word=False, prob=0.15, seq_length=SEQ,
+                   max_predictions=PREDS):
   return dynamic_masking.masking_params_from_vocab(
-      data["vocab"], SEQ, PREDS, prob, whole_word)
+      data["vocab"], seq_length, max_predictions, prob, whole_word)
 
 
 def read_examples(path, kind, masking, num_examples, batch=8, seed=1,
-                  is_training=True, input_context=None, num_replicas=1):
+                  is_training=True, input_context=None, num_replicas=1,
+                  max_sequences_per_pack=None):
   """The first num_examples features the input_fn yields, one dict each."""
   with tf.Graph().as_default():
     input_fn = input_pipeline.pretraining_input_fn_builder(
-        [path], SEQ, PREDS, is_training=is_training,
+        [path], masking.max_seq_length if masking else SEQ,
+        masking.max_predictions_per_seq if masking else PREDS,
+        is_training=is_training,
         global_batch_size=batch, num_replicas=num_replicas,
         deterministic=True, record_kind=kind, masking=masking,
-        masking_seed=seed)
+        masking_seed=seed, max_sequences_per_pack=max_sequences_per_pack)
     batches = tf.data.make_one_shot_iterator(
         input_fn(input_context=input_context)).get_next()
     examples = []
@@ -421,18 +425,198 @@ def test_bad_input_records_end_with_one_error_line(data, tmp_path):
   expect_user_error(static_on_unmasked, "--masking=static", "hold no masks")
 
 
-def test_packed_rows_get_no_drawn_masks(data, tmp_path):
-  both = run_program(create_data_args(
-      data["dir"], "never.tfrecord", "--pack_sequences", "--masking=dynamic"))
-  expect_user_error(both, "--pack_sequences", "--masking=dynamic")
-  assert not os.path.exists(data["dir"] / "never.tfrecord")
-  packed = str(tmp_path / "packed.tfrecord")
-  run_ok(create_data_args(data["dir"], "packed.tfrecord", "--pack_sequences",
-                          "--max_sequences_per_pack=3", "--dupe_factor=1",
-                          "--output_file=%s" % packed))
-  width = packing.masked_positions_per_row(SEQ, PREDS, 0.15, 3)
-  args = pretrain_args(data, tmp_path / "out", packed, 1, "--masking=dynamic")
+# ------------------------------------------------ packed unmasked rows ----
+
+PACKED_UNMASKED = pretraining_records.PACKED_UNMASKED
+# Longer than SEQ: two of upstream's instances (two sentences at least) fit
+# one row often enough.
+PACKED_SEQ, PACKED_PREDS, PER_PACK = 128, 20, 3
+ROW_WIDTH = packing.masked_positions_per_row(PACKED_SEQ, PACKED_PREDS, 0.15,
+                                             PER_PACK)
+
+
+def packed_data_args(d, output, *extra):
+  args = create_data_args(d, output, *extra)
+  args[args.index("--max_seq_length=%d" % SEQ)] = (
+      "--max_seq_length=%d" % PACKED_SEQ)
   args[args.index("--max_predictions_per_seq=%d" % PREDS)] = (
-      "--max_predictions_per_seq=%d" % width)
-  expect_user_error(run_program(args), "--masking=dynamic",
-                    "not drawn for packed rows")
+      "--max_predictions_per_seq=%d" % PACKED_PREDS)
+  return args
+
+
+@pytest.fixture(scope="module")
+def packed(data):
+  """create_pretraining_data.py --pack_sequences --masking=dynamic rows, and
+  the unmasked records of the same flags otherwise (--short_seq_prob=0.5:
+  a third of the sequences short enough to share a row)."""
+  short = ("--masking=dynamic", "--short_seq_prob=0.5")
+  run_ok(packed_data_args(data["dir"], "short.tfrecord", *short))
+  result = run_ok(packed_data_args(
+      data["dir"], "packed_unmasked.tfrecord", "--pack_sequences",
+      "--max_sequences_per_pack=%d" % PER_PACK, *short))
+  path = str(data["dir"] / "packed_unmasked.tfrecord")
+  return {"path": path, "rows": parsed(path), "log": result.stderr,
+          "unpacked": parsed(str(data["dir"] / "short.tfrecord"))}
+
+
+def sequences_of_row(row):
+  """(start, end) of each sequence of a packed row, from its sequence ids."""
+  spans = []
+  for slot, weight in enumerate(row["next_sentence_weights"]):
+    if weight:
+      tokens = [i for i, s in enumerate(row["sequence_ids"]) if s == slot + 1]
+      assert tokens == list(range(tokens[0], tokens[-1] + 1))
+      assert row["cls_positions"][slot] == tokens[0]
+      spans.append((tokens[0], tokens[-1] + 1))
+  return spans
+
+
+def test_packed_unmasked_rows_hold_the_unmasked_instances(data, packed):
+  rows = packed["rows"]
+  assert all(set(r) == {f.name for f in PACKED_UNMASKED.features}
+             for r in rows)
+  cut = sorted(
+      (tuple(r["input_ids"][a:b]), tuple(r["segment_ids"][a:b]),
+       r["next_sentence_labels"][slot])
+      for r in rows for slot, (a, b) in enumerate(sequences_of_row(r)))
+  whole = sorted(
+      (tuple(u["input_ids"][:sum(u["input_mask"])]),
+       tuple(u["segment_ids"][:sum(u["input_mask"])]),
+       u["next_sentence_labels"][0]) for u in packed["unpacked"])
+  assert cut == whole
+  assert sum(len(sequences_of_row(r)) > 1 for r in rows) > 50
+  for raw in list(tf.io.tf_record_iterator(packed["path"]))[:50]:
+    assert pretraining_records.tf_example(
+        PACKED_UNMASKED, pretraining_records.parse_example(raw)
+    ).SerializeToString() == raw
+  assert ("masks are drawn in training, up to %d per row (train with "
+          "--max_predictions_per_seq=%d, per sequence)" % (ROW_WIDTH,
+                                                            PACKED_PREDS)
+          in packed["log"])
+
+
+def read_packed(data, packed, num_rows, whole_word=False, seed=1):
+  return read_examples(packed["path"], PACKED_UNMASKED,
+                       masking_params(data, whole_word, seq_length=PACKED_SEQ,
+                                      max_predictions=PACKED_PREDS),
+                       num_rows, seed=seed, max_sequences_per_pack=PER_PACK)
+
+
+def check_packed_masks(row, drawn, vocab):
+  """Asserts one packed row's drawn masks follow upstream's rule sequence
+  by sequence; returns the chosen positions of each sequence."""
+  weights = list(drawn["masked_lm_weights"])
+  count = int(sum(weights))
+  assert weights == [1.0] * count + [0.0] * (ROW_WIDTH - count)
+  positions = list(drawn["masked_lm_positions"][:count])
+  assert positions == sorted(set(positions))
+  assert list(drawn["masked_lm_positions"][count:]) == [0] * (
+      ROW_WIDTH - count)
+  ids = row["input_ids"]
+  assert list(drawn["masked_lm_ids"][:count]) == [ids[p] for p in positions]
+  for p in range(PACKED_SEQ):
+    if p not in positions:
+      assert drawn["input_ids"][p] == ids[p]
+  specials = {vocab["[CLS]"], vocab["[SEP]"]}
+  chosen = []
+  for start, end in sequences_of_row(row):
+    mine = [p for p in positions if start <= p < end]
+    assert len(mine) == dynamic_masking.num_to_predict(
+        end - start, PACKED_PREDS, 0.15)
+    assert all(ids[p] not in specials for p in mine)
+    chosen.append(mine)
+  # Every masked position lies in some sequence (never in padding).
+  assert sum(len(c) for c in chosen) == count
+  for name in ("input_mask", "segment_ids", "sequence_ids", "position_ids",
+               "cls_positions", "next_sentence_labels"):
+    assert list(drawn[name]) == list(row[name])
+  return chosen
+
+
+def test_packed_rows_get_each_sequences_masks(data, packed):
+  rows = packed["rows"]
+  count = len(rows) // 8 * 8
+  epochs = read_packed(data, packed, 2 * len(rows))
+  first, second = epochs[:count], epochs[len(rows):][:count]
+  changed = 0
+  for row, a, b in zip(rows, first, second):
+    chosen_a = check_packed_masks(row, a, data["vocab"])
+    chosen_b = check_packed_masks(row, b, data["vocab"])
+    changed += chosen_a != chosen_b
+  # Each epoch draws anew; the same seed draws the same again.
+  assert changed > 0.9 * count
+  again = read_packed(data, packed, 64)
+  for name in ("input_ids", "masked_lm_positions", "masked_lm_weights"):
+    assert np.array_equal(np.stack([e[name] for e in again]),
+                          np.stack([e[name] for e in first[:64]]))
+  other = read_packed(data, packed, 64, seed=2)
+  assert not np.array_equal(
+      np.stack([e["masked_lm_positions"] for e in other]),
+      np.stack([e["masked_lm_positions"] for e in first[:64]]))
+
+
+def test_packed_rows_whole_word_masks_stay_in_their_sequence(data, packed):
+  vocab = data["vocab"]
+  continuation = {i for t, i in vocab.items() if t.startswith("##")}
+  specials = (vocab["[CLS]"], vocab["[SEP]"])
+  multi_piece = 0
+  rows = packed["rows"][:160]
+  for row, drawn in zip(rows, read_packed(data, packed, len(rows),
+                                          whole_word=True)):
+    ids = row["input_ids"]
+    count = int(sum(drawn["masked_lm_weights"]))
+    chosen = set(drawn["masked_lm_positions"][:count])
+    for start, end in sequences_of_row(row):
+      words = []
+      for p in range(start, end):
+        if ids[p] in specials:
+          continue
+        if words and ids[p] in continuation:
+          words[-1].append(p)
+        else:
+          words.append([p])
+      budget = dynamic_masking.num_to_predict(end - start, PACKED_PREDS,
+                                              0.15)
+      mine = chosen & set(range(start, end))
+      assert len(mine) <= budget
+      for word in words:
+        taken = mine & set(word)
+        assert not taken or taken == set(word), (word, mine)
+        if not taken:
+          assert len(word) > budget - len(mine)
+        multi_piece += len(taken) > 1
+  assert multi_piece > 10
+
+
+@pytest.mark.slow
+def test_training_on_packed_unmasked_rows(data, packed, tmp_path):
+  out = tmp_path / "out"
+  config = tmp_path / "config.json"
+  config.write_text(json.dumps(tiny_bert_config(
+      max_position_embeddings=PACKED_SEQ, vocab_size=VOCAB)))
+  result = run_ok(pretrain_args(
+      data, out, packed["path"], 3, "--do_eval", "--max_eval_steps=2",
+      "--max_seq_length=%d" % PACKED_SEQ, "--bert_config_file=%s" % config,
+      "--max_predictions_per_seq=%d" % PACKED_PREDS))
+  assert "packed records: up to %d sequences per row" % PER_PACK in (
+      result.stderr)
+  assert ("input records: packed unmasked" in result.stderr and
+          "masks drawn in the input pipeline" in result.stderr)
+  assert load_checkpoint(str(out))["global_step"] == 3
+  with open(out / "eval_results.txt") as f:
+    results = dict(line.strip().split(" = ") for line in f)
+  assert 0 < float(results["masked_lm_loss"]) < 20
+
+
+def test_packed_rows_with_masks_are_not_re_masked(data, tmp_path):
+  path = str(tmp_path / "packed.tfrecord")
+  run_ok(create_data_args(data["dir"], "packed.tfrecord", "--pack_sequences",
+                          "--dupe_factor=1", "--output_file=%s" % path))
+  args = pretrain_args(data, tmp_path / "out", path, 1, "--masking=dynamic")
+  args[args.index("--max_predictions_per_seq=%d" % PREDS)] = (
+      "--max_predictions_per_seq=%d" % packing.masked_positions_per_row(
+          SEQ, PREDS, 0.15, PER_PACK))
+  assert expect_user_error(run_program(args)) == (
+      "error: --masking=dynamic but the --input_file rows are packed with "
+      "their masks; drop --masking=dynamic, or make the rows with "
+      "create_pretraining_data.py --pack_sequences --masking=dynamic")

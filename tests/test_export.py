@@ -26,17 +26,14 @@ import modeling
 import run_classifier
 import run_pretraining
 import tokenization
-from conftest import REPO_ROOT, expect_user_error, run_ok, run_program
+from conftest import (REPO_ROOT, expect_user_error, run_ok, run_program,
+                      tiny_bert_config)
 
 CORPUS = os.path.join(REPO_ROOT, "sample_data", "corpus.txt")
 CLASSIFY = os.path.join(REPO_ROOT, "sample_data", "classify")
 SEQ, PREDS, VOCAB_SIZE = 32, 5, 256
-TINY_CONFIG = {
-    "attention_probs_dropout_prob": 0.1, "hidden_act": "gelu",
-    "hidden_dropout_prob": 0.1, "hidden_size": 32, "initializer_range": 0.02,
-    "intermediate_size": 64, "max_position_embeddings": 64,
-    "num_attention_heads": 2, "num_hidden_layers": 2, "type_vocab_size": 2,
-    "vocab_size": VOCAB_SIZE}
+TINY_CONFIG = tiny_bert_config(attention_probs_dropout_prob=0.1,
+                               hidden_dropout_prob=0.1, vocab_size=VOCAB_SIZE)
 TOLERANCE = 1e-4
 
 

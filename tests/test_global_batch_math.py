@@ -19,28 +19,17 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from conftest import REPO_ROOT, run_program
+from conftest import REPO_ROOT, run_ok, tiny_bert_config
 
 SEQ, PREDS, VOCAB = 64, 10, 1000
 BATCH, STEPS = 16, 6
-CONFIG = {
-    "attention_probs_dropout_prob": 0.0, "hidden_act": "gelu",
-    "hidden_dropout_prob": 0.0, "hidden_size": 32, "initializer_range": 0.02,
-    "intermediate_size": 64, "max_position_embeddings": SEQ,
-    "num_attention_heads": 2, "num_hidden_layers": 2, "type_vocab_size": 2,
-    "vocab_size": VOCAB}
+CONFIG = tiny_bert_config(max_position_embeddings=SEQ, vocab_size=VOCAB)
 
 try:
   import horovod.tensorflow  # noqa: F401  pylint: disable=unused-import
   HOROVOD_MISSING = None
 except (ImportError, tf.errors.NotFoundError) as e:
   HOROVOD_MISSING = "horovod is not importable (%s)" % str(e).splitlines()[0]
-
-
-def run_ok(args, env=None):
-  result = run_program(args, env=env)
-  assert result.returncode == 0, result.stderr[-3000:]
-  return result
 
 
 def masked_count(record):

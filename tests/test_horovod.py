@@ -168,17 +168,42 @@ def test_launcher_help_and_missing_arguments():
       "error: --input (or INPUT_FILE) is required"
 
 
-PROBE = textwrap.dedent("""\
+# The start of each probe script that run_probe runs on 2 ranks.
+PROBE_START = textwrap.dedent("""\
     import json, sys
     sys.path.insert(0, %(repo)r)
+    import numpy as np
     import tensorflow.compat.v1 as tf
     tf.disable_v2_behavior()
     import types
-    import distribution, horovod_engine, input_pipeline, training_setup
+    import distribution, horovod_engine, input_pipeline, optimization
+    import training_setup
 
     plan = distribution.StrategyPlan("horovod", ["/cpu:0"],
                                      distribution.horovod_world_size(),
                                      "auto", 600, None)
+    """)
+
+
+def run_probe(tmp_path, body, tag, **values):
+  """Runs PROBE_START + `body` (with `values` filled in) on 2 horovod ranks.
+
+  Returns:
+    {rank: payload of its `TAG {json}` line}, for both ranks.
+  """
+  probe = tmp_path / "probe.py"
+  probe.write_text((PROBE_START + body) % dict(values, repo=REPO_ROOT))
+  result = subprocess.run(
+      [horovodrun(), "-np", "2", "-H", "localhost:2", "--gloo",
+       sys.executable, str(probe)], capture_output=True, text=True,
+      timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+  out = rank_lines(result.stdout, tag)
+  assert sorted(out) == [0, 1]
+  return out
+
+
+PROBE = textwrap.dedent("""\
     is_chief = horovod_engine.init(plan, use_fp16=False)
     rank = distribution.process_group().rank
     value = tf.constant([1.0 / 3.0, rank + 1.0])
@@ -217,15 +242,7 @@ def test_two_ranks_sum_broadcast_and_shard(tmp_path):
       features = run_classifier.InputFeatures([label] * 4, [1] * 4, [0] * 4,
                                               label_id=label)
       writer.write(run_classifier.serialize_features(features))
-  probe = tmp_path / "probe.py"
-  probe.write_text(PROBE % {"repo": REPO_ROOT, "records": records})
-  result = subprocess.run(
-      [horovodrun(), "-np", "2", "-H", "localhost:2", "--gloo",
-       sys.executable, str(probe)], capture_output=True, text=True,
-      timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-  out = rank_lines(result.stdout, "PROBE")
-  assert sorted(out) == [0, 1]
+  out = run_probe(tmp_path, PROBE, "PROBE", records=records)
   third32, third16 = np.float32(1.0 / 3.0), np.float16(1.0 / 3.0)
   for rank in (0, 1):
     # SUM, not average: 1 + 2 = 3; identical on every rank.
@@ -273,6 +290,45 @@ def pretraining_data(tmp_path_factory):
         writer.write(record)
   paths["config"] = write_tiny_config(directory)
   return paths
+
+
+FP16_PROBE = textwrap.dedent("""\
+    horovod_engine.init(plan, use_fp16=True)
+    rank = distribution.process_group().rank
+    inject = tf.placeholder_with_default(False, [])
+    w = tf.get_variable("w", initializer=tf.constant([1.0, 2.0]))
+    scale = tf.where(tf.logical_and(inject, tf.equal(rank, 1)), np.inf, 1.0)
+    step = optimization.create_accumulating_optimizer(
+        [lambda: tf.reduce_sum(tf.square(w)) * scale], 0.1, 10, 0,
+        use_fp16=True, init_loss_scale=1024, loss_scale_growth_steps=100)
+    hook = horovod_engine.broadcast_hook()
+    hook.begin()
+    with tf.Session() as sess:
+      sess.run(tf.global_variables_initializer())
+      hook.after_create_session(sess, None)
+      states = []
+      for poisoned in (False, True, False):
+        sess.run(step.train_op, {inject: poisoned})
+        global_step, loss_scale, weights = sess.run(
+            [tf.train.get_global_step(), step.loss_scale, w])
+        states.append([int(global_step), float(loss_scale),
+                       weights.tolist()])
+    print("FP16 " + json.dumps(states), flush=True)
+    """)
+
+
+@requires_horovod
+@pytest.mark.slow
+def test_fp16_step_overflowing_on_one_rank_is_skipped_on_every_rank(
+    tmp_path):
+  # The loss scale sees the gradients summed over the ranks, so rank 1's
+  # overflow makes every rank skip the step and halve its scale.
+  out = run_probe(tmp_path, FP16_PROBE, "FP16")
+  assert out[0] == out[1]
+  first, skipped, third = out[0]
+  assert first[:2] == [1, 1024.0] and first[2] != [1.0, 2.0]
+  assert skipped == [1, 512.0, first[2]]
+  assert third[:2] == [2, 512.0] and third[2] != first[2]
 
 
 def launch_two_ranks(data, output_dir, scratch_root, steps, extra=(),

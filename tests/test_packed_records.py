@@ -15,6 +15,9 @@ would change the loss.
 import collections
 import json
 import os
+import signal
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -22,18 +25,14 @@ import tensorflow.compat.v1 as tf
 
 import packing
 from conftest import (REPO_ROOT, expect_user_error, load_checkpoint,
-                      run_ok, run_program)
+                      run_ok, run_program, tiny_bert_config)
+from test_horovod import HOROVOD_MISSING
 
 SEQ, PREDS, VOCAB = 128, 10, 1000
 PER_PACK = 3
 ROW_PREDS = packing.masked_positions_per_row(SEQ, PREDS, 0.15, PER_PACK)
 BATCH, STEPS = 16, 6
-CONFIG = {
-    "attention_probs_dropout_prob": 0.0, "hidden_act": "gelu",
-    "hidden_dropout_prob": 0.0, "hidden_size": 32, "initializer_range": 0.02,
-    "intermediate_size": 64, "max_position_embeddings": SEQ,
-    "num_attention_heads": 2, "num_hidden_layers": 2, "type_vocab_size": 2,
-    "vocab_size": VOCAB}
+CONFIG = tiny_bert_config(max_position_embeddings=SEQ, vocab_size=VOCAB)
 
 
 def create_args(d, output, *extra):
@@ -157,8 +156,22 @@ def test_packed_and_unpacked_mixed_in_one_glob(data, tmp_path):
           d / "packed.tfrecord", d / "unpacked.tfrecord")))
   assert expect_user_error(result) == (
       "error: --input_file mixes record kinds: %s holds packed rows of up "
-      "to %d sequences; %s holds masked records" % (
-          d / "packed.tfrecord", PER_PACK, d / "unpacked.tfrecord"))
+      "to %d sequences; %s holds masked records; train on one kind at a "
+      "time" % (d / "packed.tfrecord", PER_PACK, d / "unpacked.tfrecord"))
+
+
+def test_packed_rows_of_different_sizes_in_one_glob(data, tmp_path):
+  d = data["dir"]
+  pairs = tmp_path / "pairs.tfrecord"
+  run_ok(create_args(d, pairs, "--pack_sequences",
+                     "--max_sequences_per_pack=2"))
+  result = run_program(pretrain_args(
+      data, tmp_path / "out", input_file="%s,%s" % (
+          d / "packed.tfrecord", pairs)))
+  assert expect_user_error(result) == (
+      "error: --input_file mixes record kinds: %s holds packed rows of up "
+      "to %d sequences; %s holds packed rows of up to 2 sequences; train on "
+      "one kind at a time" % (d / "packed.tfrecord", PER_PACK, pairs))
 
 
 def test_packed_records_need_their_mask_width(data, tmp_path):
@@ -182,6 +195,62 @@ def test_the_batches_hold_varying_sequence_counts(data):
     assert any(len(set(t)) > 1 for t in totals), totals
 
 
+def run_in_process_group(command, env):
+  """Runs a launcher script to the end; stops all it started if it fails or
+  times out (its workers or ranks are in its process group)."""
+  process = subprocess.Popen(command, cwd=REPO_ROOT, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, start_new_session=True)
+  try:
+    stdout, stderr = process.communicate(timeout=600)
+  finally:
+    if process.poll() is None or process.returncode != 0:
+      try:
+        os.killpg(process.pid, signal.SIGKILL)
+      except ProcessLookupError:
+        pass
+      process.wait()
+  assert process.returncode == 0, stderr[-3000:] + stdout[-3000:]
+  return subprocess.CompletedProcess(command, 0, stdout, stderr)
+
+
+def two_worker_run(data, output_dir):
+  """run_pretraining.py as 2 multi_worker processes on 127.0.0.1: each reads
+  every other record of the one file, 8 rows a step."""
+  env = dict(os.environ, PYTHON=sys.executable, NUM_WORKERS="2",
+             TF_CPP_MIN_LOG_LEVEL="2")
+  return run_in_process_group(
+      ["bash", os.path.join(REPO_ROOT, "scripts", "run_multiworker_local.sh")]
+      + pretrain_args(data, output_dir,
+                      "--distribution_strategy=multi_worker")[1:], env)
+
+
+def horovod_run(data, output_dir):
+  """run_pretraining.py on 2 horovod ranks: rank r's k-th batch of BATCH/2
+  rows is the r-th half of one device's k-th batch of BATCH rows."""
+  rows = list(tf.io.tf_record_iterator(str(data["dir"] /
+                                           "packed.tfrecord")))
+  assert len(rows) >= STEPS * BATCH
+  half = BATCH // 2
+  rank_files = []
+  for rank in (0, 1):
+    path = str(data["dir"] / ("packed_rank%d.tfrecord" % rank))
+    with tf.io.TFRecordWriter(path) as writer:
+      for start in range(0, STEPS * BATCH, BATCH):
+        for row in rows[start + rank * half:start + (rank + 1) * half]:
+          writer.write(row)
+    rank_files.append(path)
+  env = dict(os.environ, PYTHON=sys.executable, TF_CPP_MIN_LOG_LEVEL="2",
+             BERT_HOROVOD_SCRATCH_ROOT=str(output_dir) + "-scratch")
+  return run_in_process_group(
+      [os.path.join(REPO_ROOT, "scripts", "run_pre_horovod.sh"), "-n", "2",
+       "-c", str(data["dir"] / "config.json"), "-i", ",".join(rank_files),
+       "-o", str(output_dir), "-b", str(BATCH), "-s", str(SEQ),
+       "-p", str(ROW_PREDS), "-t", str(STEPS), "-w", "2", "-l", "1e-3",
+       "--", "--tf_random_seed", "7", "--log_every_n_steps", "1",
+       "--throughput_warmup_steps", "1"], env)
+
+
 RUNS = {
     "one_device": [],
     "mirrored": ["--distribution_strategy=mirrored", "--cpu_replicas=2"],
@@ -198,7 +267,12 @@ def runs(data):
   def get(name):
     if name not in started:
       out = data["dir"] / name
-      started[name] = (out, run_ok(pretrain_args(data, out, *RUNS[name])))
+      if name == "two_workers":
+        started[name] = (out, two_worker_run(data, out))
+      elif name == "horovod":
+        started[name] = (out, horovod_run(data, out))
+      else:
+        started[name] = (out, run_ok(pretrain_args(data, out, *RUNS[name])))
     return started[name]
 
   return get
@@ -210,13 +284,16 @@ def logged(output_dir):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["mirrored", "accumulation_k2",
-                                  "mirrored_k2"])
+@pytest.mark.parametrize("name", [
+    "mirrored", "accumulation_k2", "mirrored_k2", "two_workers",
+    pytest.param("horovod", marks=pytest.mark.skipif(
+        HOROVOD_MISSING is not None, reason=HOROVOD_MISSING or ""))])
 def test_packed_training_equals_one_device(runs, name):
   reference_dir, _ = runs("one_device")
   actual_dir, result = runs(name)
-  assert "packed records: up to %d sequences per row" % PER_PACK in (
-      result.stderr)
+  if name in RUNS:
+    assert "packed records: up to %d sequences per row" % PER_PACK in (
+        result.stderr)
   reference = load_checkpoint(str(reference_dir))
   actual = load_checkpoint(str(actual_dir))
   assert set(actual) == set(reference)

@@ -195,5 +195,7 @@ def test_encoded_row_is_a_tf_example_of_the_row():
   assert parsed == row
   assert example.features.feature["masked_lm_weights"].HasField("float_list")
   assert example.features.feature["cls_positions"].HasField("int64_list")
-  # And the TF-free parser reads it back too.
+  # Byte for byte TensorFlow's serialization; the TF-free parser reads it.
+  assert packing.encode_row(row) == pretraining_records.tf_example(
+      pretraining_records.PACKED, row).SerializeToString()
   assert pretraining_records.parse_example(packing.encode_row(row)) == row
