@@ -134,8 +134,8 @@ SERIES_AXES = ("strategy", "config_file", "seq_length", "xla", "precision",
 
 CSV_FIELDS = list(Cell._fields) + [
     "device", "global_batch", "num_train_steps", "steps_counted",
-    "examples_per_sec", "examples_per_sec_per_replica", "scaling_efficiency",
-    "model_gflop_per_example", "model_tflops", "peak_tflops", "mfu", "status",
+    "examples_per_sec", "examples_per_sec_per_replica", "sequences_per_sec",
+    "real_tokens_per_sec", "scaling_efficiency", "model_gflop_per_example", "model_tflops", "peak_tflops", "mfu", "status",
     "note", "cell_dir"]
 
 
@@ -310,7 +310,7 @@ def _percent(value):
 def markdown_details(rows):
   """Every cell's figures in one Markdown table."""
   header = ["cell", "global batch", "examples/sec", "per replica",
-            "scaling eff.", "model TFLOP/s", "MFU", "status"]
+            "sequences/sec", "real tokens/sec", "scaling eff.", "model TFLOP/s", "MFU", "status"]
   out = [" | ".join(header), "|".join(["---"] * len(header))]
   for row in rows:
     eps = row["examples_per_sec"]
@@ -319,6 +319,10 @@ def markdown_details(rows):
         str(row["global_batch"]),
         _format_number(eps) if eps else "",
         _format_number(row["examples_per_sec_per_replica"]) if eps else "",
+        _format_number(row["sequences_per_sec"])
+        if row.get("sequences_per_sec") else "",
+        "%.0f" % row["real_tokens_per_sec"]
+        if row.get("real_tokens_per_sec") else "",
         _percent(row["scaling_efficiency"]),
         "%.3f" % row["model_tflops"] if row["model_tflops"] else "",
         _percent(row["mfu"]),
@@ -580,6 +584,7 @@ def base_row(cell, device, num_steps):
               "global_batch": cell.per_replica_batch * cell.replicas,
               "num_train_steps": num_steps, "steps_counted": None,
               "examples_per_sec": None, "examples_per_sec_per_replica": None,
+              "sequences_per_sec": None, "real_tokens_per_sec": None,
               "status": "ok", "note": "", "cell_dir": ""})
   return row
 
@@ -713,9 +718,13 @@ def run_sweep(cells, device, values):
       row.update(status="failed", note=note)
       logging.warning("Cell %s failed: %s", cell_name(cell), note)
       continue
+    # Packed records hold several sequences per example (row), and real
+    # tokens are what packing improves: both come from the run's summary.
     row.update(examples_per_sec=summary["examples_per_sec"],
                examples_per_sec_per_replica=summary[
                    "examples_per_sec_per_replica"],
+               sequences_per_sec=summary.get("sequences_per_sec"),
+               real_tokens_per_sec=summary.get("real_tokens_per_sec"),
                steps_counted=summary["steps_counted"])
     computed = summary.get("precision")
     if computed and computed != SUMMARY_PRECISION[cell.precision]:

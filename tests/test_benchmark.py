@@ -232,6 +232,12 @@ def test_tiny_sweep_writes_csv_markdown_and_png(tmp_path):
   with open(os.path.join(rows[1]["cell_dir"], "throughput_summary.json")) as f:
     summary = json.load(f)
   assert summary["examples_per_sec"] == pytest.approx(eps2)
+  # Synthetic records are unpacked and unpadded: one sequence per example,
+  # every token real.
+  assert float(rows[1]["sequences_per_sec"]) == pytest.approx(
+      summary["sequences_per_sec"]) == pytest.approx(eps2)
+  assert float(rows[1]["real_tokens_per_sec"]) == pytest.approx(
+      summary["real_tokens_per_sec"])
   assert summary["num_replicas"] == 2 and summary["global_batch_size"] == 8
   text = (out / "results.md").read_text()
   assert "n_replicas (CPU logical replicas, not GPUs) | fp32(batch 4)" in text
