@@ -117,7 +117,12 @@ def test_a_dead_worker_makes_the_other_exit_within_the_timeout(workdir):
   assert returncode == 3
   assert waited < 60
   log = (out / "worker-0.log").read_text()
-  assert "error: no training step finished" in log
+  # Which path ends the survivor depends on timing: the stall watchdog if its
+  # collective blocks, or the collective's own Unavailable/DeadlineExceeded
+  # error if gRPC notices the dead peer first. Both name the cause and the fix.
+  assert ("error: no training step finished" in log or
+          "error: lost contact with another worker" in log), log[-2000:]
+  assert "with the same command to resume from the last checkpoint" in log
 
 
 def test_nonfinite_loss_can_be_trained_through_on_request(workdir):
