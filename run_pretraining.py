@@ -15,9 +15,12 @@ import functools
 import sys
 
 import console
+import cpu_kernels
 
-# Before TensorFlow is imported: its C++ runtime reads its log level then.
+# Before TensorFlow is imported: its C++ runtime reads its log level and its
+# choice of CPU kernels then.
 console.quiet_native_logs(sys.argv)
+cpu_kernels.prefer_onednn()
 # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from absl import app

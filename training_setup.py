@@ -137,9 +137,9 @@ def cpu_flags(cpuinfo="/proc/cpuinfo"):
 def onednn_enabled():
   """Whether TensorFlow's oneDNN CPU kernels are on in this process.
 
-  TensorFlow decides once, when it is imported: on by default on CPUs with
-  AVX512 (or if TF_ENABLE_ONEDNN_OPTS=1), off otherwise. Its oneDNN bfloat16
-  graph rewrite does nothing while they are off.
+  TensorFlow decides once, when it is imported, from TF_ENABLE_ONEDNN_OPTS,
+  which the programs set to 1 unless the user set it (cpu_kernels). Its
+  oneDNN bfloat16 graph rewrite does nothing while they are off.
   """
   return bool(_pywrap_util_port.IsMklEnabled())
 
@@ -181,11 +181,10 @@ def resolve_precision(use_fp16, use_bf16, num_gpus, onednn_on, flags_of_cpu):
   if not onednn_on:
     return "float32", (
         "float32: --use_bf16 needs TensorFlow's oneDNN CPU kernels, which "
-        "are off in this process (TensorFlow turns them on at import on CPUs "
-        "with AVX512, or with TF_ENABLE_ONEDNN_OPTS=1); set "
-        "TF_ENABLE_ONEDNN_OPTS=1 before starting the program to compute in "
-        "bfloat16 anyway (emulated without bfloat16 instructions, slower "
-        "than float32)")
+        "are off in this process (TF_ENABLE_ONEDNN_OPTS=0 in the "
+        "environment); start the program with TF_ENABLE_ONEDNN_OPTS=1 (the "
+        "programs' default when it is unset) to compute in bfloat16 "
+        "(emulated without bfloat16 instructions, slower than float32)")
   native = sorted(set(BF16_CPU_FLAGS) & set(flags_of_cpu))
   return "mixed_bfloat16", (
       "mixed_bfloat16: oneDNN bfloat16 graph rewrite, float32 variables, no "

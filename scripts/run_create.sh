@@ -64,11 +64,7 @@ DUPE_FACTOR="${DUPE_FACTOR:-5}"
 MASKED_LM_PROB="${MASKED_LM_PROB:-0.15}"
 RANDOM_SEED="${RANDOM_SEED:-12345}"
 
-IFS=',' read -r -a patterns <<< "$INPUT_FILE"
-for pattern in "${patterns[@]}"; do
-  compgen -G "$pattern" > /dev/null ||
-    die "INPUT_FILE: no file matches '$pattern'"
-done
+check_inputs INPUT_FILE "$INPUT_FILE"
 if [[ -n "$VOCAB_FILE" && ! -f "$VOCAB_FILE" ]]; then
   die "VOCAB_FILE=$VOCAB_FILE does not exist (leave it empty to train one)"
 fi

@@ -77,12 +77,8 @@ MAX_EVAL_STEPS="${MAX_EVAL_STEPS:-20}"
 DO_LOWER_CASE="${DO_LOWER_CASE:-true}"
 EXPORT_FORMAT="${EXPORT_FORMAT-google,huggingface,saved_model}"
 
-IFS=',' read -r -a patterns <<< "$INPUT_FILE"
-for pattern in "${patterns[@]}"; do
-  compgen -G "$pattern" > /dev/null ||
-    die "INPUT_FILE: no file matches '$pattern';" \
-        "run scripts/run_create.sh first or set INPUT_FILE"
-done
+check_inputs INPUT_FILE "$INPUT_FILE" \
+  "run scripts/run_create.sh first or set INPUT_FILE"
 [[ -f "$VOCAB_FILE" ]] ||
   die "VOCAB_FILE=$VOCAB_FILE does not exist;" \
       "run scripts/run_create.sh first or set VOCAB_FILE"

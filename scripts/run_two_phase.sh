@@ -220,16 +220,6 @@ PHASE2_COMMAND=("$PYTHON" "$REPO_ROOT/run_pretraining.py" "${common_flags[@]}"
   --learning_rate="$LR2"
   ${EXTRA_FLAGS[@]+"${EXTRA_FLAGS[@]}"})
 
-check_inputs() {  # variable name, value, words saying how to make them
-  local name="$1" value="$2" pattern patterns
-  shift 2
-  IFS=',' read -r -a patterns <<< "$value"
-  for pattern in "${patterns[@]}"; do
-    compgen -G "$pattern" > /dev/null ||
-      die "$name: no file matches '$pattern'; $*"
-  done
-}
-
 if [[ "$DRY_RUN" != 1 ]]; then
   for phase in 1 2; do
     check_inputs "PHASE${phase}_INPUT_FILE" "$(var_of $phase INPUT_FILE)" \

@@ -36,6 +36,18 @@ parse_settings() {
   EXTRA_FLAGS+=(${VERBOSITY_FLAGS[@]+"${VERBOSITY_FLAGS[@]}"})
 }
 
+# Dies unless every comma-separated glob in $2 matches a file. $1 names the
+# setting in the message; the remaining words say how to make the files.
+check_inputs() {
+  local name="$1" value="$2" pattern patterns
+  shift 2
+  IFS=',' read -r -a patterns <<< "$value"
+  for pattern in "${patterns[@]}"; do
+    compgen -G "$pattern" > /dev/null ||
+      die "$name: no file matches '$pattern'${*:+; $*}"
+  done
+}
+
 # Exports $OUTPUT_DIR's model to $OUTPUT_DIR/export in $EXPORT_FORMAT (none
 # when empty) with export_checkpoint.py.
 export_model() {

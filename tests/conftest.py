@@ -17,6 +17,11 @@ if REPO_ROOT not in sys.path:
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+# The kernels the programs run, so that in-process references match them.
+import cpu_kernels  # noqa: E402
+
+cpu_kernels.prefer_onednn()
+
 import tensorflow.compat.v1 as tf  # noqa: E402
 
 tf.disable_v2_behavior()
@@ -79,13 +84,18 @@ def pretrain_args(workdir, output_dir, *extra, steps=6, batch=8,
 def run_program(args, cwd=None, env=None, timeout=600):
   """Runs `python <args>` from the repository root as a user would.
 
+  `env` entries are added to this process's environment; None removes one.
+
   Returns:
     The CompletedProcess, with text stdout/stderr.
   """
   full_env = dict(os.environ)
   full_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-  if env:
-    full_env.update(env)
+  for name, value in (env or {}).items():
+    if value is None:  # as a user's shell without the variable
+      full_env.pop(name, None)
+    else:
+      full_env[name] = value
   return subprocess.run([sys.executable] + list(args), cwd=cwd or REPO_ROOT,
                         env=full_env, capture_output=True, text=True,
                         timeout=timeout)

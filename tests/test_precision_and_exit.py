@@ -2,10 +2,10 @@
 step, on records create_pretraining_data.py makes from sample_data/corpus.txt.
 
 bfloat16 runs through TensorFlow's oneDNN graph rewrite, which only acts when
-TensorFlow turned its oneDNN kernels on at import: by default on CPUs with
-AVX512, or with TF_ENABLE_ONEDNN_OPTS=1. The end-to-end test sets that
-variable, so that bfloat16 really computes on any machine (emulated where
-the CPU has no bfloat16 instructions).
+TensorFlow turned its oneDNN kernels on at import (TF_ENABLE_ONEDNN_OPTS=1).
+The programs ask for them when the variable is unset (cpu_kernels); the
+end-to-end test runs them without it, so bfloat16 really computes on any
+machine (emulated where the CPU has no bfloat16 instructions).
 """
 
 import json
@@ -18,6 +18,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 from tensorflow.python.data.ops import multi_device_iterator_ops  # pylint: disable=g-direct-tensorflow-import
 
+import cpu_kernels
 import input_pipeline
 import training_setup
 from conftest import (REPO_ROOT, TINY_CONFIG, expect_user_error,
@@ -25,7 +26,8 @@ from conftest import (REPO_ROOT, TINY_CONFIG, expect_user_error,
 from errors import UserError
 
 SEQ, PREDS = 32, 5
-ONEDNN_ON = {"TF_ENABLE_ONEDNN_OPTS": "1"}
+# A user's environment without the variable: the programs' own default.
+KERNELS_UNSET = {"TF_ENABLE_ONEDNN_OPTS": None}
 # From the end of the last step to the exit: 1-3 s on a quiet machine, 10-17 s
 # for the tiny model with 13 runnable processes per core; a lost tf.data
 # autotuning wake-up added up to 60 s more (docs/benchmarks.md). The cause
@@ -85,6 +87,18 @@ def logged_losses(output_dir):
     return [json.loads(line)["loss"] for line in f]
 
 
+def test_programs_ask_for_onednn_unless_the_user_chose(monkeypatch):
+  # This process asked before importing TensorFlow, as the programs do
+  # (conftest), and TensorFlow took it (it reads the variable once).
+  assert training_setup.onednn_enabled()
+  monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+  cpu_kernels.prefer_onednn()
+  assert os.environ["TF_ENABLE_ONEDNN_OPTS"] == "1"
+  monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
+  cpu_kernels.prefer_onednn()
+  assert os.environ["TF_ENABLE_ONEDNN_OPTS"] == "0"
+
+
 def test_precision_flags_resolve_to_one_precision():
   assert training_setup.resolve_precision(False, False, 0, False, set())[0] == (
       "float32")
@@ -92,7 +106,7 @@ def test_precision_flags_resolve_to_one_precision():
     training_setup.resolve_precision(True, True, 0, True, set())
   with pytest.raises(UserError, match="not available on GPUs"):
     training_setup.resolve_precision(False, True, 1, True, set())
-  # oneDNN off (a CPU without AVX512): nothing to rewrite, said so.
+  # oneDNN off (TF_ENABLE_ONEDNN_OPTS=0): nothing to rewrite, said so.
   precision, why = training_setup.resolve_precision(False, True, 0, False,
                                                     {"avx2"})
   assert precision == "float32" and "TF_ENABLE_ONEDNN_OPTS=1" in why
@@ -177,9 +191,9 @@ def test_bf16_trains_like_fp32_with_float32_variables(corpus_run_dir,
                                                       tmp_path):
   fp32_dir, bf16_dir = tmp_path / "fp32", tmp_path / "bf16"
   _, fp32_exit = run_and_time_exit(pretrain_args(corpus_run_dir, fp32_dir),
-                                   env=ONEDNN_ON)
+                                   env=KERNELS_UNSET)
   result, bf16_exit = run_and_time_exit(
-      pretrain_args(corpus_run_dir, bf16_dir, "--use_bf16"), env=ONEDNN_ON)
+      pretrain_args(corpus_run_dir, bf16_dir, "--use_bf16"), env=KERNELS_UNSET)
   assert fp32_exit < EXIT_BOUND_SECONDS and bf16_exit < EXIT_BOUND_SECONDS
   assert "precision: mixed_bfloat16" in result.stderr
   assert read_json(bf16_dir / "throughput_summary.json")["precision"] == (
