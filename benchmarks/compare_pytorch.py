@@ -24,10 +24,11 @@ wall times). Start-up and graph building cancel out; every cost that grows
 with the steps or comes with a longer run (input pipeline, hooks,
 checkpoints, the session's close) counts.
 
-Our bf16 runs get TF_ENABLE_ONEDNN_OPTS=1: TensorFlow's bfloat16 rewrite
-needs its oneDNN kernels, which it turns on by itself only on CPUs with
-AVX512. The CPU's model and flags that decide bfloat16 speed (avx512_bf16,
-amx_bf16, amx_tile, avx512f) are recorded beside the figures.
+Ours runs with the environment as it is: the programs turn TensorFlow's
+oneDNN kernels on (which the bfloat16 rewrite needs) unless
+TF_ENABLE_ONEDNN_OPTS is set. The CPU's model and flags that decide bfloat16
+speed (avx512_bf16, amx_bf16, amx_tile, avx512f) are recorded beside the
+figures.
 
 Prints one line per run and a summary per precision: the medians of both,
 the median of the per-round ratios, and MFU = examples/sec x model FLOPs per
@@ -162,8 +163,6 @@ def peer_command(args, precision, steps):
 def run_ours(args, input_file, run_dir, precision):
   """Our whole-process examples/sec: the --short_steps and --long_steps runs."""
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-  if precision == "bf16":
-    env["TF_ENABLE_ONEDNN_OPTS"] = "1"
   seconds = {}
   for steps in (args.short_steps, args.long_steps):
     directory = "%s_%dsteps" % (run_dir, steps)
