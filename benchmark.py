@@ -135,8 +135,8 @@ SERIES_AXES = ("strategy", "config_file", "seq_length", "xla", "precision",
 CSV_FIELDS = list(Cell._fields) + [
     "device", "global_batch", "num_train_steps", "steps_counted",
     "examples_per_sec", "examples_per_sec_per_replica", "sequences_per_sec",
-    "real_tokens_per_sec", "scaling_efficiency", "model_gflop_per_example", "model_tflops", "peak_tflops", "mfu", "status",
-    "note", "cell_dir"]
+    "real_tokens_per_sec", "scaling_efficiency", "model_gflop_per_example",
+    "model_tflops", "peak_tflops", "mfu", "status", "note", "cell_dir"]
 
 
 def pretraining_flops(hidden_size, num_layers, intermediate_size, vocab_size,
@@ -310,7 +310,8 @@ def _percent(value):
 def markdown_details(rows):
   """Every cell's figures in one Markdown table."""
   header = ["cell", "global batch", "examples/sec", "per replica",
-            "sequences/sec", "real tokens/sec", "scaling eff.", "model TFLOP/s", "MFU", "status"]
+            "sequences/sec", "real tokens/sec", "scaling eff.",
+            "model TFLOP/s", "MFU", "status"]
   out = [" | ".join(header), "|".join(["---"] * len(header))]
   for row in rows:
     eps = row["examples_per_sec"]

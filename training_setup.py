@@ -137,9 +137,10 @@ def cpu_flags(cpuinfo="/proc/cpuinfo"):
 def onednn_enabled():
   """Whether TensorFlow's oneDNN CPU kernels are on in this process.
 
-  TensorFlow decides once, when it is imported, from TF_ENABLE_ONEDNN_OPTS,
-  which the programs set to 1 unless the user set it (cpu_kernels). Its
-  oneDNN bfloat16 graph rewrite does nothing while they are off.
+  TensorFlow decides once, the first time it is asked, from
+  TF_ENABLE_ONEDNN_OPTS, which the programs set to 1 before importing it
+  unless the user set it (cpu_kernels). Its oneDNN bfloat16 graph rewrite
+  does nothing while they are off.
   """
   return bool(_pywrap_util_port.IsMklEnabled())
 
@@ -182,7 +183,7 @@ def resolve_precision(use_fp16, use_bf16, num_gpus, onednn_on, flags_of_cpu):
     return "float32", (
         "float32: --use_bf16 needs TensorFlow's oneDNN CPU kernels, which "
         "are off in this process (TF_ENABLE_ONEDNN_OPTS=0 in the "
-        "environment); start the program with TF_ENABLE_ONEDNN_OPTS=1 (the "
+        "environment, or a TensorFlow build without them); start the program with TF_ENABLE_ONEDNN_OPTS=1 (the "
         "programs' default when it is unset) to compute in bfloat16 "
         "(emulated without bfloat16 instructions, slower than float32)")
   native = sorted(set(BF16_CPU_FLAGS) & set(flags_of_cpu))
