@@ -412,6 +412,34 @@ def test_gelu_gradient_is_the_derivative_of_the_reference_formula(graph):
   np.testing.assert_allclose(values[2], values[3], rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("fan_in,fan_out,weight_matmuls", [
+    (64, 384, 3),    # narrow input: dy split into blocks of 128 columns
+    (300, 64, 3),    # narrow output: x split into 128 + 128 + 44 columns
+    (64, 128, 1),    # wide side under 4x the narrow one: one product
+    (320, 1280, 1),  # narrow side over 256: one product
+])
+def test_dense_gradient_equals_autodiff_of_a_plain_matmul(
+    graph, fan_in, fan_out, weight_matmuls):
+  rng = np.random.RandomState(8)
+  x = tf.constant(rng.standard_normal((40, fan_in)), tf.float32)
+  dy = tf.constant(rng.standard_normal((40, fan_out)), tf.float32)
+  w = tf.constant(rng.standard_normal((fan_in, fan_out)), tf.float32)
+  with modeling._blocked_weight_gradient():  # pylint: disable=protected-access
+    ours = tf.matmul(x, w)
+  reference = tf.matmul(x, w)
+  ours_grads = tf.gradients(ours, [x, w], dy)
+  ops_before = len(graph.get_operations())
+  reference_grads = tf.gradients(reference, [x, w], dy)
+  ours_ops = graph.get_operations()[:ops_before]
+  # Both forward products, our dx, then dw's products.
+  assert sum(op.type == "MatMul" for op in ours_ops) == 3 + weight_matmuls
+  with tf.Session(graph=graph) as sess:
+    got, want = sess.run([ours_grads, reference_grads])
+  for got_value, want_value in zip(got, want):
+    assert got_value.shape == want_value.shape
+    np.testing.assert_allclose(got_value, want_value, rtol=1e-5, atol=1e-5)
+
+
 def test_get_activation():
   assert modeling.get_activation("gelu") is modeling.gelu
   assert modeling.get_activation("GELU") is modeling.gelu
