@@ -364,7 +364,7 @@ def mask_packed_batch(input_ids, input_mask, sequence_ids, uniforms,
     earlier = tf.range(params.max_seq_length) < tf.expand_dims(
         tf.range(params.max_seq_length), 1)
     above = tf.reduce_sum(tf.cast(
-        same_sequence & ((other > this) | ((other == this) & earlier)),
+        same_sequence & ((other > this) | (tf.equal(other, this) & earlier)),
         tf.int32), axis=2)
     token_budget = tf.reduce_sum(in_slot * tf.expand_dims(budgets, 1),
                                  axis=2)

@@ -555,6 +555,49 @@ def test_packed_rows_get_each_sequences_masks(data, packed):
       np.stack([e["masked_lm_positions"] for e in first[:64]]))
 
 
+@pytest.mark.parametrize("keys", ["all_equal", "pairs_equal"])
+def test_packed_masks_break_equal_keys_like_unpacked_rows(keys):
+  # Keys are float32 uniforms (2^23 values), so two can be equal; at seq
+  # 128 about one sequence in 65,000 an epoch has a tie exactly at its cut.
+  # The earlier position ranks above, as top_k ranks them unpacked: a
+  # one-sequence packed row must get exactly the unpacked row's masks.
+  seq_length, length = 32, 20  # 3 masks: pairs of equal keys tie at the cut
+  params = dynamic_masking.MaskingParams(
+      max_seq_length=seq_length, max_predictions_per_seq=5,
+      masked_lm_prob=0.15, do_whole_word_mask=False, vocab_size=50,
+      cls_id=1, sep_id=2, mask_id=3, continuation_ids=())
+  ids = [1] + list(range(10, 10 + length - 2)) + [2] + [0] * (seq_length -
+                                                               length)
+  mask = [1] * length + [0] * (seq_length - length)
+  rng = np.random.RandomState(4)
+  order_keys = (np.full(seq_length, 0.5) if keys == "all_equal" else
+                np.repeat(rng.uniform(size=seq_length // 2), 2))
+  uniforms = np.stack([order_keys, rng.uniform(size=seq_length),
+                       rng.uniform(size=seq_length)]).astype(np.float32)
+  random_ids = rng.randint(0, 2**31 - 1, size=seq_length).astype(np.int32)
+  batch = lambda x, dtype: tf.constant(np.asarray(x)[None], dtype)
+  packed = dynamic_masking.mask_packed_batch(
+      batch(ids, tf.int32), batch(mask, tf.int32),
+      batch([1] * length + [0] * (seq_length - length), tf.int32),
+      batch(uniforms, tf.float32), batch(random_ids, tf.int32), params, 2)
+  unpacked = dynamic_masking.mask_batch(
+      batch(ids, tf.int32), batch(mask, tf.int32), batch(uniforms, tf.float32),
+      batch(random_ids, tf.int32), params)
+  with tf.Session() as sess:
+    got, want = sess.run([packed, unpacked])
+  budget = dynamic_masking.num_to_predict(length, 5, 0.15)
+  assert got["masked_lm_weights"].sum() == want["masked_lm_weights"].sum() == (
+      budget)
+  np.testing.assert_array_equal(got["input_ids"], want["input_ids"])
+  for name in ("masked_lm_positions", "masked_lm_ids"):
+    np.testing.assert_array_equal(got[name][:, :budget],
+                                  want[name][:, :budget])
+  if keys == "all_equal":
+    # Every key equal: the first `budget` candidates, after [CLS].
+    assert list(got["masked_lm_positions"][0, :budget]) == list(
+        range(1, 1 + budget))
+
+
 def test_packed_rows_whole_word_masks_stay_in_their_sequence(data, packed):
   vocab = data["vocab"]
   continuation = {i for t, i in vocab.items() if t.startswith("##")}
