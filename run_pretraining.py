@@ -118,8 +118,7 @@ def get_masked_lm_output(bert_config, input_tensor, output_weights, positions,
     log_probs = tf.nn.log_softmax(logits, axis=-1)
     label_ids = tf.reshape(label_ids, [-1])
     label_weights = tf.reshape(label_weights, [-1])
-    per_example_loss = tf.nn.sparse_softmax_cross_entropy_with_logits(
-        labels=label_ids, logits=logits)
+    per_example_loss = modeling.sparse_softmax_cross_entropy(label_ids, logits)
     numerator = tf.reduce_sum(label_weights * per_example_loss)
     if loss_denominator is None:
       loss_denominator = masked_lm_denominator(label_weights)

@@ -1,10 +1,10 @@
-"""Step time of two or more checkouts' modeling.py, interleaved in one process.
+"""Step time of two or more checkouts' models, interleaved in one process.
 
 On a loaded machine two runs minutes apart differ by more than most single
-optimisations give. This builds one BERT pretraining step graph (model and
-both heads of this checkout's run_pretraining, this checkout's AdamW) per
-CHECKOUT[:INTER_OP_THREADS] argument, each on that checkout's modeling.py,
-and runs their steps in turn (ABC ABC ..., reversed every other round), so
+optimisations give. This builds one BERT pretraining step graph (the model
+and both heads of a checkout's modeling.py and run_pretraining.py, this
+checkout's AdamW) per CHECKOUT[:INTER_OP_THREADS] argument and runs their
+steps in turn (ABC ABC ..., reversed every other round), so
 that load changes hit all alike. Prints per variant the median step
 time and the median of its per-round speed-ups against the first variant, by
 wall clock and by process CPU time.
@@ -34,10 +34,11 @@ import run_pretraining  # noqa: F401  (its own modules, bound to ours)
 
 
 def load_heads(checkout, index):
-  """This checkout's run_pretraining built on `checkout`/modeling.py.
+  """`checkout`/run_pretraining.py built on `checkout`/modeling.py.
 
   Both are loaded as modules of their own; run_pretraining's `import
-  modeling` picks up the checkout's while it loads.
+  modeling` picks up the checkout's while it loads, its other imports are
+  this checkout's.
   """
   def load(name, path):
     spec = importlib.util.spec_from_file_location(name, path)
@@ -50,7 +51,7 @@ def load_heads(checkout, index):
                                  os.path.join(checkout, "modeling.py"))
   try:
     return load("run_pretraining_%d" % index,
-                os.path.join(REPO_ROOT, "run_pretraining.py"))
+                os.path.join(checkout, "run_pretraining.py"))
   finally:
     sys.modules["modeling"] = ours
 

@@ -440,6 +440,36 @@ def test_dense_gradient_equals_autodiff_of_a_plain_matmul(
     np.testing.assert_allclose(got_value, want_value, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("label_dtype", [tf.int32, tf.int64])
+def test_sparse_softmax_cross_entropy_equals_tensorflows_fused_op(
+    graph, label_dtype):
+  rng = np.random.RandomState(9)
+  logits = rng.standard_normal((6, 50)) * 4.0
+  labels = rng.randint(0, 50, size=6)
+  # Row 1's label lies 200 below the row's largest logit: its softmax
+  # probability underflows to 0 in float32, its loss (about 200) must not.
+  labels[1] = 7
+  logits[1, 7] = logits[1].max() - 200.0
+  weights = tf.constant(rng.uniform(0.5, 2.0, size=6), tf.float32)
+  logits = tf.constant(logits, tf.float32)
+  labels = tf.constant(labels, label_dtype)
+  ops_before = len(graph.get_operations())
+  ours = modeling.sparse_softmax_cross_entropy(labels, logits)
+  ours_gradient = tf.gradients(ours, logits, weights)[0]
+  assert "SparseSoftmaxCrossEntropyWithLogits" not in {
+      op.type for op in graph.get_operations()[ops_before:]}
+  fused = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels,
+                                                         logits=logits)
+  fused_gradient = tf.gradients(fused, logits, weights)[0]
+  with tf.Session(graph=graph) as sess:
+    got, want, got_gradient, want_gradient = sess.run(
+        [ours, fused, ours_gradient, fused_gradient])
+  assert want[1] > 190.0
+  np.testing.assert_allclose(got, want, rtol=1e-6)
+  np.testing.assert_allclose(got_gradient, want_gradient, rtol=1e-5,
+                             atol=1e-6)
+
+
 def test_get_activation():
   assert modeling.get_activation("gelu") is modeling.gelu
   assert modeling.get_activation("GELU") is modeling.gelu
