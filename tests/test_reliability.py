@@ -27,10 +27,16 @@ def start(args, env=None, log=None):
 
 
 def wait_for_checkpoint(output_dir, min_step, timeout=300):
+  """The newest checkpoint >= min_step once its save has ended.
+
+  The Saver names the checkpoint in the state file before it writes the
+  meta graph, so the .meta (renamed into place when whole) marks the end.
+  """
   deadline = time.time() + timeout
   while time.time() < deadline:
     latest = tf.train.latest_checkpoint(str(output_dir))
-    if latest and int(latest.rsplit("-", 1)[1]) >= min_step:
+    if (latest and int(latest.rsplit("-", 1)[1]) >= min_step and
+        os.path.exists(latest + ".meta")):
       return latest
     time.sleep(0.5)
   raise AssertionError("no checkpoint >= %d in %s" % (min_step, output_dir))
