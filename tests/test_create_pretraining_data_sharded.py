@@ -533,6 +533,8 @@ def start_and_wait_for_shards(command, output_dir, num_complete):
       return process
     assert process.poll() is None, process.communicate()
     time.sleep(0.01)
+  process.kill()
+  process.communicate()
   raise AssertionError("no shard appeared")
 
 

@@ -49,10 +49,12 @@ def test_kill_9_then_rerun_resumes_and_ends_at_num_train_steps(workdir):
   args = pretrain_args(workdir, out, "--save_checkpoints_steps=50",
                        steps=steps)
   proc = start(args)
-  wait_for_checkpoint(out, 50)
-  time.sleep(random.uniform(0.0, 2.0))
-  proc.send_signal(signal.SIGKILL)
-  proc.wait()
+  try:
+    wait_for_checkpoint(out, 50)
+    time.sleep(random.uniform(0.0, 2.0))
+  finally:
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
   resumed_from = int(tf.train.latest_checkpoint(str(out)).rsplit("-", 1)[1])
   assert 50 <= resumed_from < steps
   result = run_program(args)
