@@ -2,10 +2,10 @@
 
 On a loaded machine two runs minutes apart differ by more than most single
 optimisations give. This builds one BERT pretraining step graph (the model
-and both heads of a checkout's modeling.py and run_pretraining.py, this
-checkout's AdamW) per CHECKOUT[:INTER_OP_THREADS] argument and runs their
-steps in turn (ABC ABC ..., reversed every other round), so
-that load changes hit all alike. Prints per variant the median step
+and both heads of a checkout's modeling.py and run_pretraining.py, the
+update of its optimization.py) per CHECKOUT[:INTER_OP_THREADS] argument and
+runs their steps in turn (ABC ABC ..., reversed every other round), so that
+load changes hit all alike. Prints per variant the median step
 time and the median of its per-round speed-ups against the first variant, by
 wall clock and by process CPU time.
 
@@ -29,16 +29,19 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
-import optimization
 import run_pretraining  # noqa: F401  (its own modules, bound to ours)
 
 
-def load_heads(checkout, index):
-  """`checkout`/run_pretraining.py built on `checkout`/modeling.py.
+def load_checkout(checkout, index):
+  """`checkout`/run_pretraining.py built on `checkout`/modeling.py, and
+  `checkout`/optimization.py.
 
-  Both are loaded as modules of their own; run_pretraining's `import
-  modeling` picks up the checkout's while it loads, its other imports are
-  this checkout's.
+  The three are loaded as modules of their own; run_pretraining's `import
+  modeling` picks up the checkout's while it loads, the other imports of all
+  three are this checkout's.
+
+  Returns:
+    (the run_pretraining module, the optimization module).
   """
   def load(name, path):
     spec = importlib.util.spec_from_file_location(name, path)
@@ -46,21 +49,25 @@ def load_heads(checkout, index):
     spec.loader.exec_module(module)
     return module
 
+  optimizer = load("optimization_%d" % index,
+                   os.path.join(checkout, "optimization.py"))
   ours = sys.modules["modeling"]
   sys.modules["modeling"] = load("modeling_%d" % index,
                                  os.path.join(checkout, "modeling.py"))
   try:
     return load("run_pretraining_%d" % index,
-                os.path.join(checkout, "run_pretraining.py"))
+                os.path.join(checkout, "run_pretraining.py")), optimizer
   finally:
     sys.modules["modeling"] = ours
 
 
-def build_step(heads, config_file, batch, seq_length, predictions):
+def build_step(heads, optimizer, config_file, batch, seq_length,
+               predictions):
   """Train op of one pretraining step on fixed random inputs; returns it.
 
   Args:
-    heads: a run_pretraining module (see load_heads).
+    heads: a run_pretraining module (see load_checkout).
+    optimizer: an optimization module (see load_checkout).
     config_file: bert_config.json.
     batch, seq_length, predictions: B, S and the masked positions P.
   """
@@ -83,19 +90,19 @@ def build_step(heads, config_file, batch, seq_length, predictions):
   config = heads.modeling.BertConfig.from_json_file(config_file)
   (masked_lm_loss, _, _), (next_sentence_loss, _, _) = (
       heads.pretraining_model(config, features, is_training=True))
-  return optimization.create_optimizer(masked_lm_loss + next_sentence_loss,
-                                       1e-4, 1000, 10)
+  return optimizer.create_optimizer(
+      masked_lm_loss + next_sentence_loss, 1e-4, 1000, 10)
 
 
 def main(args):
   sessions = []
   for index, variant in enumerate(args.variants):
     checkout, _, inter_op = variant.partition(":")
-    heads = load_heads(checkout, index)
+    heads, optimizer = load_checkout(checkout, index)
     graph = tf.Graph()
     with graph.as_default():
-      train_op = build_step(heads, args.bert_config_file, args.batch,
-                            args.seq_length, args.predictions)
+      train_op = build_step(heads, optimizer, args.bert_config_file,
+                            args.batch, args.seq_length, args.predictions)
       config = tf.ConfigProto()
       if inter_op:
         config.inter_op_parallelism_threads = int(inter_op)

@@ -68,8 +68,12 @@ def test_unclipped_update_is_the_mean_gradient_and_replicas_agree():
 
 
 def numpy_adamw_step(w, g, m, v, lr, decay, use_decay):
-  m = 0.9 * m + 0.1 * g
-  v = 0.999 * v + 0.001 * g * g
+  # 1 - beta in float32, as TF's fused Adam kernel computes it: for beta_2
+  # that is 0.00099998713, where upstream's separate ops multiply by
+  # float32(0.001), a 1.3e-5 relative difference in v.
+  beta_1, beta_2 = np.float32(0.9), np.float32(0.999)
+  m = beta_1 * m + (np.float32(1) - beta_1) * g
+  v = beta_2 * v + (np.float32(1) - beta_2) * g * g
   update = m / (np.sqrt(v) + 1e-6)
   if use_decay:
     update = update + decay * w
@@ -116,6 +120,45 @@ def test_adamw_matches_numpy_reference_and_excludes_layernorm_and_bias(graph):
                         if "adam" in s.op.name)
   assert slot_names == sorted(["%s/adam_%s" % (n, k) for n in names
                                for k in "mv"])
+
+
+WRITE_OPS = {"Assign", "AssignSub", "ApplyAdam", "AssignVariableOp",
+             "AssignSubVariableOp", "ResourceApplyAdam"}
+
+
+def ancestors(op):
+  """Every op that must run before `op`: its inputs and control inputs."""
+  seen, stack = set(), [op]
+  while stack:
+    current = stack.pop()
+    for parent in [t.op for t in current.inputs] + current.control_inputs:
+      if parent not in seen:
+        seen.add(parent)
+        stack.append(parent)
+  return seen
+
+
+@pytest.mark.parametrize("optimizer_name", optimization.OPTIMIZERS)
+def test_every_weight_write_waits_for_every_gradient(graph, optimizer_name):
+  # A write that nothing orders after the gradients (the weight decay reads
+  # and writes only the weight) may run before another gradient reads that
+  # weight; a race a numeric test catches only now and then.
+  with tf.variable_scope("layer", use_resource=True):
+    kernel = tf.get_variable("kernel", initializer=tf.ones([4, 3]))
+    bias = tf.get_variable("bias", initializer=tf.ones([3]))
+  loss = tf.reduce_sum(tf.square(tf.matmul(tf.ones([2, 4]), kernel) + bias))
+  opt = optimization.build_optimizer(optimizer_name, 0.1)
+  opt.clip_norm = None
+  grads_and_vars = opt.compute_gradients(loss, [kernel, bias])
+  train_op = opt.apply_gradients(grads_and_vars)
+  writes = [op for op in ancestors(train_op) if op.type in WRITE_OPS]
+  assert {op.type for op in writes} >= {
+      "adamw": {"AssignSubVariableOp", "ResourceApplyAdam"},
+      "lamb": {"AssignVariableOp"}}[optimizer_name]
+  for write in writes:
+    before = ancestors(write)
+    for grad, _ in grads_and_vars:
+      assert grad.op in before, (write.name, grad.name)
 
 
 def test_adamw_converges_on_a_toy_problem(graph):
