@@ -1,7 +1,7 @@
 """Shared test set-up: the repository root on sys.path, TF in graph mode, and
 the helpers the test modules share (tiny model config, a pretraining work
 directory and command, running a program, reading a checkpoint, the fp16 toy
-training step)."""
+training step, the ops a fetch depends on)."""
 
 import json
 import os
@@ -200,6 +200,20 @@ def read_eval_results(output_dir):
 def read_json(path):
   with open(path) as f:
     return json.load(f)
+
+
+def reachable_ops(fetches):
+  """All ops the fetches depend on, through data and control inputs."""
+  seen = set()
+  stack = [t if isinstance(t, tf.Operation) else t.op for t in fetches]
+  while stack:
+    op = stack.pop()
+    if op in seen:
+      continue
+    seen.add(op)
+    stack.extend(t.op for t in op.inputs)
+    stack.extend(op.control_inputs)
+  return seen
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ import tensorflow.compat.v1 as tf
 
 import errors
 import modeling
+from conftest import reachable_ops
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:`tf.layers.dense` is deprecated")
@@ -89,20 +90,6 @@ def randomize_variables(sess, scale=0.2, seed=0):
 
 def ids(rng, shape, limit):
   return tf.constant(rng.randint(0, limit, size=shape), dtype=tf.int32)
-
-
-def reachable_ops(fetches):
-  """All ops the fetches depend on, through data and control inputs."""
-  seen = set()
-  stack = [t if isinstance(t, tf.Operation) else t.op for t in fetches]
-  while stack:
-    op = stack.pop()
-    if op in seen:
-      continue
-    seen.add(op)
-    stack.extend(t.op for t in op.inputs)
-    stack.extend(op.control_inputs)
-  return seen
 
 
 # --- BertModel: shapes, graph, names -----------------------------------------

@@ -7,7 +7,7 @@ import tensorflow.compat.v1 as tf
 import optimization
 import train_step
 from conftest import (TWO_CPUS, build_fp16_step, fp16_training_state,
-                      two_replica_strategy)
+                      reachable_ops, two_replica_strategy)
 
 
 class PlainSGD(optimization.DataParallelOptimizer):
@@ -126,18 +126,6 @@ WRITE_OPS = {"Assign", "AssignSub", "ApplyAdam", "AssignVariableOp",
              "AssignSubVariableOp", "ResourceApplyAdam"}
 
 
-def ancestors(op):
-  """Every op that must run before `op`: its inputs and control inputs."""
-  seen, stack = set(), [op]
-  while stack:
-    current = stack.pop()
-    for parent in [t.op for t in current.inputs] + current.control_inputs:
-      if parent not in seen:
-        seen.add(parent)
-        stack.append(parent)
-  return seen
-
-
 @pytest.mark.parametrize("optimizer_name", optimization.OPTIMIZERS)
 def test_every_weight_write_waits_for_every_gradient(graph, optimizer_name):
   # A write that nothing orders after the gradients (the weight decay reads
@@ -151,12 +139,13 @@ def test_every_weight_write_waits_for_every_gradient(graph, optimizer_name):
   opt.clip_norm = None
   grads_and_vars = opt.compute_gradients(loss, [kernel, bias])
   train_op = opt.apply_gradients(grads_and_vars)
-  writes = [op for op in ancestors(train_op) if op.type in WRITE_OPS]
+  writes = [op for op in reachable_ops([train_op])
+            if op.type in WRITE_OPS]
   assert {op.type for op in writes} >= {
       "adamw": {"AssignSubVariableOp", "ResourceApplyAdam"},
       "lamb": {"AssignVariableOp"}}[optimizer_name]
   for write in writes:
-    before = ancestors(write)
+    before = reachable_ops([write])
     for grad, _ in grads_and_vars:
       assert grad.op in before, (write.name, grad.name)
 
