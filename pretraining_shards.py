@@ -13,9 +13,10 @@ memory does not grow with the corpus. Nothing is read to plan but file sizes.
 The plan never depends on the workers.
 
 Each shard is one task, `make_shard`, run by one engine:
-  * local (--num_workers=N, the default): N forked worker processes
-    (a multiprocessing pool; a Dask LocalCluster cost more to start than
-    this whole job on a 4 MB corpus, docs/benchmarks_data.md);
+  * local (--num_workers=N, the default): N forked worker processes, each
+    fed its tasks through its own pipe (a Dask LocalCluster cost more to
+    start than this whole job on a 4 MB corpus, docs/benchmarks_data.md);
+    a worker that dies ends the run with one line naming its shard;
   * Dask (--dask_scheduler=tcp://host:port): the workers of an existing Dask
     cluster; a task whose worker died is rerun elsewhere by Dask.
 The task is the same in both: upstream's algorithm over the shard, as if it
@@ -56,11 +57,14 @@ import contextlib
 import json
 import logging as std_logging
 import multiprocessing
+import multiprocessing.connection
 import os
+import pickle
 import random
 import signal
 import sys
 import time
+import traceback
 import zlib
 
 from absl import logging
@@ -220,8 +224,6 @@ def plan_shards(files, shard_bytes):
 # What a worker builds once for the run's settings (the tokenizer, ...):
 # the settings it was built for, and the tools.
 _tools = {}
-# The state of a local pool worker, set once by _init_pool_worker.
-_worker = {}
 
 
 def _shard_tools(settings):
@@ -282,49 +284,6 @@ def shard_work(pieces, dupe_factor):
 # ------------------------------------------------------------ local ----
 
 
-def _init_pool_worker(settings, progress_queue, parent_pid):
-  """Pool initializer: signals, then the tokenizer, once per worker process.
-
-  An exception here would make the pool start a new worker, which fails
-  the same way, forever: it is kept and raised by the first task instead,
-  which ends the run with its message.
-  """
-  # Ctrl-C goes to the whole process group: the parent alone handles it and
-  # stops the workers with SIGTERM, which unwinds them (removing any
-  # partial file) instead of killing them mid-write.
-  signal.signal(signal.SIGINT, signal.SIG_IGN)
-  # The pool's SIGTERM must reach this process's main thread. Delivered to a
-  # native thread (OpenBLAS starts one when numpy is imported), only the C
-  # part of the handler runs, and a main thread blocked on the task queue's
-  # lock never wakes: the parent then waits for the worker forever. Threads
-  # started while SIGTERM is blocked keep it blocked; a worker needs no BLAS
-  # threads anyway.
-  os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-  signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-  _worker.update(settings=settings, progress_queue=progress_queue,
-                 parent_pid=parent_pid, init_error=None)
-  try:
-    _shard_tools(settings)
-  except Exception as e:  # pylint: disable=broad-except
-    _worker["init_error"] = e
-  signal.signal(signal.SIGTERM, _exit_on_signal)
-  signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
-
-
-def _exit_on_signal(signum, frame):
-  """SIGTERM in a worker: unwind a running task, else leave at once.
-
-  Inside a task the SystemExit unwinds it, whose context managers remove
-  its partial file. Anywhere else (idle, or already exiting when the pool
-  is stopped) there is nothing to clean up, and a SystemExit raised in
-  threading's or logging's shutdown would print a traceback.
-  """
-  del frame  # Unused.
-  if _worker.get("in_task"):
-    raise SystemExit(128 + signum)
-  os._exit(128 + signum)  # pylint: disable=protected-access
-
-
 class _Reporter(object):
   """Accumulates a worker's progress and sends it to the parent now and then.
 
@@ -332,8 +291,8 @@ class _Reporter(object):
   workers, which would otherwise run on as orphans).
   """
 
-  def __init__(self, progress_queue, parent_pid):
-    self._queue = progress_queue
+  def __init__(self, connection, parent_pid):
+    self._connection = connection
     self._parent_pid = parent_pid
     self._pending = [0, 0]
     self._last_sent = time.monotonic()
@@ -349,30 +308,98 @@ class _Reporter(object):
     if os.getppid() != self._parent_pid:
       raise SystemExit("parent process died")
     if any(self._pending):
-      self._queue.put(tuple(self._pending))
+      self._connection.send(("progress",) + tuple(self._pending))
       self._pending = [0, 0]
     self._last_sent = time.monotonic()
 
 
-def pool_task(task):
-  """make_shard in a local pool worker (SIGTERM unwinds it)."""
-  if _worker["init_error"] is not None:
-    raise _worker["init_error"]
-  _worker["in_task"] = True
+def set_worker_signals():
+  """A local worker's signal dispositions (see `_local_worker`)."""
+  # Ctrl-C goes to the whole process group: the parent alone handles it.
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
+  # The parent stops workers with SIGTERM, whose default action ends the
+  # process in the kernel whatever it is doing. A Python handler would run
+  # only in the main thread between bytecodes: a SIGTERM landing on another
+  # thread, or just before the main thread blocks, would never be handled.
+  signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _local_worker(settings, connection, parent_pid):
+  """A local worker process: makes the shards it is sent until sent None.
+
+  Each task is answered on `connection` by ("progress", work, instances)
+  messages, then ("done", ShardResult) or ("error", exception, traceback).
+  A worker shares no lock with anyone, so it can be stopped or killed (the
+  parent's SIGTERM, the kernel's out-of-memory killer) at any moment without
+  blocking the parent; the partial file of a task it was making is removed
+  by the parent (run_sharded).
+  """
+  set_worker_signals()
+  report = _Reporter(connection, parent_pid)
+  while True:
+    while not connection.poll(PROGRESS_INTERVAL_SECONDS):
+      if os.getppid() != parent_pid:
+        return
+    task = connection.recv()
+    if task is None:
+      return
+    try:
+      result = make_shard(settings, task, report)
+      report.flush()
+    except Exception as e:  # pylint: disable=broad-except
+      connection.send(("error", _picklable(e), traceback.format_exc()))
+    else:
+      connection.send(("done", result))
+
+
+def _picklable(exception):
+  """`exception`, or a RuntimeError with its text if it cannot be pickled."""
   try:
-    report = _Reporter(_worker["progress_queue"], _worker["parent_pid"])
-    result = make_shard(_worker["settings"], task, report)
-    report.flush()
-    return result
-  finally:
-    _worker["in_task"] = False
+    pickle.loads(pickle.dumps(exception))
+    return exception
+  except Exception:  # pylint: disable=broad-except
+    return RuntimeError("%s: %s" % (type(exception).__name__, exception))
+
+
+class WorkerTraceback(Exception):
+  """The traceback of an exception raised in a local worker, as its cause."""
+
+
+def _died_message(process, shard_index):
+  if process.exitcode is not None and process.exitcode < 0:
+    how = "was killed by %s" % signal.Signals(-process.exitcode).name
+    if process.exitcode == -signal.SIGKILL:
+      how += " (out of memory?)"
+  else:
+    how = "exited with code %s" % process.exitcode
+  return ("a local worker (pid %d) %s while making shard %d; complete shards "
+          "are kept: rerun the same command to make the rest" % (
+              process.pid, how, shard_index))
+
+
+def _receive(connection, process, task, ready):
+  """The worker's next message, None if it has none yet.
+
+  Raises:
+    errors.TrainingFailed: the worker died (its pipe ended, or its process
+      sentinel is in `ready` with nothing left to read).
+  """
+  if connection.poll():
+    try:
+      return connection.recv()
+    except EOFError:
+      pass
+  elif process.sentinel not in ready:
+    return None
+  process.join()
+  raise errors.TrainingFailed(_died_message(process, task[0]))
 
 
 def run_local(settings, tasks, num_workers, progress):
-  """The local engine: `make_shard` over `tasks` in forked processes.
+  """The local engine: `make_shard` over `tasks` in worker processes.
 
-  On any exception (a worker's UserError, KeyboardInterrupt) the workers are
-  stopped before it propagates.
+  On any exception (a worker's UserError, KeyboardInterrupt, a worker that
+  died) every worker is stopped before it propagates.
 
   Args:
     settings: the `ShardSettings`.
@@ -382,39 +409,63 @@ def run_local(settings, tasks, num_workers, progress):
 
   Yields:
     The `ShardResult`s, in completion order.
+
+  Raises:
+    errors.TrainingFailed: a worker died (killed, out of memory).
+    Whatever a task raised (errors.UserError on bad input).
   """
   # Forked workers start at once (no interpreter to start, nothing to
-  # re-import) and need no resource-tracker process: the program's process
-  # holds only the plan and the vocab (~20 MB; neither TensorFlow nor
-  # numpy). A process that loaded TensorFlow (a test, a notebook) has
-  # native threads that a fork could catch holding a lock: spawn there.
+  # re-import): the program's process holds only the plan and the vocab
+  # (~20 MB; neither TensorFlow nor numpy). A process that loaded TensorFlow
+  # (a test, a notebook) has native threads that a fork could catch holding
+  # a lock: spawn there.
   context = multiprocessing.get_context(
       "spawn" if "tensorflow" in sys.modules else "fork")
-  # A SimpleQueue writes synchronously: a worker's progress is in the pipe
-  # before its result is sent.
-  progress_queue = context.SimpleQueue()
-  pool = context.Pool(min(num_workers, len(tasks)),
-                      initializer=_init_pool_worker,
-                      initargs=(settings, progress_queue, os.getpid()))
+  todo = collections.deque(tasks)
+  workers = []  # (process, connection)
+  running = {}  # connection -> (process, task)
   try:
-    pending = pool.imap_unordered(pool_task, tasks)
-    for _ in tasks:
-      while True:
-        try:
-          result = pending.next(timeout=0.1)
-          break
-        except multiprocessing.TimeoutError:
-          pass
-        finally:
-          while not progress_queue.empty():
-            progress.add(*progress_queue.get())
-      yield result
-    pool.close()
+    for _ in range(min(num_workers, len(tasks))):
+      ours, theirs = context.Pipe()
+      process = context.Process(target=_local_worker,
+                                args=(settings, theirs, os.getpid()),
+                                daemon=True)
+      process.start()
+      theirs.close()
+      workers.append((process, ours))
+      running[ours] = (process, todo.popleft())
+      ours.send(running[ours][1])
+    while running:
+      ready = multiprocessing.connection.wait(
+          list(running) + [process.sentinel for process, _ in running.values()])
+      for connection, (process, task) in list(running.items()):
+        message = _receive(connection, process, task, ready)
+        while message is not None and message[0] == "progress":
+          progress.add(*message[1:])
+          message = _receive(connection, process, task, ready)
+        if message is None:
+          continue
+        if message[0] == "error":
+          _, exception, text = message
+          raise exception from WorkerTraceback(text)
+        if todo:
+          running[connection] = (process, todo.popleft())
+          connection.send(running[connection][1])
+        else:
+          del running[connection]
+        yield message[1]
+    for _, connection in workers:
+      with contextlib.suppress(OSError):  # A worker that died idle.
+        connection.send(None)
   except BaseException:
-    pool.terminate()
-    pool.join()
+    for process, _ in workers:
+      if process.exitcode is None:
+        process.terminate()
     raise
-  pool.join()
+  finally:
+    for process, connection in workers:
+      process.join()
+      connection.close()
 
 
 # ------------------------------------------------------------- Dask ----
@@ -752,14 +803,13 @@ def run_sharded(input_file, output_file, output_dir, vocab_file,
         finished.append(result)
         completed.add(result.index)
         progress.shard_done()
-  except errors.TrainingFailed:
-    # Dask workers may still be writing: their files are complete or
+  except BaseException as e:
+    completed.write()
+    # Local workers are stopped by now. Dask workers that lost their
+    # scheduler may still be writing: their files are complete or
     # temporary, and a rerun removes the temporary ones.
-    completed.write()
-    raise
-  except BaseException:
-    completed.write()
-    remove_partial_files(prefix)
+    if dask_scheduler is None or not isinstance(e, errors.TrainingFailed):
+      remove_partial_files(prefix)
     raise
   completed.write()
   # Left by workers that died mid-task (their shards were made again).

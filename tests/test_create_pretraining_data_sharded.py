@@ -17,6 +17,7 @@ Corpora are generated on the fly from sample_data/corpus.txt sentences.
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -581,6 +582,32 @@ def test_kill_leaves_no_partial_shard_under_a_final_name(big_corpus,
   assert directory_bytes(out) == complete
 
 
+@pytest.mark.slow
+def test_a_worker_killed_mid_run_ends_it_with_one_line(big_corpus, tmp_path):
+  # As the out-of-memory killer does. A multiprocessing pool used to start
+  # a new worker and wait for the lost shard forever.
+  path, complete = big_corpus
+  out = tmp_path / "out"
+  process = start_and_wait_for_shards(sharded_command(path, out), out, 1)
+  workers = children_of(process.pid)
+  victim = workers[0]
+  os.kill(victim, signal.SIGKILL)
+  _, stderr = process.communicate(timeout=60)
+  assert process.returncode == errors.EXIT_TRAINING_FAILED, stderr[-3000:]
+  last = stderr.decode().splitlines()[-1]
+  assert re.fullmatch(
+      r"error: a local worker \(pid %d\) was killed by SIGKILL \(out of "
+      r"memory\?\) while making shard \d+; complete shards are kept: rerun "
+      r"the same command to make the rest" % victim, last), last
+  assert not [w for w in workers if os.path.exists("/proc/%d" % w)]
+  assert not [n for n in os.listdir(str(out)) if ".partial-" in n]
+  assert_final_files_are_complete(out, complete)
+  assert len(shard_files(out)) < len(complete) - 1
+  subprocess.run(sharded_command(path, out), cwd=REPO_ROOT, check=True,
+                 capture_output=True)
+  assert directory_bytes(out) == complete
+
+
 def test_interrupt_while_writing_a_shard_leaves_no_file(tmp_path,
                                                         monkeypatch):
   path = write_corpus(tmp_path / "c.txt", 3000, seed=1)
@@ -588,13 +615,6 @@ def test_interrupt_while_writing_a_shard_leaves_no_file(tmp_path,
   settings = pretraining_shards.ShardSettings(vocab, True, "fast", PARAMS, 1,
                                               2)
 
-  class NoQueue(object):
-
-    def put(self, item):
-      pass
-
-  monkeypatch.setattr(signal, "signal", lambda *args: None)
-  pretraining_shards._init_pool_worker(settings, NoQueue(), os.getppid())
   calls = []
   real_frame = pretraining_records._frame
 
@@ -609,44 +629,41 @@ def test_interrupt_while_writing_a_shard_leaves_no_file(tmp_path,
   output = str(tmp_path / "out" / "part-00000-of-00001.tfrecord")
   os.mkdir(str(tmp_path / "out"))
   with pytest.raises(KeyboardInterrupt):
-    pretraining_shards.pool_task(
-        (0, (pretraining_shards.ShardPiece(path, 0, 3000),), output))
+    pretraining_shards.make_shard(
+        settings, (0, (pretraining_shards.ShardPiece(path, 0, 3000),), output),
+        lambda work, num_instances: None)
   assert os.listdir(str(tmp_path / "out")) == []
 
 
-def test_sigterm_unwinds_a_running_task_and_ends_an_idle_worker(monkeypatch):
-  exits = []
-  monkeypatch.setattr(os, "_exit", exits.append)
-  monkeypatch.setitem(pretraining_shards._worker, "in_task", True)
-  with pytest.raises(SystemExit) as raised:
-    pretraining_shards._exit_on_signal(signal.SIGTERM, None)
-  assert raised.value.code == 128 + signal.SIGTERM and exits == []
-  monkeypatch.setitem(pretraining_shards._worker, "in_task", False)
-  pretraining_shards._exit_on_signal(signal.SIGTERM, None)
-  assert exits == [128 + signal.SIGTERM]
-
-
-SIGTERM_WHILE_EXITING = """
-import os, signal, sys, threading, time
+SIGTERM_WHILE_BLOCKED = """
+import multiprocessing, os, signal, sys, threading, time
 sys.path.insert(0, %r)
 import pretraining_shards
-signal.signal(signal.SIGTERM, pretraining_shards._exit_on_signal)
-def stop_me():
-  time.sleep(0.5)
-  os.kill(os.getpid(), signal.SIGTERM)
-  time.sleep(5)
-threading.Thread(target=stop_me).start()
-# The main thread ends here and waits in threading's shutdown when the
-# SIGTERM lands, as a pool worker does when the pool is stopped.
+signal.signal(signal.SIGTERM, lambda *args: None)  # A caller's handler.
+pretraining_shards.set_worker_signals()
+# The main thread blocks on a lock with SIGTERM masked, so the signal lands
+# on another thread: a Python handler would then never run, as when it
+# lands just before the main thread blocks.
+threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+lock = multiprocessing.Lock()
+lock.acquire()
+print("blocked", flush=True)
+lock.acquire()
 """
 
 
-def test_sigterm_while_a_worker_exits_prints_no_traceback():
-  result = subprocess.run(
-      [sys.executable, "-c", SIGTERM_WHILE_EXITING % REPO_ROOT],
-      capture_output=True, text=True, timeout=120)
-  assert result.returncode == 128 + signal.SIGTERM, result.stderr[-2000:]
-  assert "Traceback" not in result.stderr, result.stderr[-2000:]
+def test_sigterm_ends_a_local_worker_whatever_it_is_blocked_in():
+  process = subprocess.Popen(
+      [sys.executable, "-c", SIGTERM_WHILE_BLOCKED % REPO_ROOT],
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  try:
+    assert process.stdout.readline() == "blocked\n", process.stderr.read()
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=20) == -signal.SIGTERM
+  finally:
+    process.kill()
+    process.communicate()
 
 
 # ----------------------------------------------------------- progress ----
@@ -727,9 +744,10 @@ def test_bad_input_not_utf8_names_file_and_line(tmp_path):
   path = tmp_path / "latin1.txt"
   good = "".join("line %d of the text\n" % i for i in range(3000))
   path.write_bytes(good.encode() + b"caf\xe9 au lait\n\nmore\n")
-  # Several times: the pool is stopped while the other worker waits for a
-  # task, and a stop signal that landed on a native thread of that worker
-  # (numpy's BLAS) used to hang the program in about one run of three.
+  # Several times: the workers are stopped while the other one makes a
+  # shard or waits for a task. A multiprocessing pool's stop hung in about
+  # one run of 300 (a SIGTERM handled too late, or a worker killed holding
+  # the pool's result lock).
   for attempt in range(6):
     out = tmp_path / ("out%d" % attempt)
     result = run_program(sharded_command(str(path), out,
@@ -779,26 +797,28 @@ def test_peak_memory_stays_flat_as_the_corpus_grows(tmp_path):
   assert faithful[1] > 1.2 * faithful[0], faithful
 
 
-FAILING_INITIALIZER = """
-import sys
+FAILING_TASK = """
+import multiprocessing, sys
 sys.path.insert(0, %r)
 import pretraining_instances, pretraining_shards, tokenization
 settings = pretraining_shards.ShardSettings(
     tokenization.load_vocab(%r), True, "fast", None, 1, 1)  # params None
 progress = pretraining_instances.Progress(sys.stderr, 1, num_shards=1)
+tasks = [(0, (), "unused"), (1, (), "unused")]
 try:
-  list(pretraining_shards.run_local(settings, [(0, (), "unused")], 2,
-                                    progress))
+  list(pretraining_shards.run_local(settings, tasks, 2, progress))
 except AttributeError as e:
   print("raised:", e)
+  print("cause:", type(e.__cause__).__name__, "in make_shard" in str(e.__cause__))
+  print("children left:", len(multiprocessing.active_children()))
 """
 
 
-def test_a_failing_worker_initializer_fails_the_run_instead_of_respawning():
-  # Raised in a pool initializer, the error used to make the pool start a
-  # new worker, which failed the same way, forever.
+def test_an_exception_in_a_worker_ends_the_run_with_its_traceback():
   result = subprocess.run(
-      [sys.executable, "-c", FAILING_INITIALIZER % (REPO_ROOT, CPD_VOCAB)],
+      [sys.executable, "-c", FAILING_TASK % (REPO_ROOT, CPD_VOCAB)],
       capture_output=True, text=True, timeout=120)
-  assert "raised: 'NoneType' object has no attribute" in result.stdout, (
+  lines = result.stdout.splitlines()
+  assert lines[0].startswith("raised: 'NoneType' object has no attribute"), (
       result.stderr[-2000:])
+  assert lines[1:] == ["cause: WorkerTraceback True", "children left: 0"]
