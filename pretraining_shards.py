@@ -395,6 +395,16 @@ def _receive(connection, process, task, ready):
   raise errors.TrainingFailed(_died_message(process, task[0]))
 
 
+def _send_task(running, connection, process, task):
+  """Sends `task` to a worker and records it in `running`."""
+  running[connection] = (process, task)
+  try:
+    connection.send(task)
+  except OSError:  # The worker died since its last message.
+    process.join()
+    raise errors.TrainingFailed(_died_message(process, task[0])) from None
+
+
 def run_local(settings, tasks, num_workers, progress):
   """The local engine: `make_shard` over `tasks` in worker processes.
 
@@ -433,8 +443,7 @@ def run_local(settings, tasks, num_workers, progress):
       process.start()
       theirs.close()
       workers.append((process, ours))
-      running[ours] = (process, todo.popleft())
-      ours.send(running[ours][1])
+      _send_task(running, ours, process, todo.popleft())
     while running:
       ready = multiprocessing.connection.wait(
           list(running) + [process.sentinel for process, _ in running.values()])
@@ -449,8 +458,7 @@ def run_local(settings, tasks, num_workers, progress):
           _, exception, text = message
           raise exception from WorkerTraceback(text)
         if todo:
-          running[connection] = (process, todo.popleft())
-          connection.send(running[connection][1])
+          _send_task(running, connection, process, todo.popleft())
         else:
           del running[connection]
         yield message[1]

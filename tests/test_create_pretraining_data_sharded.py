@@ -15,6 +15,7 @@ Corpora are generated on the fly from sample_data/corpus.txt sentences.
 """
 
 import json
+import multiprocessing
 import os
 import random
 import re
@@ -606,6 +607,23 @@ def test_a_worker_killed_mid_run_ends_it_with_one_line(big_corpus, tmp_path):
   subprocess.run(sharded_command(path, out), cwd=REPO_ROOT, check=True,
                  capture_output=True)
   assert directory_bytes(out) == complete
+
+
+def test_a_task_sent_to_a_dead_worker_names_its_shard():
+  context = multiprocessing.get_context("spawn")
+  ours, theirs = context.Pipe()
+  process = context.Process(target=time.sleep, args=(60,), daemon=True)
+  process.start()
+  theirs.close()
+  process.kill()
+  process.join()
+  running = {}
+  with pytest.raises(errors.TrainingFailed) as raised:
+    pretraining_shards._send_task(running, ours, process, (7, (), "unused"))
+  assert str(raised.value).startswith(
+      "a local worker (pid %d) was killed by SIGKILL (out of memory?) while "
+      "making shard 7;" % process.pid)
+  assert running == {ours: (process, (7, (), "unused"))}
 
 
 def test_interrupt_while_writing_a_shard_leaves_no_file(tmp_path,
