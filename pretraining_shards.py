@@ -365,16 +365,19 @@ class WorkerTraceback(Exception):
   """The traceback of an exception raised in a local worker, as its cause."""
 
 
-def _died_message(process, shard_index):
-  if process.exitcode is not None and process.exitcode < 0:
+def _worker_died(process, shard_index):
+  """The error for a worker that died while making `shard_index` (reaped)."""
+  process.join()
+  if process.exitcode < 0:
     how = "was killed by %s" % signal.Signals(-process.exitcode).name
     if process.exitcode == -signal.SIGKILL:
       how += " (out of memory?)"
   else:
     how = "exited with code %s" % process.exitcode
-  return ("a local worker (pid %d) %s while making shard %d; complete shards "
-          "are kept: rerun the same command to make the rest" % (
-              process.pid, how, shard_index))
+  return errors.TrainingFailed(
+      "a local worker (pid %d) %s while making shard %d; complete shards are "
+      "kept: rerun the same command to make the rest" % (
+          process.pid, how, shard_index))
 
 
 def _receive(connection, process, task, ready):
@@ -391,8 +394,7 @@ def _receive(connection, process, task, ready):
       pass
   elif process.sentinel not in ready:
     return None
-  process.join()
-  raise errors.TrainingFailed(_died_message(process, task[0]))
+  raise _worker_died(process, task[0])
 
 
 def _send_task(running, connection, process, task):
@@ -401,8 +403,7 @@ def _send_task(running, connection, process, task):
   try:
     connection.send(task)
   except OSError:  # The worker died since its last message.
-    process.join()
-    raise errors.TrainingFailed(_died_message(process, task[0])) from None
+    raise _worker_died(process, task[0]) from None
 
 
 def run_local(settings, tasks, num_workers, progress):

@@ -202,6 +202,11 @@ def read_json(path):
     return json.load(f)
 
 
+def partial_files(directory):
+  """The temporary `*.partial-*` files (atomic_io) left in `directory`."""
+  return [n for n in os.listdir(str(directory)) if ".partial-" in n]
+
+
 def reachable_ops(fetches):
   """All ops the fetches depend on, through data and control inputs."""
   seen = set()

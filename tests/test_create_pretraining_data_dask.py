@@ -23,6 +23,7 @@ import pytest
 
 import errors
 from conftest import REPO_ROOT
+from conftest import partial_files
 from conftest import run_program
 from test_create_pretraining_data_sharded import CPD_VOCAB
 from test_create_pretraining_data_sharded import SAMPLE_CORPUS
@@ -117,10 +118,6 @@ def run_ok(args):
   result = run_program(args, timeout=600)
   assert result.returncode == 0, result.stderr[-3000:]
   return result
-
-
-def partial_files(directory):
-  return [n for n in os.listdir(str(directory)) if ".partial-" in n]
 
 
 def complete_in_manifest(output_dir):

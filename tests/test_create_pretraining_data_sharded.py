@@ -36,6 +36,7 @@ import pretraining_records
 import pretraining_shards
 import tokenization
 from conftest import REPO_ROOT
+from conftest import partial_files
 from conftest import run_program
 
 MASKED_FEATURES = [f.name for f in pretraining_records.MASKED.features]
@@ -556,7 +557,7 @@ def test_ctrl_c_leaves_complete_shards_only(big_corpus, tmp_path):
   assert "rerun" in stderr.decode().splitlines()[-1]
   assert_final_files_are_complete(out, complete)
   assert 2 <= len(shard_files(out)) < len(complete) - 1
-  assert not [n for n in os.listdir(str(out)) if ".partial-" in n]
+  assert not partial_files(out)
   subprocess.run(sharded_command(path, out), cwd=REPO_ROOT, check=True,
                  capture_output=True)
   assert directory_bytes(out) == complete
@@ -601,7 +602,7 @@ def test_a_worker_killed_mid_run_ends_it_with_one_line(big_corpus, tmp_path):
       r"memory\?\) while making shard \d+; complete shards are kept: rerun "
       r"the same command to make the rest" % victim, last), last
   assert not [w for w in workers if os.path.exists("/proc/%d" % w)]
-  assert not [n for n in os.listdir(str(out)) if ".partial-" in n]
+  assert not partial_files(out)
   assert_final_files_are_complete(out, complete)
   assert len(shard_files(out)) < len(complete) - 1
   subprocess.run(sharded_command(path, out), cwd=REPO_ROOT, check=True,
@@ -771,7 +772,7 @@ def test_bad_input_not_utf8_names_file_and_line(tmp_path):
     result = run_program(sharded_command(str(path), out,
                                          shard_size_mb=0.01)[1:], timeout=120)
     assert_one_error_line(result, str(path), "line 3001", "0xe9", "UTF-8")
-    assert not [n for n in os.listdir(str(out)) if ".partial-" in n]
+    assert not partial_files(out)
 
 
 # ------------------------------------------------------------- memory ----

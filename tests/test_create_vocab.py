@@ -10,7 +10,7 @@ import os
 import pytest
 
 import tokenization
-from conftest import REPO_ROOT, run_program
+from conftest import REPO_ROOT, partial_files, run_program
 
 pytestmark = pytest.mark.slow
 
@@ -56,7 +56,7 @@ def _assert_user_error(result, tmp_path, *fragments):
   for fragment in fragments:
     assert fragment in error_lines[0], error_lines[0]
   assert not os.path.exists(tmp_path / "vocab.txt")
-  assert not [n for n in os.listdir(tmp_path) if ".partial-" in n]
+  assert not partial_files(tmp_path)
   return error_lines[0]
 
 
