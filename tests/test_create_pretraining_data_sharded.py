@@ -541,6 +541,17 @@ def start_and_wait_for_shards(command, output_dir, num_complete):
   raise AssertionError("no shard appeared")
 
 
+def stderr_or_kill(process, timeout=60):
+  """`process`'s stderr once it ends; kills it and its workers if it hangs."""
+  try:
+    return process.communicate(timeout=timeout)[1]
+  except subprocess.TimeoutExpired:
+    for pid in children_of(process.pid) + [process.pid]:
+      os.kill(pid, signal.SIGKILL)
+    process.communicate()
+    raise
+
+
 def assert_final_files_are_complete(output_dir, complete):
   for name in shard_files(output_dir):
     assert read_bytes(str(output_dir / name)) == complete[name], name
@@ -552,7 +563,7 @@ def test_ctrl_c_leaves_complete_shards_only(big_corpus, tmp_path):
   out = tmp_path / "out"
   process = start_and_wait_for_shards(sharded_command(path, out), out, 2)
   process.send_signal(signal.SIGINT)
-  _, stderr = process.communicate(timeout=60)
+  stderr = stderr_or_kill(process)
   assert process.returncode == 130, stderr
   assert "rerun" in stderr.decode().splitlines()[-1]
   assert_final_files_are_complete(out, complete)
@@ -594,7 +605,7 @@ def test_a_worker_killed_mid_run_ends_it_with_one_line(big_corpus, tmp_path):
   workers = children_of(process.pid)
   victim = workers[0]
   os.kill(victim, signal.SIGKILL)
-  _, stderr = process.communicate(timeout=60)
+  stderr = stderr_or_kill(process)
   assert process.returncode == errors.EXIT_TRAINING_FAILED, stderr[-3000:]
   last = stderr.decode().splitlines()[-1]
   assert re.fullmatch(
