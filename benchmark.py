@@ -43,7 +43,7 @@ import subprocess
 import sys
 import time
 
-import console
+from bertkit.common import console
 
 # Before TensorFlow is imported: its C++ runtime reads its log level then.
 console.quiet_native_logs(sys.argv)
@@ -53,10 +53,10 @@ from absl import app
 from absl import flags
 from absl import logging
 
-import atomic_io
-import distribution
+from bertkit.common import atomic_io
+from bertkit.engine import distribution
 import modeling
-from errors import UserError, main_with_user_errors
+from bertkit.common.errors import UserError, main_with_user_errors
 
 REPO_ROOT = os.path.dirname(os.path.abspath(__file__))
 RUN_PRETRAINING = os.path.join(REPO_ROOT, "run_pretraining.py")
@@ -596,7 +596,7 @@ def synthetic_input(data_dir, seq_length, max_predictions, vocab_size,
 
   Several files, because each horovod rank reads whole files of its own.
   """
-  import synthetic_data  # pylint: disable=g-import-not-at-top
+  from bertkit.perf import synthetic_data  # pylint: disable=g-import-not-at-top
   directory = os.path.join(data_dir, "synthetic_s%d_p%d_v%d" %
                            (seq_length, max_predictions, vocab_size))
   paths = [os.path.join(directory, "part-%05d-of-%05d.tfrecord" %

@@ -48,13 +48,13 @@ from absl import app
 from absl import flags
 from absl import logging
 
-import atomic_io
-import corpus_input
-import errors
-import file_patterns
-import pretraining_instances
-import pretraining_records
-import pretraining_shards
+from bertkit.common import atomic_io
+from bertkit.data import corpus_input
+from bertkit.common import errors
+from bertkit.common import file_patterns
+from bertkit.data import pretraining_instances
+from bertkit.data import pretraining_records
+from bertkit.data import pretraining_shards
 
 FLAGS = flags.FLAGS
 

@@ -36,7 +36,7 @@ import codecs
 import os
 import sys
 
-import console
+from bertkit.common import console
 
 # Before TensorFlow is imported: its C++ runtime reads its log level then.
 console.quiet_native_logs(sys.argv)
@@ -48,9 +48,9 @@ from absl import logging
 import tensorflow.compat.v1 as tf
 import tokenizers
 
-import atomic_io
-import errors
-import file_patterns
+from bertkit.common import atomic_io
+from bertkit.common import errors
+from bertkit.common import file_patterns
 
 FLAGS = flags.FLAGS
 

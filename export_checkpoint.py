@@ -29,8 +29,8 @@ import shutil
 import uuid
 import sys
 
-import console
-import cpu_kernels
+from bertkit.common import console
+from bertkit.common import cpu_kernels
 
 # Before TensorFlow is imported: its C++ runtime reads its log level and its
 # choice of CPU kernels then.
@@ -43,13 +43,13 @@ from absl import flags
 from absl import logging
 import tensorflow.compat.v1 as tf
 
-import checkpoint_formats
-import checkpoints
+from bertkit.engine import checkpoint_formats
+from bertkit.engine import checkpoints
 import modeling
 import run_classifier
-import squad_task
+from bertkit.tasks import squad_task
 import tokenization
-from errors import UserError, main_with_user_errors
+from bertkit.common.errors import UserError, main_with_user_errors
 
 FORMATS = ("google", "huggingface", "saved_model")
 SPECIAL_TOKENS = {"unk_token": "[UNK]", "sep_token": "[SEP]",

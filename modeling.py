@@ -21,7 +21,7 @@ import re
 
 import tensorflow.compat.v1 as tf
 
-import errors
+from bertkit.common import errors
 
 # Fields a bert_config.json must define; the rest have BertConfig defaults.
 REQUIRED_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers",

@@ -31,9 +31,9 @@ import re
 import tensorflow.compat.v1 as tf
 from tensorflow.python.ops import resource_variable_ops
 
-import distribution
-import preemption
-import train_step
+from bertkit.engine import distribution
+from bertkit.engine import preemption
+from bertkit.engine import train_step
 
 DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
 OPTIMIZERS = ("adamw", "lamb")

@@ -51,8 +51,8 @@ import functools
 import os
 import sys
 
-import console
-import cpu_kernels
+from bertkit.common import console
+from bertkit.common import cpu_kernels
 
 # Before TensorFlow is imported: its C++ runtime reads its log level and its
 # choice of CPU kernels then.
@@ -65,17 +65,17 @@ from absl import flags
 from absl import logging
 import tensorflow.compat.v1 as tf
 
-import atomic_io
-import checkpoint_formats
-import checkpoints
-import classifier_packing
-import distribution
-import input_pipeline
+from bertkit.common import atomic_io
+from bertkit.engine import checkpoint_formats
+from bertkit.engine import checkpoints
+from bertkit.tasks import classifier_packing
+from bertkit.engine import distribution
+from bertkit.engine import input_pipeline
 import modeling
-import pretraining_records
-import runner
+from bertkit.data import pretraining_records
+from bertkit.engine import runner
 import tokenization
-from errors import UserError, main_with_user_errors
+from bertkit.common.errors import UserError, main_with_user_errors
 
 FLAGS = flags.FLAGS
 

@@ -14,8 +14,8 @@ one all-reduce and one update (one global step).
 import functools
 import sys
 
-import console
-import cpu_kernels
+from bertkit.common import console
+from bertkit.common import cpu_kernels
 
 # Before TensorFlow is imported: its C++ runtime reads its log level and its
 # choice of CPU kernels then.
@@ -28,17 +28,17 @@ from absl import flags
 from absl import logging
 import tensorflow.compat.v1 as tf
 
-import distribution
-import dynamic_masking
-import file_patterns
-import input_pipeline
+from bertkit.engine import distribution
+from bertkit.engine import dynamic_masking
+from bertkit.common import file_patterns
+from bertkit.engine import input_pipeline
 import modeling
-import packing
-import pretraining_instances
-import pretraining_records
-import runner
+from bertkit.data import packing
+from bertkit.data import pretraining_instances
+from bertkit.data import pretraining_records
+from bertkit.engine import runner
 import tokenization
-from errors import UserError, main_with_user_errors
+from bertkit.common.errors import UserError, main_with_user_errors
 
 FLAGS = flags.FLAGS
 

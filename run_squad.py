@@ -35,8 +35,8 @@ import os
 import random
 import sys
 
-import console
-import cpu_kernels
+from bertkit.common import console
+from bertkit.common import cpu_kernels
 
 # Before TensorFlow is imported: its C++ runtime reads its log level and its
 # choice of CPU kernels then.
@@ -49,18 +49,18 @@ from absl import flags
 from absl import logging
 import tensorflow.compat.v1 as tf
 
-import atomic_io
-import checkpoints
-import input_pipeline
+from bertkit.common import atomic_io
+from bertkit.engine import checkpoints
+from bertkit.engine import input_pipeline
 import modeling
 import run_classifier
-import runner
-import squad_data
-import squad_evaluation
-import squad_predictions
-import squad_task
+from bertkit.engine import runner
+from bertkit.tasks import squad_data
+from bertkit.tasks import squad_evaluation
+from bertkit.tasks import squad_predictions
+from bertkit.tasks import squad_task
 import tokenization
-from errors import UserError, main_with_user_errors
+from bertkit.common.errors import UserError, main_with_user_errors
 
 FLAGS = flags.FLAGS
 

@@ -17,8 +17,8 @@ import collections
 import re
 import unicodedata
 
-import atomic_io
-import errors
+from bertkit.common import atomic_io
+from bertkit.common import errors
 
 UNK_TOKEN = "[UNK]"
 

@@ -35,7 +35,7 @@ import math
 from absl import app
 from absl import flags
 
-from errors import UserError, main_with_user_errors
+from bertkit.common.errors import UserError, main_with_user_errors
 
 FLAGS = flags.FLAGS
 

@@ -53,10 +53,10 @@ import numpy as np
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-import atomic_io  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bertkit.common import atomic_io  # pylint: disable=g-import-not-at-top,wrong-import-position
 import benchmark  # pylint: disable=g-import-not-at-top,wrong-import-position
 import modeling  # pylint: disable=g-import-not-at-top,wrong-import-position
-import training_setup  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bertkit.engine import training_setup  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 PEER = os.path.join(REPO_ROOT, "benchmarks", "pytorch_peer.py")
 CPU_FLAGS_OF_INTEREST = ("avx2", "avx512f", "avx512_bf16", "amx_bf16",

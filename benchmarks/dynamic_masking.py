@@ -34,9 +34,9 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
-import dynamic_masking
-import input_pipeline
-import pretraining_instances
+from bertkit.engine import dynamic_masking
+from bertkit.engine import input_pipeline
+from bertkit.data import pretraining_instances
 
 
 def dataset_iterator(path, kind, masking, args, batch):

@@ -44,10 +44,10 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 sys.path.insert(0, os.path.join(REPO_ROOT, "benchmarks"))
 
-import atomic_io  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bertkit.common import atomic_io  # pylint: disable=g-import-not-at-top,wrong-import-position
 import benchmark  # pylint: disable=g-import-not-at-top,wrong-import-position
 import compare_pytorch  # pylint: disable=g-import-not-at-top,wrong-import-position
-import packing  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bertkit.data import packing  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 CONTESTANTS = ("unpacked", "packed", "peer")
 # Ours and the peer read records in file order; any fixed seed does that.

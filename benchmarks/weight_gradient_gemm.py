@@ -22,14 +22,14 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
-import cpu_kernels
+from bertkit.common import cpu_kernels
 
 cpu_kernels.prefer_onednn()
 import numpy as np
 import tensorflow.compat.v1 as tf
 
 import modeling
-import training_setup
+from bertkit.engine import training_setup
 
 # (M, fan_in, fan_out): BERT-mini's QKV, attention output, intermediate and
 # output layers at batch 32, seq 128; BERT-base's at batch 4, seq 512.

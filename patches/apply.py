@@ -38,7 +38,7 @@ _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _REPO_ROOT not in sys.path:
   sys.path.insert(0, _REPO_ROOT)
 
-import errors  # noqa: E402  pylint: disable=g-import-not-at-top
+from bertkit.common import errors  # noqa: E402  pylint: disable=g-import-not-at-top
 
 FLAGS = flags.FLAGS
 

@@ -18,7 +18,7 @@ if REPO_ROOT not in sys.path:
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 # The kernels the programs run, so that in-process references match them.
-import cpu_kernels  # noqa: E402
+from bertkit.common import cpu_kernels  # noqa: E402
 
 cpu_kernels.prefer_onednn()
 
@@ -27,7 +27,7 @@ import tensorflow.compat.v1 as tf  # noqa: E402
 tf.disable_v2_behavior()
 
 import optimization  # noqa: E402
-import synthetic_data  # noqa: E402
+from bertkit.perf import synthetic_data  # noqa: E402
 
 
 # A 2-layer BERT small enough for end-to-end runs in seconds; no dropout, so

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-import atomic_io
+from bertkit.common import atomic_io
 from conftest import REPO_ROOT
 
 

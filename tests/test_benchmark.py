@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import benchmark
-import errors
+from bertkit.common import errors
 import modeling
 from conftest import REPO_ROOT, run_program
 
@@ -265,7 +265,7 @@ def test_bad_axis_value_is_a_user_error(tmp_path):
 
 @pytest.mark.slow
 def test_profile_steps_write_an_xplane_trace(tmp_path):
-  import synthetic_data  # pylint: disable=g-import-not-at-top
+  from bertkit.perf import synthetic_data  # pylint: disable=g-import-not-at-top
   records = str(tmp_path / "records.tfrecord")
   synthetic_data.write_synthetic_pretraining_records(records, 32, 32, 5, 120)
   out = tmp_path / "run"

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-import classifier_packing
+from bertkit.tasks import classifier_packing
 import modeling
 import run_classifier as rc
 import tokenization

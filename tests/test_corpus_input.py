@@ -20,8 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-import corpus_input
-import pretraining_shards
+from bertkit.data import corpus_input
+from bertkit.data import pretraining_shards
 from conftest import run_program
 from test_create_pretraining_data_sharded import CPD_VOCAB
 from test_create_pretraining_data_sharded import SAMPLE_CORPUS

@@ -23,11 +23,11 @@ import random
 import pytest
 import tensorflow.compat.v1 as tf
 
-import corpus_input
+from bertkit.data import corpus_input
 import create_pretraining_data as cpd
-import errors
-import pretraining_instances
-import pretraining_records
+from bertkit.common import errors
+from bertkit.data import pretraining_instances
+from bertkit.data import pretraining_records
 import tokenization
 from conftest import run_program
 

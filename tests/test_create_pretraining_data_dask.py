@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-import errors
+from bertkit.common import errors
 from conftest import REPO_ROOT
 from conftest import partial_files
 from conftest import run_program

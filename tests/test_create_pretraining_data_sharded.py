@@ -27,13 +27,13 @@ import time
 import pytest
 import tensorflow.compat.v1 as tf
 
-import corpus_input
+from bertkit.data import corpus_input
 import create_pretraining_data as cpd
-import errors
-import fast_tokenization
-import pretraining_instances
-import pretraining_records
-import pretraining_shards
+from bertkit.common import errors
+from bertkit.data import fast_tokenization
+from bertkit.data import pretraining_instances
+from bertkit.data import pretraining_records
+from bertkit.data import pretraining_shards
 import tokenization
 from conftest import REPO_ROOT
 from conftest import partial_files
@@ -668,7 +668,7 @@ def test_interrupt_while_writing_a_shard_leaves_no_file(tmp_path,
 SIGTERM_WHILE_BLOCKED = """
 import multiprocessing, os, signal, sys, threading, time
 sys.path.insert(0, %r)
-import pretraining_shards
+from bertkit.data import pretraining_shards
 signal.signal(signal.SIGTERM, lambda *args: None)  # A caller's handler.
 pretraining_shards.set_worker_signals()
 # The main thread blocks on a lock with SIGTERM masked, so the signal lands
@@ -830,7 +830,9 @@ def test_peak_memory_stays_flat_as_the_corpus_grows(tmp_path):
 FAILING_TASK = """
 import multiprocessing, sys
 sys.path.insert(0, %r)
-import pretraining_instances, pretraining_shards, tokenization
+import tokenization
+from bertkit.data import pretraining_instances
+from bertkit.data import pretraining_shards
 settings = pretraining_shards.ShardSettings(
     tokenization.load_vocab(%r), True, "fast", None, 1, 1)  # params None
 progress = pretraining_instances.Progress(sys.stderr, 1, num_shards=1)

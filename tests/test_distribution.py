@@ -5,8 +5,8 @@ import types
 import pytest
 import tensorflow.compat.v1 as tf
 
-import distribution
-from errors import UserError
+from bertkit.engine import distribution
+from bertkit.common.errors import UserError
 
 
 def flag_values(**overrides):

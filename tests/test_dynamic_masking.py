@@ -13,16 +13,16 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-import dynamic_masking
-import input_pipeline
-import packing
-import pretraining_records
+from bertkit.engine import dynamic_masking
+from bertkit.engine import input_pipeline
+from bertkit.data import packing
+from bertkit.data import pretraining_records
 import run_pretraining
 import tokenization
 from conftest import REPO_ROOT, expect_user_error, tiny_bert_config
 from conftest import load_checkpoint, run_ok
 from conftest import run_program
-from errors import UserError
+from bertkit.common.errors import UserError
 
 SEQ, PREDS, VOCAB = 64, 10, 1000
 MASKED, UNMASKED = pretraining_records.MASKED, pretraining_records.UNMASKED

@@ -19,8 +19,8 @@ import tensorflow.compat.v1 as tf
 import torch
 import transformers
 
-import checkpoint_formats
-import errors
+from bertkit.engine import checkpoint_formats
+from bertkit.common import errors
 import export_checkpoint
 import modeling
 import run_classifier

@@ -16,12 +16,12 @@ import tensorflow.compat.v1 as tf
 import torch
 import transformers
 
-import checkpoint_formats
+from bertkit.engine import checkpoint_formats
 import export_checkpoint
 import modeling
-import squad_task
+from bertkit.tasks import squad_task
 from conftest import REPO_ROOT, run_ok
-from errors import UserError
+from bertkit.common.errors import UserError
 from test_run_squad import SEQ, squad_args, squad_file, tiny_config
 
 DATA = os.path.join(REPO_ROOT, "tests", "data", "squad")

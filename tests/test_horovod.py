@@ -20,9 +20,9 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from conftest import REPO_ROOT, TINY_CONFIG, load_checkpoint, run_program
-import input_pipeline
+from bertkit.engine import input_pipeline
 import run_classifier
-import synthetic_data
+from bertkit.perf import synthetic_data
 
 try:
   import horovod.tensorflow  # noqa: F401  pylint: disable=unused-import
@@ -176,8 +176,11 @@ PROBE_START = textwrap.dedent("""\
     import tensorflow.compat.v1 as tf
     tf.disable_v2_behavior()
     import types
-    import distribution, horovod_engine, input_pipeline, optimization
-    import training_setup
+    import optimization
+    from bertkit.engine import distribution
+    from bertkit.engine import horovod_engine
+    from bertkit.engine import input_pipeline
+    from bertkit.engine import training_setup
 
     plan = distribution.StrategyPlan("horovod", ["/cpu:0"],
                                      distribution.horovod_world_size(),

@@ -16,16 +16,16 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import conftest
-import distribution
+from bertkit.engine import distribution
 import modeling
 import optimization
 import run_pretraining
-import runner
-import synthetic_data
+from bertkit.engine import runner
+from bertkit.perf import synthetic_data
 from conftest import (REPO_ROOT, TINY_CONFIG, TWO_CPUS, expect_user_error,
                       fp16_training_state, load_checkpoint, run_ok,
                       run_program, two_replica_strategy)
-from errors import UserError
+from bertkit.common.errors import UserError
 
 SEQ, PREDS, VOCAB = 32, 5, 128
 # Masked positions of consecutive records. Every block of 4 holds 12, so

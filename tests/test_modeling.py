@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-import errors
+from bertkit.common import errors
 import modeling
 from conftest import reachable_ops
 

@@ -5,7 +5,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import optimization
-import train_step
+from bertkit.engine import train_step
 from conftest import (TWO_CPUS, build_fp16_step, fp16_training_state,
                       reachable_ops, two_replica_strategy)
 

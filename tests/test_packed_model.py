@@ -8,7 +8,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import modeling
-import packing
+from bertkit.data import packing
 import run_pretraining
 from conftest import TINY_CONFIG
 

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-import packing
+from bertkit.data import packing
 from conftest import (REPO_ROOT, expect_user_error, load_checkpoint,
                       run_ok, run_program, tiny_bert_config)
 from test_horovod import HOROVOD_MISSING

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-import packing
-import pretraining_records
+from bertkit.data import packing
+from bertkit.data import pretraining_records
 
 HISTOGRAM_FILE = os.path.join(os.path.dirname(__file__), "data", "packing",
                               "wikipedia_512_histogram.txt")
@@ -161,7 +161,7 @@ def test_masked_positions_per_row_bounds_upstreams_mask_count():
 
 
 def test_steady_state_counts_sequences_and_real_tokens():
-  import throughput  # pylint: disable=g-import-not-at-top
+  from bertkit.engine import throughput  # pylint: disable=g-import-not-at-top
   steps = [{"examples": 8, "seconds": 9.0, "saved": False, "sequences": 1,
             "real_tokens": 1},
            {"examples": 8, "seconds": 2.0, "saved": False, "sequences": 20,

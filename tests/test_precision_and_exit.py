@@ -18,12 +18,12 @@ import pytest
 import tensorflow.compat.v1 as tf
 from tensorflow.python.data.ops import multi_device_iterator_ops  # pylint: disable=g-direct-tensorflow-import
 
-import cpu_kernels
-import input_pipeline
-import training_setup
+from bertkit.common import cpu_kernels
+from bertkit.engine import input_pipeline
+from bertkit.engine import training_setup
 from conftest import (REPO_ROOT, TINY_CONFIG, expect_user_error,
                       load_checkpoint, read_json, run_ok, run_program)
-from errors import UserError
+from bertkit.common.errors import UserError
 
 SEQ, PREDS = 32, 5
 # A user's environment without the variable: the programs' own default.

@@ -19,7 +19,7 @@ import uuid
 import pytest
 import tensorflow.compat.v1 as tf
 
-import errors
+from bertkit.common import errors
 import test_run_classifier
 from conftest import REPO_ROOT, run_program
 from test_horovod import HOROVOD_MISSING, horovodrun

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-import distribution
-import errors
-import input_pipeline
+from bertkit.engine import distribution
+from bertkit.common import errors
+from bertkit.engine import input_pipeline
 import modeling
 import run_classifier as rc
 import tokenization
-import training_setup
+from bertkit.engine import training_setup
 from conftest import REPO_ROOT, read_eval_results, run_ok, run_program
 
 FIXTURES = os.path.join(REPO_ROOT, "tests", "data", "classifier")

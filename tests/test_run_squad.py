@@ -11,13 +11,13 @@ import tensorflow.compat.v1 as tf
 
 import modeling
 import run_squad
-import squad_data
-import squad_task
+from bertkit.tasks import squad_data
+from bertkit.tasks import squad_task
 import tokenization
 from conftest import (REPO_ROOT, expect_user_error, read_eval_results,
                       run_ok, run_program)
 from test_run_classifier import save_pretrained_checkpoint
-from errors import UserError
+from bertkit.common.errors import UserError
 
 DATA = os.path.join(REPO_ROOT, "tests", "data", "squad")
 VOCAB = os.path.join(DATA, "vocab.txt")

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-import errors
+from bertkit.common import errors
 import test_preemption
 from conftest import REPO_ROOT, read_eval_results, run_program
 from test_horovod import HOROVOD_MISSING, horovodrun

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-import runner
+from bertkit.engine import runner
 from conftest import REPO_ROOT
 
 PROGRAMS = ("run_pretraining.py", "run_classifier.py", "run_squad.py")

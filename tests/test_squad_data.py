@@ -14,12 +14,12 @@ import os
 
 import pytest
 
-import squad_data
-import squad_evaluation
-import squad_predictions
+from bertkit.tasks import squad_data
+from bertkit.tasks import squad_evaluation
+from bertkit.tasks import squad_predictions
 import tokenization
 from conftest import REPO_ROOT
-from errors import UserError
+from bertkit.common.errors import UserError
 
 DATA = os.path.join(REPO_ROOT, "tests", "data", "squad")
 V1 = os.path.join(DATA, "squad_v1.json")

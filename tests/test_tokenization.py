@@ -13,7 +13,7 @@ import unicodedata
 import pytest
 import tensorflow.compat.v1 as tf
 
-import errors
+from bertkit.common import errors
 import tokenization
 
 DATA_DIR = os.path.join(os.path.dirname(__file__), "data", "tokenization")

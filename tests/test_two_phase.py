@@ -9,10 +9,10 @@ import sys
 import numpy as np
 import pytest
 
-import synthetic_data
+from bertkit.perf import synthetic_data
 import two_phase
 from conftest import REPO_ROOT, TINY_CONFIG, load_checkpoint
-from errors import UserError
+from bertkit.common.errors import UserError
 
 SCRIPT = os.path.join(REPO_ROOT, "scripts", "run_two_phase.sh")
 

@@ -23,7 +23,7 @@ from absl import logging
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-from errors import UserError
+from bertkit.common.errors import UserError
 
 PRETRAINING = "pretraining"
 CLASSIFIER = "classifier"

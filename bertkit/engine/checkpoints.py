@@ -22,11 +22,11 @@ import traceback
 from absl import logging
 import tensorflow.compat.v1 as tf
 
-import atomic_io
-import checkpoint_formats
-import errors
+from bertkit.common import atomic_io
+from bertkit.engine import checkpoint_formats
+from bertkit.common import errors
 import modeling
-from errors import UserError
+from bertkit.common.errors import UserError
 
 
 def resolve(path, flag):

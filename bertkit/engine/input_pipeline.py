@@ -14,9 +14,9 @@ import struct
 import tensorflow.compat.v1 as tf
 from tensorflow.python.data.ops import multi_device_iterator_ops  # pylint: disable=g-direct-tensorflow-import
 
-import dynamic_masking
-import pretraining_records
-from errors import UserError
+from bertkit.engine import dynamic_masking
+from bertkit.data import pretraining_records
+from bertkit.common.errors import UserError
 
 
 

@@ -22,7 +22,7 @@ import importlib
 import os
 import struct
 
-import atomic_io
+from bertkit.common import atomic_io
 
 # numpy (~20 MB) is imported by the first checksum: a process that only
 # plans work (create_pretraining_data's parent in sharded mode) skips it.

@@ -9,8 +9,8 @@ learning anything.
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-import atomic_io
-import pretraining_records
+from bertkit.common import atomic_io
+from bertkit.data import pretraining_records
 
 
 def synthetic_example(rng, max_seq_length, max_predictions_per_seq,

@@ -5,7 +5,7 @@ import sys
 
 from absl import logging
 
-import console
+from bertkit.common import console
 
 EXIT_USER_ERROR = 2
 EXIT_TRAINING_FAILED = 3

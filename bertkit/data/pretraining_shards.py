@@ -69,11 +69,11 @@ import zlib
 
 from absl import logging
 
-import atomic_io
-import corpus_input
-import errors
-import pretraining_instances
-import pretraining_records
+from bertkit.common import atomic_io
+from bertkit.data import corpus_input
+from bertkit.common import errors
+from bertkit.data import pretraining_instances
+from bertkit.data import pretraining_records
 
 ShardPiece = corpus_input.ShardPiece
 

@@ -12,7 +12,7 @@ import collections
 import tensorflow.compat.v1 as tf
 
 import modeling
-import pretraining_records
+from bertkit.data import pretraining_records
 
 OUTPUT_WEIGHTS = "cls/squad/output_weights"
 OUTPUT_BIAS = "cls/squad/output_bias"

@@ -18,10 +18,10 @@ import numpy as np
 import tensorflow as tf2
 import tensorflow.compat.v1 as tf
 
-import atomic_io
-import errors
-import preemption
-import train_step
+from bertkit.common import atomic_io
+from bertkit.common import errors
+from bertkit.engine import preemption
+from bertkit.engine import train_step
 
 
 class ProfilerHook(tf.train.SessionRunHook):

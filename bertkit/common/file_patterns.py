@@ -12,8 +12,8 @@ hdfs://, memory://, ... whatever fsspec package is installed).
 import glob
 import os
 
-import atomic_io
-import errors
+from bertkit.common import atomic_io
+from bertkit.common import errors
 
 
 def split_file_list(value, flag_name):

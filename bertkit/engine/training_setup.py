@@ -19,11 +19,11 @@ import tensorflow.compat.v1 as tf
 from tensorflow.core.protobuf import rewriter_config_pb2
 from tensorflow.python.util import _pywrap_util_port
 
-import atomic_io
-import checkpoints
-import distribution
-import horovod_engine
-from errors import UserError
+from bertkit.common import atomic_io
+from bertkit.engine import checkpoints
+from bertkit.engine import distribution
+from bertkit.engine import horovod_engine
+from bertkit.common.errors import UserError
 
 MIN_FREE_DISK_BYTES = 50 * 1024 * 1024
 

@@ -22,11 +22,11 @@ import uuid
 
 from absl import logging
 
-import atomic_io
-import errors
-import fast_tokenization
-import packing
-import pretraining_records
+from bertkit.common import atomic_io
+from bertkit.common import errors
+from bertkit.data import fast_tokenization
+from bertkit.data import packing
+from bertkit.data import pretraining_records
 import tokenization
 
 # [CLS] + at least one token of A + [SEP] + at least one of B + [SEP].

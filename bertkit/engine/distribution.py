@@ -31,7 +31,7 @@ from absl import flags
 import tensorflow as tf2
 import tensorflow.compat.v1 as tf
 
-from errors import UserError
+from bertkit.common.errors import UserError
 
 STRATEGIES = ("one_device", "mirrored", "multi_worker", "central_storage",
               "horovod")

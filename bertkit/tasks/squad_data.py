@@ -25,9 +25,9 @@ import json
 
 from absl import logging
 
-import atomic_io
+from bertkit.common import atomic_io
 import tokenization
-from errors import UserError
+from bertkit.common.errors import UserError
 
 FIRST_UNIQUE_ID = 1000000000
 

@@ -21,7 +21,7 @@ import os
 
 from absl import logging
 
-import atomic_io
+from bertkit.common import atomic_io
 import tokenization
 
 RawResult = collections.namedtuple("RawResult",

@@ -27,9 +27,9 @@ from absl import logging
 import tensorflow as tf2
 import tensorflow.compat.v1 as tf
 
-import atomic_io
-import distribution
-from errors import UserError
+from bertkit.common import atomic_io
+from bertkit.engine import distribution
+from bertkit.common.errors import UserError
 
 # Directory under which non-zero ranks create their scratch model_dir. When
 # set, the scratch directories are kept after the run (for inspection and

@@ -22,7 +22,7 @@ it.
 
 import collections
 
-import pretraining_records
+from bertkit.data import pretraining_records
 
 # A strategy: the lengths of the sequences of one pack, longest first.
 PackPlan = collections.namedtuple("PackPlan", ["strategies", "counts"])

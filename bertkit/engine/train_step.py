@@ -13,7 +13,7 @@ import weakref
 
 import tensorflow.compat.v1 as tf
 
-import distribution
+from bertkit.engine import distribution
 
 # What one training step is built of: the op, this replica's share of the
 # step's loss, the step's loss (the shares summed over every replica and

@@ -26,7 +26,7 @@ import math
 
 import tensorflow.compat.v1 as tf
 
-import packing
+from bertkit.data import packing
 
 # Streams of random numbers: eval masks never equal any training epoch's.
 TRAIN_STREAM = 0

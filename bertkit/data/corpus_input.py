@@ -35,9 +35,9 @@ import os
 import fsspec
 from fsspec import utils as fsspec_utils
 
-import atomic_io
-import errors
-import file_patterns
+from bertkit.common import atomic_io
+from bertkit.common import errors
+from bertkit.common import file_patterns
 
 FORMATS = ("text", "jsonl", "parquet")
 DEFAULT_TEXT_FIELD = "text"

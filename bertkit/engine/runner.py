@@ -31,19 +31,19 @@ from absl import flags
 from absl import logging
 import tensorflow.compat.v1 as tf
 
-import atomic_io
-import checkpoints
-import distribution
-import errors
-import horovod_engine
-import input_pipeline
+from bertkit.common import atomic_io
+from bertkit.engine import checkpoints
+from bertkit.engine import distribution
+from bertkit.common import errors
+from bertkit.engine import horovod_engine
+from bertkit.engine import input_pipeline
 import optimization
-import preemption
-import throughput
-import train_step
-import training_hooks
-import training_setup
-from errors import UserError
+from bertkit.engine import preemption
+from bertkit.engine import throughput
+from bertkit.engine import train_step
+from bertkit.engine import training_hooks
+from bertkit.engine import training_setup
+from bertkit.common.errors import UserError
 
 TRAIN = tf.estimator.ModeKeys.TRAIN
 EVAL = tf.estimator.ModeKeys.EVAL

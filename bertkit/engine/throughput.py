@@ -19,8 +19,8 @@ import time
 from absl import logging
 import tensorflow.compat.v1 as tf
 
-import atomic_io
-import train_step
+from bertkit.common import atomic_io
+from bertkit.engine import train_step
 
 def steady_state(step_records, warmup_steps):
   """Steady-state throughput from per-step records.

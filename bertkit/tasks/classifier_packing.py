@@ -27,9 +27,9 @@ import random
 from absl import logging
 import tensorflow.compat.v1 as tf
 
-import atomic_io
-import packing
-import pretraining_records
+from bertkit.common import atomic_io
+from bertkit.data import packing
+from bertkit.data import pretraining_records
 
 TOKEN_FEATURES = ("input_ids", "input_mask", "segment_ids", "sequence_ids",
                   "position_ids")

@@ -1,0 +1,33 @@
+"""The library behind the programs at the repository root.
+
+The root holds what a user runs (run_pretraining.py, create_pretraining_data.py,
+run_classifier.py, run_squad.py, export_checkpoint.py, create_vocab.py,
+benchmark.py, two_phase.py) and upstream's three API modules (modeling.py,
+optimization.py, tokenization.py), importable as `import modeling` as with
+google-research/bert. Everything else lives here, one subpackage per concern:
+
+  common   errors and the one-line error exit, atomic writes, console lines,
+           input globs, the CPU kernel choice
+  data     corpus reading, pretraining instances, TFRecord features, sharded
+           data creation, packing, the fast tokenizer
+  engine   the training runner and what it is made of: set-up (precision,
+           strategy), distribution, horovod, hooks, throughput, checkpoints and
+           their formats, the input pipeline, dynamic masking, the train step,
+           preemption
+  tasks    fine-tuning tasks: the classifier (data processors, features, head)
+           and SQuAD (data, predictions, evaluation, head)
+  perf     the benchmark's FLOP model, sweep, probes and reports
+
+Rules (tests/test_layout.py enforces the first three):
+  1. Imports point down. Layers, lowest first: common; tokenization and
+     modeling; data; engine and optimization; tasks; perf; programs. A module
+     imports only from its own layer or a lower one, and never a program.
+  2. `bertkit.common` and `bertkit.data` import no TensorFlow at import time
+     (data creation and create_vocab start in well under a second and their
+     worker processes stay small); where they need TensorFlow they import it
+     inside the function that does.
+  3. At most 12 Python files at the root, none of them a library module.
+  4. Module-level state lives only in modules whose docstring says who writes
+     it and who reads it (engine.preemption's signal flag, engine.distribution's
+     process group, engine.horovod_engine's handle).
+"""

@@ -1,0 +1,3 @@
+"""The training engine: the runner, its set-up (precision, strategy),
+distribution and horovod, hooks, throughput, checkpoints and their formats,
+the input pipeline, dynamic masking, the train step and preemption."""

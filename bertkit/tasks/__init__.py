@@ -1,0 +1,2 @@
+"""Fine-tuning tasks the runner runs: the classifier and SQuAD (their data,
+features, heads and outputs)."""
