@@ -49,9 +49,10 @@ from absl import flags
 from absl import logging
 
 from bertkit.common import atomic_io
-from bertkit.data import corpus_input
 from bertkit.common import errors
 from bertkit.common import file_patterns
+from bertkit.common import shared_flags
+from bertkit.data import corpus_input
 from bertkit.data import pretraining_instances
 from bertkit.data import pretraining_records
 from bertkit.data import pretraining_shards
@@ -65,6 +66,14 @@ EXIT_INTERRUPTED = 130
 def define_flags():
   """Defines the command-line flags (only when run as a program, so that
   tests can import several programs into one process)."""
+  _define_input_and_output_flags()
+  _define_tokenizer_flags()
+  _define_instance_flags()
+  _define_sharded_mode_flags()
+
+
+def _define_input_and_output_flags():
+  """The corpus (`corpus_input.Corpus`) and faithful mode's output."""
   flags.DEFINE_string("input_file", None,
                       "Input raw text file (or comma-separated list of files). "
                       "Each item may be a glob, a directory (sharded mode) or "
@@ -84,18 +93,22 @@ def define_flags():
   flags.DEFINE_string(
       "output_file", None,
       "Output TF example file (or comma-separated list of files).")
-  flags.DEFINE_string("vocab_file", None,
-                      "The vocabulary file that the BERT model was trained on.")
-  flags.DEFINE_bool(
-      "do_lower_case", True,
-      "Whether to lower case the input text. Should be True for uncased "
-      "models and False for cased models.")
-  flags.DEFINE_bool(
-      "do_whole_word_mask", False,
-      "Whether to use whole word masking rather than per-WordPiece masking.")
-  flags.DEFINE_integer("max_seq_length", 128, "Maximum sequence length.")
-  flags.DEFINE_integer("max_predictions_per_seq", 20,
-                       "Maximum number of masked LM predictions per sequence.")
+
+
+def _define_tokenizer_flags():
+  """The vocab, and how text becomes its tokens."""
+  shared_flags.define_vocab_file()
+  shared_flags.define_do_lower_case()
+  flags.DEFINE_enum(
+      "tokenizer_backend", "fast", ["fast", "python"],
+      "fast: fast_tokenization.FastTokenizer. python: tokenization.py "
+      "(upstream's code). Same tokens, so the same records.")
+
+
+def _define_instance_flags():
+  """How instances are cut, masked, repeated and packed."""
+  shared_flags.define_max_seq_length(128)
+  shared_flags.define_masking_rate()
   flags.DEFINE_integer("random_seed", 12345, "Random seed for data generation.")
   flags.DEFINE_integer(
       "dupe_factor", None,
@@ -109,15 +122,27 @@ def define_flags():
       "dynamic: records without masks (input_ids, input_mask, segment_ids, "
       "next_sentence_labels), of the same token pairs; run_pretraining.py "
       "draws new masks every epoch.")
-  flags.DEFINE_float("masked_lm_prob", 0.15, "Masked LM probability.")
   flags.DEFINE_float(
       "short_seq_prob", 0.1,
       "Probability of creating sequences which are shorter than the "
       "maximum length.")
-  flags.DEFINE_enum(
-      "tokenizer_backend", "fast", ["fast", "python"],
-      "fast: fast_tokenization.FastTokenizer. python: tokenization.py "
-      "(upstream's code). Same tokens, so the same records.")
+  flags.DEFINE_bool(
+      "pack_sequences", False,
+      "Pack the instances into rows of --max_seq_length, at most "
+      "--max_sequences_per_pack to a row (packing.py: shortest-pack-first "
+      "histogram packing), so that training computes little padding. The "
+      "records then also say which sequence each token belongs to, its "
+      "position in it, and each sequence's [CLS] index and next-sentence "
+      "label; run_pretraining.py recognises them. With --masking=dynamic "
+      "the rows hold no masks and run_pretraining.py draws each sequence's "
+      "masks.")
+  flags.DEFINE_integer(
+      "max_sequences_per_pack", 3,
+      "With --pack_sequences: the most sequences in one row.")
+
+
+def _define_sharded_mode_flags():
+  """The job of sharded mode (`pretraining_shards.ShardedJob`)."""
   flags.DEFINE_integer(
       "num_workers", None,
       "Sharded mode (see pretraining_shards.py): number of local worker "
@@ -140,19 +165,6 @@ def define_flags():
       "files are packed together, larger ones split at document boundaries. "
       "Worker memory grows with the shard size; next-sentence negatives come "
       "from the same shard.")
-  flags.DEFINE_bool(
-      "pack_sequences", False,
-      "Pack the instances into rows of --max_seq_length, at most "
-      "--max_sequences_per_pack to a row (packing.py: shortest-pack-first "
-      "histogram packing), so that training computes little padding. The "
-      "records then also say which sequence each token belongs to, its "
-      "position in it, and each sequence's [CLS] index and next-sentence "
-      "label; run_pretraining.py recognises them. With --masking=dynamic "
-      "the rows hold no masks and run_pretraining.py draws each sequence's "
-      "masks.")
-  flags.DEFINE_integer(
-      "max_sequences_per_pack", 3,
-      "With --pack_sequences: the most sequences in one row.")
   flags.DEFINE_bool(
       "resume", True,
       "Sharded mode: skip shards whose output file already exists (files get "
@@ -247,26 +259,15 @@ def _example_logger(vocab):
   return log_example
 
 
-def run_faithful_mode(input_file, output_file, vocab_file, do_lower_case,
-                      params, random_seed, dupe_factor,
-                      tokenizer_backend="fast", input_format="auto",
-                      text_field=corpus_input.DEFAULT_TEXT_FIELD,
-                      max_sequences_per_pack=None):
+def run_faithful_mode(corpus, output_file, recipe):
   """Faithful mode, from flag values to written output files.
 
   Args:
-    input_file: comma-separated input files, globs or URLs.
+    corpus: the `corpus_input.Corpus` (files, globs or URLs; directories
+      are refused).
     output_file: comma-separated output files.
-    vocab_file: the vocab file.
-    do_lower_case: lower-case the input (uncased models).
-    params: an `InstanceParams`.
-    random_seed: seed of the one `random.Random` behind every choice.
-    dupe_factor: passes over the data, each masked differently.
-    tokenizer_backend: "fast" or "python" (same tokens).
-    input_format: "auto" (by file name), "text", "jsonl" or "parquet".
-    text_field: the JSON field / Parquet column holding a document.
-    max_sequences_per_pack: pack the instances, at most this many to a row
-      (None: upstream's records, one instance each).
+    recipe: the `pretraining_instances.RecordRecipe`; its random_seed seeds
+      the one `random.Random` behind every choice.
 
   Returns:
     The number of records written.
@@ -274,30 +275,31 @@ def run_faithful_mode(input_file, output_file, vocab_file, do_lower_case,
   Raises:
     errors.UserError: on bad input; no output file is then created.
   """
+  params, dupe_factor = recipe.params, recipe.dupe_factor
   pretraining_instances.validate_params(params, dupe_factor)
   output_files = file_patterns.split_file_list(output_file, "output_file")
   check_output_files(output_files)
-  vocab = pretraining_instances.load_checked_vocab(vocab_file)
-  input_files = corpus_input.expand_inputs(input_file, input_format,
-                                          read_directories=False)
+  vocab = pretraining_instances.load_checked_vocab(recipe.vocab_file)
+  input_files = corpus_input.expand_inputs(
+      corpus.input_file, corpus.input_format, read_directories=False)
   logging.info("*** Reading from input files ***")
   for f in input_files:
     logging.info("  %s (%s)", f.path, f.format)
 
   tokenize_to_ids = pretraining_instances.make_tokenizer(
-      vocab, do_lower_case, tokenizer_backend).tokenize_to_ids
+      vocab, recipe.do_lower_case, recipe.tokenizer_backend).tokenize_to_ids
   codes = pretraining_instances.make_encoder(vocab, params).token_codes
   input_bytes = sum(f.size for f in input_files)
   progress = pretraining_instances.Progress(sys.stderr,
                                             input_bytes * (1 + dupe_factor))
   documents = read_corpus_documents(
       input_files, lambda text: [codes[i] for i in tokenize_to_ids(text)],
-      progress.add, text_field)
+      progress.add, corpus.text_field)
   num_records = pretraining_instances.write_instances(
-      documents, random.Random(random_seed), vocab, params, dupe_factor,
-      output_files, progress.add, pass_work=input_bytes,
+      documents, random.Random(recipe.random_seed), vocab, params,
+      dupe_factor, output_files, progress.add, pass_work=input_bytes,
       log_example=_example_logger(vocab),
-      max_sequences_per_pack=max_sequences_per_pack)
+      max_sequences_per_pack=recipe.max_sequences_per_pack)
   progress.close()
   logging.info("done: %s", progress.line())
   logging.info("Wrote %d total instances to %s", num_records,
@@ -305,8 +307,12 @@ def run_faithful_mode(input_file, output_file, vocab_file, do_lower_case,
   return num_records
 
 
-def main(argv):
-  del argv  # Unused.
+def recipe_from_flags():
+  """The `pretraining_instances.RecordRecipe` the flags ask for.
+
+  Raises:
+    errors.UserError: --pack_sequences with --max_sequences_per_pack < 1.
+  """
   params = pretraining_instances.InstanceParams(
       max_seq_length=FLAGS.max_seq_length,
       short_seq_prob=FLAGS.short_seq_prob,
@@ -324,18 +330,23 @@ def main(argv):
           "--max_sequences_per_pack=%d must be at least 1"
           % FLAGS.max_sequences_per_pack)
     max_sequences_per_pack = FLAGS.max_sequences_per_pack
+  return pretraining_instances.RecordRecipe(
+      FLAGS.vocab_file, FLAGS.do_lower_case, params, FLAGS.random_seed,
+      dupe_factor, FLAGS.tokenizer_backend, max_sequences_per_pack)
+
+
+def main(argv):
+  del argv  # Unused.
+  recipe = recipe_from_flags()
+  corpus = corpus_input.Corpus(FLAGS.input_file, FLAGS.input_format,
+                               FLAGS.text_field)
   if (FLAGS.num_workers is not None or FLAGS.output_dir is not None or
       FLAGS.dask_scheduler is not None):
     try:
       output = pretraining_shards.run_sharded(
-          FLAGS.input_file, FLAGS.output_file, FLAGS.output_dir,
-          FLAGS.vocab_file, FLAGS.do_lower_case, params, FLAGS.random_seed,
-          dupe_factor, num_workers=FLAGS.num_workers,
-          shard_size_mb=FLAGS.shard_size_mb,
-          tokenizer_backend=FLAGS.tokenizer_backend, resume=FLAGS.resume,
-          input_format=FLAGS.input_format, text_field=FLAGS.text_field,
-          dask_scheduler=FLAGS.dask_scheduler,
-          max_sequences_per_pack=max_sequences_per_pack)
+          corpus, recipe, pretraining_shards.ShardedJob(
+              FLAGS.output_file, FLAGS.output_dir, FLAGS.num_workers,
+              FLAGS.shard_size_mb, FLAGS.resume, FLAGS.dask_scheduler))
     except KeyboardInterrupt:
       print("\ninterrupted: complete shard files are kept; rerun the same "
             "command to make the others", file=sys.stderr, flush=True)
@@ -349,13 +360,7 @@ def main(argv):
     raise errors.UserError(
         "--output_file is required (or --output_dir/--num_workers/"
         "--dask_scheduler for sharded mode)")
-  run_faithful_mode(FLAGS.input_file, FLAGS.output_file, FLAGS.vocab_file,
-                    FLAGS.do_lower_case, params, FLAGS.random_seed,
-                    dupe_factor,
-                    tokenizer_backend=FLAGS.tokenizer_backend,
-                    input_format=FLAGS.input_format,
-                    text_field=FLAGS.text_field,
-                    max_sequences_per_pack=max_sequences_per_pack)
+  run_faithful_mode(corpus, FLAGS.output_file, recipe)
 
 
 if __name__ == "__main__":

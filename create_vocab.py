@@ -51,35 +51,39 @@ import tokenizers
 from bertkit.common import atomic_io
 from bertkit.common import errors
 from bertkit.common import file_patterns
+from bertkit.common import shared_flags
+import tokenization
 
 FLAGS = flags.FLAGS
 
 GOOGLE_LAYOUT_MIN_VOCAB_SIZE = 1000
 NUM_UNUSED_TOKENS = 99
-SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+SPECIAL_TOKENS = tokenization.SPECIAL_TOKENS
 _READ_CHUNK_BYTES = 1 << 20
 _LINES_PER_BATCH = 1000
 
-flags.DEFINE_string(
-    "input_file", None,
-    "Input text file(s): a glob or a comma-separated list of globs. One "
-    "sentence per line; blank lines are ignored.")
-flags.DEFINE_string("output_file", None, "Where to write vocab.txt.")
-flags.DEFINE_integer(
-    "vocab_size", 30522,
-    "Maximum number of tokens in the vocab, special tokens included. From "
-    "%d up: [PAD]=0, [unused0..98]=1..99, [UNK]=100, [CLS]=101, [SEP]=102, "
-    "[MASK]=103 (Google's layout); below that: [PAD]=0, [UNK]=1, [CLS]=2, "
-    "[SEP]=3, [MASK]=4. Learned tokens follow." % GOOGLE_LAYOUT_MIN_VOCAB_SIZE)
-flags.DEFINE_bool(
-    "do_lower_case", True,
-    "Lower-case and strip accents before training (uncased model). Must "
-    "match --do_lower_case of the programs that use the vocab.")
-flags.DEFINE_integer(
-    "min_frequency", 2, "Only merge pieces seen at least this many times.")
-flags.DEFINE_integer(
-    "limit_alphabet", 1000,
-    "Keep at most this many distinct characters (the most frequent ones).")
+
+
+def define_flags():
+  """Defines the flags (only when run as a program)."""
+  flags.DEFINE_string(
+      "input_file", None,
+      "Input text file(s): a glob or a comma-separated list of globs. One "
+      "sentence per line; blank lines are ignored.")
+  flags.DEFINE_string("output_file", None, "Where to write vocab.txt.")
+  flags.DEFINE_integer(
+      "vocab_size", 30522,
+      "Maximum number of tokens in the vocab, special tokens included. From "
+      "%d up: [PAD]=0, [unused0..98]=1..99, [UNK]=100, [CLS]=101, [SEP]=102, "
+      "[MASK]=103 (Google's layout); below that: [PAD]=0, [UNK]=1, [CLS]=2, "
+      "[SEP]=3, [MASK]=4. Learned tokens follow."
+      % GOOGLE_LAYOUT_MIN_VOCAB_SIZE)
+  shared_flags.define_do_lower_case()
+  flags.DEFINE_integer(
+      "min_frequency", 2, "Only merge pieces seen at least this many times.")
+  flags.DEFINE_integer(
+      "limit_alphabet", 1000,
+      "Keep at most this many distinct characters (the most frequent ones).")
 
 
 def special_tokens(vocab_size):
@@ -94,7 +98,7 @@ def special_tokens(vocab_size):
   if vocab_size < GOOGLE_LAYOUT_MIN_VOCAB_SIZE:
     return list(SPECIAL_TOKENS)
   unused = ["[unused%d]" % i for i in range(NUM_UNUSED_TOKENS)]
-  return ["[PAD]"] + unused + list(SPECIAL_TOKENS[1:])
+  return [tokenization.PAD_TOKEN] + unused + list(SPECIAL_TOKENS[1:])
 
 
 def iter_text(path):
@@ -256,6 +260,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  define_flags()
   flags.mark_flag_as_required("input_file")
   flags.mark_flag_as_required("output_file")
   app.run(errors.main_with_user_errors(main))

@@ -43,18 +43,21 @@ from absl import flags
 from absl import logging
 import tensorflow.compat.v1 as tf
 
+from bertkit.common.errors import UserError, main_with_user_errors
+from bertkit.common import shared_flags
 from bertkit.engine import checkpoint_formats
 from bertkit.engine import checkpoints
-import modeling
-import run_classifier
+from bertkit.tasks import classifier
 from bertkit.tasks import squad_task
+import modeling
 import tokenization
-from bertkit.common.errors import UserError, main_with_user_errors
 
 FORMATS = ("google", "huggingface", "saved_model")
-SPECIAL_TOKENS = {"unk_token": "[UNK]", "sep_token": "[SEP]",
-                  "pad_token": "[PAD]", "cls_token": "[CLS]",
-                  "mask_token": "[MASK]"}
+SPECIAL_TOKENS = {"unk_token": tokenization.UNK_TOKEN,
+                  "sep_token": tokenization.SEP_TOKEN,
+                  "pad_token": tokenization.PAD_TOKEN,
+                  "cls_token": tokenization.CLS_TOKEN,
+                  "mask_token": tokenization.MASK_TOKEN}
 
 FLAGS = flags.FLAGS
 
@@ -63,14 +66,11 @@ def define_flags():
   flags.DEFINE_string("checkpoint", None,
                       "A training --output_dir (its latest checkpoint) or a "
                       "checkpoint prefix.")
-  flags.DEFINE_string("bert_config_file", None,
-                      "The bert_config.json the model was trained with.")
-  flags.DEFINE_string("vocab_file", None,
-                      "The vocab.txt the model was trained with (needed by "
-                      "the google and huggingface formats).")
-  flags.DEFINE_bool("do_lower_case", True,
-                    "Whether the model is uncased; written to the Hugging "
-                    "Face tokenizer config.")
+  # --vocab_file is needed by the google and huggingface formats;
+  # --do_lower_case is written to the Hugging Face tokenizer config.
+  shared_flags.define_bert_config_file()
+  shared_flags.define_vocab_file()
+  shared_flags.define_do_lower_case()
   flags.DEFINE_string("output_dir", None,
                       "Where the formats' sub-directories go.")
   flags.DEFINE_list("format", list(FORMATS),
@@ -174,7 +174,7 @@ def write_saved_model(directory, weights, bert_config, head, num_labels):
     inputs = {name: tf.placeholder(tf.int32, [None, None], name=name)
               for name in ("input_ids", "input_mask", "segment_ids")}
     if head == checkpoint_formats.CLASSIFIER:
-      _, _, _, probabilities = run_classifier.create_model(
+      _, _, _, probabilities = classifier.create_model(
           bert_config, False, inputs["input_ids"], inputs["input_mask"],
           inputs["segment_ids"], tf.zeros_like(inputs["input_ids"][:, 0]),
           num_labels)
@@ -236,7 +236,7 @@ def export(checkpoint, bert_config_file, vocab_file, do_lower_case,
   shapes = dict(tf.train.list_variables(prefix))
   head, num_labels = checkpoint_formats.detect_head(shapes)
   if not labels and head == checkpoint_formats.CLASSIFIER:
-    labels = run_classifier.read_labels(os.path.dirname(prefix))
+    labels = classifier.read_labels(os.path.dirname(prefix))
   labels = class_labels(labels, head, num_labels)
   table = checkpoint_formats.weight_table(bert_config, head, num_labels)
   weights = checkpoint_formats.model_weights(prefix, table)
@@ -288,9 +288,8 @@ def _replace_dir(new, target):
 
 def main(argv):
   del argv
-  for name in ("checkpoint", "bert_config_file", "output_dir"):
-    if not getattr(FLAGS, name):
-      raise UserError("--%s is required" % name)
+  shared_flags.require(FLAGS, ("checkpoint", "bert_config_file",
+                               "output_dir"))
   formats = parse_formats(FLAGS.format)
   prefix, head = export(FLAGS.checkpoint, FLAGS.bert_config_file,
                         FLAGS.vocab_file, FLAGS.do_lower_case,

@@ -37,6 +37,7 @@ LAYER_NORM_EPSILON = 1e-12
 class BertConfig(object):
   """Configuration of a `BertModel` (the contents of bert_config.json)."""
 
+  # Size: upstream's BertConfig, one keyword per field of bert_config.json.
   def __init__(self,
                vocab_size,
                hidden_size=768,
@@ -226,6 +227,7 @@ class BertModel(object):
   ```
   """
 
+  # Size: upstream's BertModel constructor, kept argument for argument.
   def __init__(self,
                config,
                is_training,
@@ -753,6 +755,7 @@ def embedding_lookup(input_ids,
   return output, embedding_table
 
 
+# Size: upstream's signature; its callers pass these keywords by name.
 def embedding_postprocessor(input_tensor,
                             use_token_type=False,
                             token_type_ids=None,
@@ -868,6 +871,8 @@ def create_attention_mask_from_sequence_ids(sequence_ids):
                           tf.expand_dims(sequence_ids, 1)), tf.float32)
 
 
+# Size: upstream's signature, one argument per attention setting; the body
+# is one layer read top to bottom (projections, scores, mask, context).
 def attention_layer(from_tensor,
                     to_tensor,
                     attention_mask=None,
@@ -1007,6 +1012,8 @@ def _split_heads(tensor_2d, batch_size, seq_length, num_heads, head_size):
   return tf.transpose(tensor, [0, 2, 1, 3])
 
 
+# Size: upstream's signature; the body is the layer loop, kept in one place
+# so the per-layer order (attention, residual, norm, FFN) reads at once.
 def transformer_model(input_tensor,
                       attention_mask=None,
                       hidden_size=768,

@@ -24,6 +24,13 @@ Two optimizers: upstream's AdamW (`--optimizer=adamw`) and LAMB
 (`--optimizer=lamb`, arXiv:1904.00962). Gradient accumulation
 (`create_accumulating_optimizer`) sums the gradients of K micro-batches
 before step 2, so one update still costs one all-reduce.
+
+What the all-reduce sums over is handed in: a distribution.Replicas (the
+runner's knows horovod's processes and carries the stop vote of
+preemption.py). Without one, the optimizer sums over the replicas of the
+tf.distribute strategy in scope, if any, as a single-process user of
+upstream's `create_optimizer` expects. The precision (loss scaling) is
+handed in the same way, as one precision.Precision.
 """
 
 import re
@@ -32,7 +39,6 @@ import tensorflow.compat.v1 as tf
 from tensorflow.python.ops import resource_variable_ops
 
 from bertkit.engine import distribution
-from bertkit.engine import preemption
 from bertkit.engine import train_step
 
 DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
@@ -73,7 +79,8 @@ class DataParallelOptimizer(tf.train.Optimizer):
 
   def __init__(self, learning_rate, weight_decay_rate=0.0,
                exclude_from_weight_decay=DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY,
-               clip_norm=1.0, name="Optimizer", reduced_by_caller=False):
+               clip_norm=1.0, name="Optimizer", reduced_by_caller=False,
+               replicas=None):
     """Args:
       learning_rate: float or scalar tensor.
       weight_decay_rate: decoupled weight decay (AdamW style).
@@ -83,10 +90,14 @@ class DataParallelOptimizer(tf.train.Optimizer):
       reduced_by_caller: whether the caller sums the gradients with
         `all_reduce` before passing them to `apply_gradients`, which then
         applies them as they are; otherwise `apply_gradients` sums them.
+      replicas: the distribution.Replicas that `all_reduce` sums over;
+        None: distribution.Replicas(), the replicas of the strategy in
+        scope (one without a strategy), with no stop vote.
     """
     super().__init__(use_locking=False, name=name)
     self._global_step = None
     self.reduced_by_caller = reduced_by_caller
+    self.replicas = distribution.Replicas() if replicas is None else replicas
     self.learning_rate = learning_rate
     self.weight_decay_rate = weight_decay_rate
     self.exclude_from_weight_decay = tuple(exclude_from_weight_decay or ())
@@ -107,12 +118,13 @@ class DataParallelOptimizer(tf.train.Optimizer):
   def all_reduce(self, grads_and_vars, scalars=()):
     """Sums gradients and scalars over every replica in ONE batched all-reduce.
 
-    The stop vote (preemption.py) rides in it too, so every process learns
-    of a stop request at the same step for free, and so do `scalars` (the
-    step's loss). For a caller that needs the sums whether or not the update
-    is then applied (the fp16 wrapper skips the update of a step whose
-    gradients overflow, and that step still reports its loss); such a caller
-    builds the optimizer with `reduced_by_caller=True`.
+    The stop vote that `self.replicas` carries (preemption.py) rides in it
+    too, so every process learns of a stop request at the same step for
+    free, and so do `scalars` (the step's loss). It serves a caller that
+    needs the sums whether or not the update is then applied (the fp16
+    wrapper skips the update of a step whose gradients overflow, and that
+    step still reports its loss); such a caller builds the optimizer with
+    `reduced_by_caller=True`.
 
     Args:
       grads_and_vars: (gradient or None, variable) pairs of this replica.
@@ -128,12 +140,11 @@ class DataParallelOptimizer(tf.train.Optimizer):
     # Dense before the all-reduce: BERT's embedding gradients are dense anyway
     # (tied MLM output weights), and dense tensors batch into one all-reduce.
     grads = [tf.convert_to_tensor(g) for g, _ in grads_and_vars]
-    reduced = distribution.sum_across_replicas(
-        grads + [preemption.stop_vote()] + list(scalars))
+    reduced, votes_recorded = self.replicas.sum_with_stop_vote(
+        grads + list(scalars))
     num_grads = len(grads)
     return (list(zip(reduced[:num_grads], [v for _, v in grads_and_vars])),
-            reduced[num_grads + 1:],
-            preemption.record_votes(reduced[num_grads]))
+            reduced[num_grads:], votes_recorded)
 
   def apply_gradients(self, grads_and_vars, global_step=None, name=None):
     """All-reduces (unless `reduced_by_caller`), clips and applies; called
@@ -224,10 +235,10 @@ class AdamWeightDecayOptimizer(DataParallelOptimizer):
                beta_2=0.999, epsilon=1e-6,
                exclude_from_weight_decay=DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY,
                clip_norm=1.0, name="AdamWeightDecayOptimizer",
-               reduced_by_caller=False):
+               reduced_by_caller=False, replicas=None):
     super().__init__(learning_rate, weight_decay_rate,
                      exclude_from_weight_decay, clip_norm, name,
-                     reduced_by_caller)
+                     reduced_by_caller, replicas)
     self.beta_1 = beta_1
     self.beta_2 = beta_2
     self.epsilon = epsilon
@@ -279,13 +290,16 @@ class LambOptimizer(AdamWeightDecayOptimizer):
   updates.
   """
 
+  # Size: upstream's AdamW keywords in upstream's order, LAMB's bias
+  # correction and the data-parallel options; all but the rate have defaults.
   def __init__(self, learning_rate, weight_decay_rate=0.0, beta_1=0.9,
                beta_2=0.999, epsilon=1e-6, bias_correction=False,
                exclude_from_weight_decay=DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY,
-               clip_norm=1.0, name="LambOptimizer", reduced_by_caller=False):
+               clip_norm=1.0, name="LambOptimizer", reduced_by_caller=False,
+               replicas=None):
     super().__init__(learning_rate, weight_decay_rate, beta_1, beta_2,
                      epsilon, exclude_from_weight_decay, clip_norm, name,
-                     reduced_by_caller)
+                     reduced_by_caller, replicas)
     self.bias_correction = bias_correction
 
   def _apply_update(self, var, grad):
@@ -321,7 +335,7 @@ class LambOptimizer(AdamWeightDecayOptimizer):
 
 
 def build_optimizer(optimizer_name, learning_rate, lamb_bias_correction=False,
-                    reduced_by_caller=False):
+                    reduced_by_caller=False, replicas=None):
   """Upstream's hyperparameters (decay 0.01, betas 0.9/0.999, epsilon 1e-6).
 
   Args:
@@ -329,6 +343,7 @@ def build_optimizer(optimizer_name, learning_rate, lamb_bias_correction=False,
     learning_rate: float or scalar tensor.
     lamb_bias_correction: LAMB only: Adam's bias correction of the moments.
     reduced_by_caller: see DataParallelOptimizer.
+    replicas: see DataParallelOptimizer.
 
   Returns:
     A DataParallelOptimizer.
@@ -339,12 +354,13 @@ def build_optimizer(optimizer_name, learning_rate, lamb_bias_correction=False,
                        "has none.")
     return AdamWeightDecayOptimizer(
         learning_rate=learning_rate, weight_decay_rate=0.01, beta_1=0.9,
-        beta_2=0.999, epsilon=1e-6, reduced_by_caller=reduced_by_caller)
+        beta_2=0.999, epsilon=1e-6, reduced_by_caller=reduced_by_caller,
+        replicas=replicas)
   if optimizer_name == "lamb":
     return LambOptimizer(
         learning_rate=learning_rate, weight_decay_rate=0.01, beta_1=0.9,
         beta_2=0.999, epsilon=1e-6, bias_correction=lamb_bias_correction,
-        reduced_by_caller=reduced_by_caller)
+        reduced_by_caller=reduced_by_caller, replicas=replicas)
   raise ValueError("Unknown optimizer %r; expected one of %s" %
                    (optimizer_name, ", ".join(OPTIMIZERS)))
 
@@ -362,7 +378,7 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
     num_warmup_steps: linear warm-up steps.
     use_tpu: accepted for upstream compatibility; must be False.
     **options: keyword arguments of `create_accumulating_optimizer`
-      (use_fp16, optimizer_name, ...).
+      (precision, optimizer_name, replicas, ...).
 
   Returns:
     The train op: one optimizer update and one global_step increment (none of
@@ -375,9 +391,8 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
 
 def create_accumulating_optimizer(
     micro_batch_loss_fns, init_lr, num_train_steps, num_warmup_steps,
-    use_tpu=False, use_fp16=False, init_loss_scale=2**15,
-    loss_scale_growth_steps=2000, optimizer_name="adamw",
-    lamb_bias_correction=False):
+    use_tpu=False, precision=None, optimizer_name="adamw",
+    lamb_bias_correction=False, replicas=None):
   """One update from the summed gradients of K micro-batches.
 
   Args:
@@ -388,13 +403,15 @@ def create_accumulating_optimizer(
     num_train_steps: total optimizer updates; the rate decays to 0 there.
     num_warmup_steps: linear warm-up steps.
     use_tpu: accepted for upstream compatibility; must be False.
-    use_fp16: wrap the optimizer in the mixed-precision graph rewrite with
-      dynamic loss scaling (fp16 kernels on GPU; no effect on CPU). A
-      non-finite gradient in any micro-batch skips the whole update.
-    init_loss_scale: initial dynamic loss scale.
-    loss_scale_growth_steps: finite steps before the loss scale doubles.
+    precision: the run's precision.Precision, or None (float32). With its
+      loss_scale (--use_fp16) the optimizer is wrapped in the mixed-precision
+      graph rewrite with dynamic loss scaling (fp16 kernels on GPU; no
+      effect on CPU); a non-finite gradient in any micro-batch then skips
+      the whole update.
     optimizer_name: "adamw" (upstream) or "lamb".
     lamb_bias_correction: see LambOptimizer.
+    replicas: the distribution.Replicas to sum over; see
+      DataParallelOptimizer.
 
   Returns:
     A TrainStep; its op makes one all-reduce (gradients, the loss and the
@@ -406,13 +423,14 @@ def create_accumulating_optimizer(
   learning_rate = learning_rate_schedule(init_lr, num_train_steps,
                                          num_warmup_steps, global_step)
   optimizer = build_optimizer(optimizer_name, learning_rate,
-                              lamb_bias_correction, reduced_by_caller=True)
+                              lamb_bias_correction, reduced_by_caller=True,
+                              replicas=replicas)
   # What computes and applies the gradients: the optimizer, or its fp16
   # wrapper (scaled loss, unscaled gradients, update skipped on overflow).
   applier, loss_scale = optimizer, None
-  if use_fp16:
-    applier, loss_scale = wrap_for_mixed_precision(
-        optimizer, init_loss_scale, loss_scale_growth_steps)
+  if precision is not None and precision.loss_scale is not None:
+    applier, loss_scale = wrap_for_mixed_precision(optimizer,
+                                                   precision.loss_scale)
   grads_and_vars, losses = accumulate_gradients(applier,
                                                 micro_batch_loss_fns)
   loss_share = tf.add_n(losses)
@@ -468,9 +486,10 @@ def accumulate_gradients(optimizer, micro_batch_loss_fns, var_list=None):
   return list(zip(summed, var_list)), losses
 
 
-def wrap_for_mixed_precision(optimizer, init_loss_scale, growth_steps):
+def wrap_for_mixed_precision(optimizer, loss_scale):
   """`enable_mixed_precision_graph_rewrite` on the optimizer, as the
-  multi-GPU BERT forks do; returns (the wrapped optimizer, its loss scale).
+  multi-GPU BERT forks do; returns (the wrapped optimizer, its dynamic loss
+  scale, started and grown as the precision.LossScale `loss_scale` says).
 
   The wrapper multiplies the loss by a dynamic loss scale, divides the
   gradients by it, and skips the whole update (weights, slots and
@@ -484,9 +503,9 @@ def wrap_for_mixed_precision(optimizer, init_loss_scale, growth_steps):
   sum non-finite, so all horovod ranks skip the same steps without a
   collective of their own.
   """
-  loss_scale = tf.mixed_precision.DynamicLossScale(
-      initial_loss_scale=init_loss_scale, increment_period=growth_steps,
-      multiplier=2.0)
+  dynamic = tf.mixed_precision.DynamicLossScale(
+      initial_loss_scale=loss_scale.initial_scale,
+      increment_period=loss_scale.growth_steps, multiplier=2.0)
   return (tf.train.experimental.enable_mixed_precision_graph_rewrite(
-      optimizer, loss_scale=loss_scale), loss_scale)
+      optimizer, loss_scale=dynamic), dynamic)
 

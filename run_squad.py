@@ -9,10 +9,11 @@ throughput logs, a run summary.
 `--train_batch_size` is the global batch over all replicas and
 micro-batches.
 
-What the task is lives in its own modules: squad_data.py (reading the json,
-sliding-window features), squad_task.py (head, loss, records),
-squad_predictions.py (logits -> answers) and squad_evaluation.py (the
-official EM / F1).
+This program holds the flags and their checks; the task lives in
+bertkit/tasks: squad_data.py (reading the json, sliding-window features),
+squad_task.py (head, loss, records, the task), squad_io.py (writing and
+reading the records, the answers of the predictions), squad_predictions.py
+(logits -> answers) and squad_evaluation.py (the official EM / F1).
 
 Outputs in --output_dir (besides checkpoints and throughput logs):
   train.tf_record, eval.tf_record  the features of --train_file and
@@ -31,8 +32,6 @@ Outputs in --output_dir (besides checkpoints and throughput logs):
 """
 
 import functools
-import os
-import random
 import sys
 
 from bertkit.common import console
@@ -49,24 +48,30 @@ from absl import flags
 from absl import logging
 import tensorflow.compat.v1 as tf
 
-from bertkit.common import atomic_io
-from bertkit.engine import checkpoints
-from bertkit.engine import input_pipeline
-import modeling
-import run_classifier
-from bertkit.engine import runner
-from bertkit.tasks import squad_data
-from bertkit.tasks import squad_evaluation
-from bertkit.tasks import squad_predictions
-from bertkit.tasks import squad_task
-import tokenization
 from bertkit.common.errors import UserError, main_with_user_errors
+from bertkit.common import shared_flags
+from bertkit.engine import checkpoints
+from bertkit.engine import runner
+from bertkit.tasks.fine_tuning import check_case, train_steps
+from bertkit.tasks import squad_data
+from bertkit.tasks.squad_io import answers, input_fn_maker, write_inputs
+from bertkit.tasks import squad_task
+from bertkit.tasks.squad_task import question_answering_task
+import modeling
+import tokenization
+
+# Upstream's API of this module: google-research/bert's run_squad.py defines
+# these names, and code written for it imports them from here.
+# pylint: disable=unused-import
+from bertkit.tasks.squad_data import (InputFeatures, SquadExample,
+                                      convert_examples_to_features,
+                                      read_squad_examples)
+from bertkit.tasks.squad_io import input_fn_builder
+from bertkit.tasks.squad_predictions import RawResult
+from bertkit.tasks.squad_task import create_model, model_fn_builder
+# pylint: enable=unused-import
 
 FLAGS = flags.FLAGS
-
-# Upstream shuffles the training examples once with this seed before writing
-# them, so that the input_fn's small shuffle buffer suffices.
-TRAIN_SHUFFLE_SEED = 12345
 
 
 def define_flags():
@@ -80,23 +85,15 @@ def define_flags():
   flags.DEFINE_string("predict_file", None,
                       "SQuAD json to predict, e.g. dev-v1.1.json; with gold "
                       "answers it is also evaluated.")
-  flags.DEFINE_bool("do_lower_case", True,
-                    "Lower-case the input text: True for uncased models.")
-  flags.DEFINE_integer("max_seq_length", 384,
-                       "Sequence length after WordPiece tokenization (S): "
-                       "query and context window together.")
+  shared_flags.define_do_lower_case()
+  # Query and context window together.
+  shared_flags.define_max_seq_length(384)
   flags.DEFINE_integer("doc_stride", 128,
                        "Sub-tokens between the starts of consecutive "
                        "windows over a long context.")
   flags.DEFINE_integer("max_query_length", 64,
                        "Questions are cut to this many sub-tokens.")
-  flags.DEFINE_bool("do_predict", False,
-                    "Whether to predict (and evaluate) --predict_file.")
-  flags.DEFINE_integer("predict_batch_size", 8,
-                       "Total batch size for predictions.")
-  flags.DEFINE_float("num_train_epochs", 3.0, "Epochs of training.")
-  flags.DEFINE_float("warmup_proportion", 0.1,
-                     "Fraction of the training steps with linear warm-up.")
+  shared_flags.define_fine_tuning()
   flags.DEFINE_integer("n_best_size", 20,
                        "Answers kept per question in nbest_predictions.json "
                        "(and start/end positions tried per window).")
@@ -111,61 +108,6 @@ def define_flags():
   flags.DEFINE_float("null_score_diff_threshold", 0.0,
                      "SQuAD 2.0: answer \"\" when null score - best non-null "
                      "score exceeds this.")
-
-
-def question_answering_task(bert_config):
-  """SQuAD as a runner.Task: upstream's span loss; its mean as the eval loss
-  (train_and_evaluate under a TF_CONFIG cluster); unique_ids [B] and
-  start_logits / end_logits [B, S] as predictions."""
-
-  def logits(features, is_training):
-    return squad_task.create_model(bert_config, is_training,
-                                   features["input_ids"],
-                                   features["input_mask"],
-                                   features["segment_ids"])
-
-  def loss(features, is_training):
-    start_logits, end_logits = logits(features, is_training)
-    return squad_task.span_loss(start_logits, end_logits,
-                                features["start_positions"],
-                                features["end_positions"])
-
-  def eval_outputs(features):
-    mean_loss = loss(features, False)
-    return mean_loss, {"eval_loss": tf.metrics.mean(mean_loss)}
-
-  def predictions(features):
-    start_logits, end_logits = logits(features, False)
-    return {"unique_ids": features["unique_ids"],
-            "start_logits": start_logits, "end_logits": end_logits}
-
-  return runner.Task(
-      build_variables=lambda: squad_task.build_squad_variables(bert_config),
-      train_loss_fns=runner.mean_loss_shares(
-          lambda features: loss(features, True)),
-      eval_outputs=eval_outputs, predictions=predictions)
-
-
-def model_fn_builder(bert_config, init_checkpoint, learning_rate,
-                     num_train_steps, num_warmup_steps, optimizer_options,
-                     num_accumulation_steps=1):
-  """Returns the Estimator model_fn for SQuAD (question_answering_task).
-
-  Args:
-    bert_config: BertConfig.
-    init_checkpoint: checkpoint (prefix or directory) to start from, or None.
-    learning_rate: peak learning rate.
-    num_train_steps: optimizer updates of the whole run.
-    num_warmup_steps: warm-up updates.
-    optimizer_options: extra create_accumulating_optimizer keyword arguments
-      (runner.optimizer_options).
-    num_accumulation_steps: micro-batches per update; each replica's batch
-      must divide by it.
-  """
-  return runner.model_fn_builder(
-      question_answering_task(bert_config), init_checkpoint, learning_rate,
-      num_train_steps, num_warmup_steps, optimizer_options,
-      num_accumulation_steps)
 
 
 def check_window_flags(max_seq_length, max_query_length, doc_stride):
@@ -198,9 +140,8 @@ def validate_flags():
   if not (FLAGS.do_train or FLAGS.do_predict):
     raise UserError("At least one of --do_train or --do_predict must be "
                     "True")
-  for name in ("bert_config_file", "vocab_file", "output_dir"):
-    if not getattr(FLAGS, name):
-      raise UserError("--%s is required" % name)
+  shared_flags.require(FLAGS, ("bert_config_file", "vocab_file",
+                               "output_dir"))
   if FLAGS.do_train and not FLAGS.train_file:
     raise UserError("--do_train needs --train_file")
   if FLAGS.do_predict and not FLAGS.predict_file:
@@ -219,7 +160,7 @@ def validate_flags():
   modeling.check_seq_length_fits(bert_config, FLAGS.max_seq_length)
   tokenization.check_vocab_fits_config(FLAGS.vocab_file,
                                        bert_config.vocab_size)
-  run_classifier.check_case(FLAGS.do_lower_case, FLAGS.init_checkpoint)
+  check_case(FLAGS.do_lower_case, FLAGS.init_checkpoint)
   train_examples = predict_examples = None
   if FLAGS.do_train:
     train_examples, _ = squad_data.read_squad_examples(
@@ -261,119 +202,6 @@ def check_fine_tuned(init_checkpoint, output_dir):
                     (init_checkpoint, squad_task.OUTPUT_WEIGHTS))
 
 
-def write_features(path, features, is_training):
-  """Writes the records of `features` to `path` atomically.
-
-  Returns:
-    The number of records written.
-  """
-  count = 0
-  with atomic_io.atomic_path(path) as tmp:
-    with tf.io.TFRecordWriter(tmp) as writer:
-      for feature in features:
-        writer.write(squad_task.serialize_feature(feature, is_training))
-        count += 1
-  return count
-
-
-def input_fn_builder(path, max_seq_length, batch_size, has_positions,
-                     is_training=False, num_replicas=1):
-  """An Estimator input_fn over SQuAD records.
-
-  Args:
-    path: the TFRecord file(s) (write_features).
-    max_seq_length: S.
-    batch_size: global batch.
-    has_positions: the records are training records (answer positions).
-    is_training: shuffle, repeat and drop a partial batch; else one ordered
-      pass (predictions line up with the features).
-    num_replicas: replicas in sync; the dataset yields per-replica batches.
-  """
-  return input_pipeline.classifier_input_fn_builder(
-      path, max_seq_length, is_training=is_training,
-      drop_remainder=is_training, global_batch_size=batch_size,
-      num_replicas=num_replicas,
-      feature_spec=squad_task.feature_spec(max_seq_length, has_positions))
-
-
-def input_fn_maker(max_seq_length):
-  """The runner's make_input_fn over SQuAD records: training records (with
-  answer positions) for TRAIN and EVAL, predict records for PREDICT."""
-  def make_input_fn(files, mode, global_batch_size, num_replicas):
-    return input_fn_builder(
-        files, max_seq_length, global_batch_size,
-        has_positions=mode != tf.estimator.ModeKeys.PREDICT,
-        is_training=mode == tf.estimator.ModeKeys.TRAIN,
-        num_replicas=num_replicas)
-  return make_input_fn
-
-
-def answers(examples, features, n_best_size, max_answer_length,
-            do_lower_case, version_2_with_negative, null_score_diff_threshold,
-            output_dir, predict_file, predictions):
-  """Writes the answers of the predict outputs; returns their evaluation.
-
-  Args:
-    examples, features: the predicted SquadExamples and their windows.
-    n_best_size, max_answer_length, do_lower_case, version_2_with_negative,
-    null_score_diff_threshold: the flags' values.
-    output_dir: where predictions.json (nbest, null_odds) go.
-    predict_file: the SQuAD json, evaluated when it has answers.
-    predictions: the runner's prediction dicts, one per window in order.
-
-  Returns:
-    The official evaluation's figures, or None without gold answers.
-  """
-  results = [squad_predictions.RawResult(
-      unique_id=int(p["unique_ids"]),
-      start_logits=[float(x) for x in p["start_logits"].flat],
-      end_logits=[float(x) for x in p["end_logits"].flat])
-             for p in predictions]
-  predicted, nbest, null_odds = squad_predictions.compute_predictions(
-      examples, features, results, n_best_size, max_answer_length,
-      do_lower_case, version_2_with_negative, null_score_diff_threshold)
-  paths = squad_predictions.write_predictions(
-      output_dir, predicted, nbest, null_odds, version_2_with_negative)
-  logging.info("Wrote %s", ", ".join(paths))
-  return evaluate(predict_file, predicted, null_odds, version_2_with_negative)
-
-
-def evaluate(predict_file, predictions, null_odds, version_2_with_negative):
-  """The official evaluation's figures, or None if there are no answers."""
-  dataset = squad_data.load_squad_json(predict_file)
-  if not squad_evaluation.has_answers(dataset):
-    return None
-  if version_2_with_negative:
-    return dict(squad_evaluation.evaluate_v2(dataset, predictions, null_odds))
-  return squad_evaluation.evaluate_v1(dataset, predictions)
-
-
-def write_inputs(output_dir, train_examples, predict_examples, tokenizer,
-                 max_seq_length, doc_stride, max_query_length):
-  """Writes train.tf_record (shuffled, as upstream) and eval.tf_record.
-
-  Returns:
-    (train record files or None, their number of windows,
-     predict record files or None, the predict windows' InputFeatures).
-  """
-  train_files = predict_files = None
-  num_train_features, predict_features = 0, []
-  if train_examples:
-    random.Random(TRAIN_SHUFFLE_SEED).shuffle(train_examples)
-    train_files = [os.path.join(output_dir, "train.tf_record")]
-    num_train_features = write_features(
-        train_files[0], squad_data.convert_examples_to_features(
-            train_examples, tokenizer, max_seq_length, doc_stride,
-            max_query_length, is_training=True), is_training=True)
-  if predict_examples:
-    predict_features = list(squad_data.convert_examples_to_features(
-        predict_examples, tokenizer, max_seq_length, doc_stride,
-        max_query_length, is_training=False))
-    predict_files = [os.path.join(output_dir, "eval.tf_record")]
-    write_features(predict_files[0], predict_features, is_training=False)
-  return train_files, num_train_features, predict_files, predict_features
-
-
 def main(argv):
   del argv
   # --verbose_logging: also the answers whose text could not be aligned back
@@ -383,7 +211,7 @@ def main(argv):
   bert_config, train_examples, predict_examples = validate_flags()
   num_train_steps, num_warmup_steps = 0, 0
   if FLAGS.do_train:
-    num_train_steps, num_warmup_steps = run_classifier.train_steps(
+    num_train_steps, num_warmup_steps = train_steps(
         len(train_examples), FLAGS.train_batch_size, FLAGS.num_train_epochs,
         FLAGS.warmup_proportion)
   run = runner.prepare(FLAGS, question_answering_task(bert_config))
@@ -399,18 +227,18 @@ def main(argv):
                  FLAGS.train_batch_size, num_train_steps)
   runner.run(
       run, input_fn_maker(FLAGS.max_seq_length),
-      num_train_steps=num_train_steps, num_warmup_steps=num_warmup_steps,
+      runner.Schedule(num_train_steps, num_warmup_steps),
       train_files=train_files,
-      predict_files=predict_files,
-      predict_batch_size=FLAGS.predict_batch_size,
-      predict_message="***** Predict: %d questions in %d windows, batch %d "
-      "*****" % (len(predict_examples or ()), len(predict_features),
-                 FLAGS.predict_batch_size),
-      use_predictions=functools.partial(
-          answers, predict_examples, predict_features, FLAGS.n_best_size,
-          FLAGS.max_answer_length, FLAGS.do_lower_case,
-          FLAGS.version_2_with_negative, FLAGS.null_score_diff_threshold,
-          FLAGS.output_dir, FLAGS.predict_file))
+      prediction=runner.PredictStage(
+          files=predict_files, batch_size=FLAGS.predict_batch_size,
+          message="***** Predict: %d questions in %d windows, batch %d "
+          "*****" % (len(predict_examples or ()), len(predict_features),
+                     FLAGS.predict_batch_size),
+          use_predictions=functools.partial(
+              answers, predict_examples, predict_features, FLAGS.n_best_size,
+              FLAGS.max_answer_length, FLAGS.do_lower_case,
+              FLAGS.version_2_with_negative, FLAGS.null_score_diff_threshold,
+              FLAGS.output_dir, FLAGS.predict_file)))
 
 
 if __name__ == "__main__":

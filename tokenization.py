@@ -20,7 +20,14 @@ import unicodedata
 from bertkit.common import atomic_io
 from bertkit.common import errors
 
+# The special tokens, as Google's vocab files spell them; create_vocab.py
+# writes them in this order at the start of a vocab.
+PAD_TOKEN = "[PAD]"
 UNK_TOKEN = "[UNK]"
+CLS_TOKEN = "[CLS]"
+SEP_TOKEN = "[SEP]"
+MASK_TOKEN = "[MASK]"
+SPECIAL_TOKENS = (PAD_TOKEN, UNK_TOKEN, CLS_TOKEN, SEP_TOKEN, MASK_TOKEN)
 
 # Google's released checkpoints whose names reveal their casing (the casing is
 # not stored in bert_config.json, so upstream guesses it from the path).

@@ -36,6 +36,7 @@ from absl import app
 from absl import flags
 
 from bertkit.common.errors import UserError, main_with_user_errors
+from bertkit.common import shared_flags
 
 FLAGS = flags.FLAGS
 
@@ -154,9 +155,7 @@ def main(argv):
   if len(argv) > 1:
     raise UserError("unexpected arguments %s; all settings are --flags" %
                     " ".join(argv[1:]))
-  for name in ("baseline_steps", "batch_per_gpu"):
-    if getattr(FLAGS, name) is None:
-      raise UserError("--%s is required" % name)
+  shared_flags.require(FLAGS, ("baseline_steps", "batch_per_gpu"))
   print(format_plan(plan_phase(
       FLAGS.baseline_batch, FLAGS.baseline_steps, FLAGS.batch_per_gpu,
       FLAGS.num_gpus, FLAGS.accumulation, FLAGS.learning_rate,

@@ -32,8 +32,8 @@ figures.
 
 Prints one line per run and a summary per precision: the medians of both,
 the median of the per-round ratios, and MFU = examples/sec x model FLOPs per
-example (benchmark.pretraining_flops) / NumPy's rate. Writes the same to
-OUTPUT_DIR/comparison.json.
+example (bertkit.perf.model_flops.pretraining_flops) / NumPy's rate. Writes
+the same to OUTPUT_DIR/comparison.json.
 
 Example (BERT-mini, seq 128, batch 32, 20 predictions):
   python benchmarks/compare_pytorch.py --output_dir=/tmp/vs_torch
@@ -53,17 +53,20 @@ import numpy as np
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from bertkit.common import atomic_io  # pylint: disable=g-import-not-at-top,wrong-import-position
-import benchmark  # pylint: disable=g-import-not-at-top,wrong-import-position
-import modeling  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bertkit.engine import training_setup  # pylint: disable=g-import-not-at-top,wrong-import-position
+# pylint: disable=g-import-not-at-top,wrong-import-position
+from bertkit.common import atomic_io
+from bertkit.engine import training_setup
+from bertkit.perf import child_runs
+from bertkit.perf import cpu_peak
+from bertkit.perf import model_flops
+from bertkit.perf import sweep
+import modeling
 
-PEER = os.path.join(REPO_ROOT, "benchmarks", "pytorch_peer.py")
 CPU_FLAGS_OF_INTEREST = ("avx2", "avx512f", "avx512_bf16", "amx_bf16",
                          "amx_tile")
 
 
-def numpy_matmul_gflops(size=benchmark.PEAK_MATMUL_SIZE, trials=5):
+def numpy_matmul_gflops(size=cpu_peak.PEAK_MATMUL_SIZE, trials=5):
   """Best float32 GFLOP/s of one size x size np.matmul over `trials` calls."""
   rng = np.random.RandomState(0)
   a = rng.standard_normal((size, size)).astype(np.float32)
@@ -115,43 +118,23 @@ def make_records(args, vocab_size):
   return records
 
 
-def wall_seconds(argv, env, timeout):
-  """Whole-process wall time of a command that must succeed."""
-  start = time.perf_counter()
-  result = subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True,
-                          text=True, timeout=timeout, check=False)
-  seconds = time.perf_counter() - start
-  if result.returncode != 0:
-    raise RuntimeError("%s failed:\n%s" % (" ".join(argv[:2]),
-                                            result.stderr[-2000:]))
-  return seconds
-
-
-def count_rate(short_count, long_count, short_seconds, long_seconds):
-  """What the long run did beyond the short one (examples, tokens), per
-  second of its extra wall time; None if it took no longer."""
-  extra = long_seconds - short_seconds
-  return (long_count - short_count) / extra if extra > 0 else None
-
-
 def rate_from_two_runs(batch, short_steps, long_steps, short_seconds,
                        long_seconds):
   """examples/sec from the wall times of a short and a long run."""
-  return count_rate(batch * short_steps, batch * long_steps, short_seconds,
-                    long_seconds)
+  return child_runs.count_rate(batch * short_steps, batch * long_steps,
+                              short_seconds, long_seconds)
 
 
 def ours_command(args, input_file, run_dir, precision, steps):
-  cell = benchmark.Cell("one_device", args.bert_config_file,
-                        args.max_seq_length, "off", precision,
-                        args.train_batch_size, 1)
-  return benchmark.cell_command(
+  cell = sweep.Cell("one_device", args.bert_config_file, args.max_seq_length,
+                    "off", precision, args.train_batch_size, 1)
+  return sweep.cell_command(
       cell, os.path.abspath(args.bert_config_file), input_file, run_dir,
       args.max_predictions_per_seq, steps, 1, "cpu")
 
 
 def peer_command(args, precision, steps):
-  return [sys.executable, PEER,
+  return [sys.executable, child_runs.PYTORCH_PEER,
           "--bert_config_file=%s" % args.bert_config_file,
           "--max_seq_length=%d" % args.max_seq_length,
           "--max_predictions_per_seq=%d" % args.max_predictions_per_seq,
@@ -167,7 +150,7 @@ def run_ours(args, input_file, run_dir, precision):
   for steps in (args.short_steps, args.long_steps):
     directory = "%s_%dsteps" % (run_dir, steps)
     shutil.rmtree(directory, ignore_errors=True)
-    seconds[steps] = wall_seconds(
+    seconds[steps] = child_runs.wall_seconds(
         ours_command(args, input_file, directory, precision, steps), env,
         args.timeout)
   return seconds
@@ -175,8 +158,8 @@ def run_ours(args, input_file, run_dir, precision):
 
 def run_peer(args, precision):
   """The peer's whole-process wall times of the two step counts."""
-  return {steps: wall_seconds(peer_command(args, precision, steps),
-                              dict(os.environ), args.timeout)
+  return {steps: child_runs.wall_seconds(peer_command(args, precision, steps),
+                                         dict(os.environ), args.timeout)
           for steps in (args.short_steps, args.long_steps)}
 
 
@@ -230,14 +213,15 @@ def parse_args(argv=None):
 
 def main(args):
   config = modeling.BertConfig.from_json_file(args.bert_config_file)
-  gflop_per_example = benchmark.flops_for_config(
+  gflop_per_example = model_flops.flops_for_config(
       config, args.max_seq_length, args.max_predictions_per_seq) / 1e9
   input_file = args.input_file or make_records(args, config.vocab_size)
   cpu = cpu_description()
   numpy_rates = [numpy_matmul_gflops(trials=args.numpy_trials)]
   print("cpu: %s, %d cores, %s" % (
       cpu["model"], cpu["cores"], ", ".join(
-          "%s %s" % (k, "yes" if v else "no") for k, v in cpu["flags"].items())))
+          "%s %s" % (k, "yes" if v else "no")
+          for k, v in cpu["flags"].items())))
   print("records: %s; model: %.3f GFLOP/example; numpy float32 matmul "
         "(2048x2048, best of %d): %.1f GFLOP/s" % (
             input_file, gflop_per_example, args.numpy_trials, numpy_rates[0]),

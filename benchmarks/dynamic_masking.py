@@ -34,18 +34,20 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
+from bertkit.common import shared_flags
+from bertkit.data import pretraining_instances
 from bertkit.engine import dynamic_masking
 from bertkit.engine import input_pipeline
-from bertkit.data import pretraining_instances
 
 
 def dataset_iterator(path, kind, masking, args, batch):
   """get_next of the training input_fn over `path` (deterministic order)."""
   input_fn = input_pipeline.pretraining_input_fn_builder(
-      [path], args.max_seq_length, args.max_predictions_per_seq,
+      [path], input_pipeline.PretrainingInput(
+          args.max_seq_length, args.max_predictions_per_seq, kind,
+          masking=masking, masking_seed=args.seed),
       is_training=True, global_batch_size=batch, num_replicas=1,
-      deterministic=True, record_kind=kind, masking=masking,
-      masking_seed=args.seed)
+      deterministic=True)
   return tf.data.make_one_shot_iterator(input_fn()).get_next()
 
 
@@ -163,7 +165,7 @@ def main():
                       help="create_pretraining_data.py records (static)")
   parser.add_argument("--max_seq_length", type=int, default=128)
   parser.add_argument("--max_predictions_per_seq", type=int, default=20)
-  parser.add_argument("--masked_lm_prob", type=float, default=0.15)
+  parser.add_argument("--masked_lm_prob", type=float, default=shared_flags.MASKED_LM_PROB)
   parser.add_argument("--seed", type=int, default=12345)
   parser.add_argument("--batch_size", type=int, default=32)
   parser.add_argument("--speed_batches", type=int, default=300)

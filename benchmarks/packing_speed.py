@@ -42,12 +42,13 @@ import sys
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
-sys.path.insert(0, os.path.join(REPO_ROOT, "benchmarks"))
 
-from bertkit.common import atomic_io  # pylint: disable=g-import-not-at-top,wrong-import-position
-import benchmark  # pylint: disable=g-import-not-at-top,wrong-import-position
-import compare_pytorch  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bertkit.data import packing  # pylint: disable=g-import-not-at-top,wrong-import-position
+# pylint: disable=g-import-not-at-top,wrong-import-position
+from bertkit.common import atomic_io
+from bertkit.common import shared_flags
+from bertkit.data import packing
+from bertkit.perf import child_runs
+from bertkit.perf import sweep
 
 CONTESTANTS = ("unpacked", "packed", "peer")
 # Ours and the peer read records in file order; any fixed seed does that.
@@ -97,22 +98,22 @@ def rate(counts, batch, short_steps, long_steps, seconds):
   """(real tokens/sec, sequences/sec) of the steps between the two runs."""
   short, long = (steps_total(counts, batch, n)
                  for n in (short_steps, long_steps))
-  return tuple(compare_pytorch.count_rate(
+  return tuple(child_runs.count_rate(
       short[i], long[i], seconds[short_steps], seconds[long_steps])
                for i in (0, 1))
 
 
 def ours_command(options, records, run_dir, mask_width, steps):
-  cell = benchmark.Cell("one_device", options.bert_config_file,
-                        options.max_seq_length, "off", "fp32",
-                        options.train_batch_size, 1)
-  return benchmark.cell_command(
+  cell = sweep.Cell("one_device", options.bert_config_file,
+                    options.max_seq_length, "off", "fp32",
+                    options.train_batch_size, 1)
+  return sweep.cell_command(
       cell, os.path.abspath(options.bert_config_file), records, run_dir,
       mask_width, steps, 1, "cpu") + ["--tf_random_seed=%d" % SEED]
 
 
 def peer_command(options, records, steps):
-  return [sys.executable, compare_pytorch.PEER,
+  return [sys.executable, child_runs.PYTORCH_PEER,
           "--bert_config_file=%s" % options.bert_config_file,
           "--max_seq_length=%d" % options.max_seq_length,
           "--max_predictions_per_seq=%d" % options.max_predictions_per_seq,
@@ -128,7 +129,7 @@ def wall_times(options, command_of_steps, run_dir):
   for steps in (options.short_steps, options.long_steps):
     directory = "%s_%dsteps" % (run_dir, steps)
     shutil.rmtree(directory, ignore_errors=True)
-    seconds[steps] = compare_pytorch.wall_seconds(
+    seconds[steps] = child_runs.wall_seconds(
         command_of_steps(directory, steps), env, options.timeout)
   return seconds
 
@@ -186,7 +187,8 @@ def main(options):
   counts = {who: row_counts(records[who]) for who in CONTESTANTS}
   widths = {"unpacked": options.max_predictions_per_seq,
             "packed": packing.masked_positions_per_row(
-                options.max_seq_length, options.max_predictions_per_seq, 0.15,
+                options.max_seq_length, options.max_predictions_per_seq,
+                shared_flags.MASKED_LM_PROB,
                 options.max_sequences_per_pack)}
   padding = {kind: 1.0 - sum(c[0] for c in counts[kind]) / float(
       options.max_seq_length * len(counts[kind]))

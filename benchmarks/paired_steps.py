@@ -2,8 +2,9 @@
 
 On a loaded machine two runs minutes apart differ by more than most single
 optimisations give. This builds one BERT pretraining step graph (the model
-and both heads of a checkout's modeling.py and run_pretraining.py, the
-update of its optimization.py) per CHECKOUT[:INTER_OP_THREADS] argument and
+and both heads of a checkout's modeling.py and bertkit/tasks/pretraining.py,
+or run_pretraining.py in checkouts older than that module, the update of its
+optimization.py) per CHECKOUT[:INTER_OP_THREADS] argument and
 runs their steps in turn (ABC ABC ..., reversed every other round), so that
 load changes hit all alike. Prints per variant the median step
 time and the median of its per-round speed-ups against the first variant, by
@@ -29,19 +30,31 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
-import run_pretraining  # noqa: F401  (its own modules, bound to ours)
+# Imported before any checkout loads: what a checkout's heads import besides
+# modeling (the runner, checkpoints, ...) is then ours already, built on our
+# modeling rather than on the checkout's, bound only while its heads load.
+from bertkit.tasks import pretraining  # noqa: F401
+
+
+def heads_path(checkout):
+  """The file of `checkout` that defines its pretraining heads: the task
+  module, or in checkouts older than it, run_pretraining.py."""
+  path = os.path.join(checkout, "bertkit", "tasks", "pretraining.py")
+  if os.path.exists(path):
+    return path
+  return os.path.join(checkout, "run_pretraining.py")
 
 
 def load_checkout(checkout, index):
-  """`checkout`/run_pretraining.py built on `checkout`/modeling.py, and
+  """The pretraining heads of `checkout` built on `checkout`/modeling.py, and
   `checkout`/optimization.py.
 
-  The three are loaded as modules of their own; run_pretraining's `import
-  modeling` picks up the checkout's while it loads, the other imports of all
-  three are this checkout's.
+  The three are loaded as modules of their own; the heads' `import modeling`
+  picks up the checkout's while they load, the other imports of all three
+  are this checkout's.
 
   Returns:
-    (the run_pretraining module, the optimization module).
+    (the heads' module, the optimization module).
   """
   def load(name, path):
     spec = importlib.util.spec_from_file_location(name, path)
@@ -55,8 +68,8 @@ def load_checkout(checkout, index):
   sys.modules["modeling"] = load("modeling_%d" % index,
                                  os.path.join(checkout, "modeling.py"))
   try:
-    return load("run_pretraining_%d" % index,
-                os.path.join(checkout, "run_pretraining.py")), optimizer
+    return load("pretraining_heads_%d" % index,
+                heads_path(checkout)), optimizer
   finally:
     sys.modules["modeling"] = ours
 
@@ -66,7 +79,7 @@ def build_step(heads, optimizer, config_file, batch, seq_length,
   """Train op of one pretraining step on fixed random inputs; returns it.
 
   Args:
-    heads: a run_pretraining module (see load_checkout).
+    heads: a checkout's pretraining heads module (see load_checkout).
     optimizer: an optimization module (see load_checkout).
     config_file: bert_config.json.
     batch, seq_length, predictions: B, S and the masked positions P.

@@ -14,8 +14,8 @@ Two measures per library:
 Libraries missing from the environment are skipped.
 """
 
+import argparse
 import os
-import sys
 import time
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -85,9 +85,14 @@ def paragraphs_of(path):
           for block in text.split("\n\n") if block.strip()]
 
 
-def main(argv):
-  path = argv[1] if len(argv) > 1 else os.path.join(
-      REPO_ROOT, "sample_data", "corpus.txt")
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("text_file", nargs="?", default=os.path.join(
+      REPO_ROOT, "sample_data", "corpus.txt"),
+                      help="the speed text (default: sample_data/corpus.txt)")
+  path = parser.parse_args().text_file
+  if not os.path.isfile(path):
+    parser.error("%s is not a file" % path)
   paragraphs = paragraphs_of(path)
   num_bytes = sum(len(p.encode("utf-8")) for p in paragraphs)
   print("speed text: %s, %d paragraphs, %.2f MB" % (
@@ -113,4 +118,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  main(sys.argv)
+  main()

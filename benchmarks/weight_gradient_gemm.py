@@ -28,8 +28,8 @@ cpu_kernels.prefer_onednn()
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-import modeling
 from bertkit.engine import training_setup
+import modeling
 
 # (M, fan_in, fan_out): BERT-mini's QKV, attention output, intermediate and
 # output layers at batch 32, seq 128; BERT-base's at batch 4, seq 512.

@@ -10,12 +10,14 @@ google-research/bert. Everything else lives here, one subpackage per concern:
            input globs, the CPU kernel choice
   data     corpus reading, pretraining instances, TFRecord features, sharded
            data creation, packing, the fast tokenizer
-  engine   the training runner and what it is made of: set-up (precision,
-           strategy), distribution, horovod, hooks, throughput, checkpoints and
+  engine   the training runner and what it is made of: set-up, the precision
+           record, distribution, horovod, hooks, throughput, checkpoints and
            their formats, the input pipeline, dynamic masking, the train step,
            preemption
-  tasks    fine-tuning tasks: the classifier (data processors, features, head)
-           and SQuAD (data, predictions, evaluation, head)
+  tasks    what the runner runs: pretraining (heads, losses, metrics), the
+           classifier (data processors, features, head, outputs), SQuAD
+           (data, features, predictions, evaluation, head) and what the
+           fine-tuning tasks share
   perf     the benchmark's FLOP model, sweep, probes and reports
 
 Rules (tests/test_layout.py enforces the first three):

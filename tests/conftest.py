@@ -26,8 +26,10 @@ import tensorflow.compat.v1 as tf  # noqa: E402
 
 tf.disable_v2_behavior()
 
-import optimization  # noqa: E402
+from bertkit.engine.precision import LossScale  # noqa: E402
+from bertkit.engine import training_setup  # noqa: E402
 from bertkit.perf import synthetic_data  # noqa: E402
+import optimization  # noqa: E402
 
 
 # A 2-layer BERT small enough for end-to-end runs in seconds; no dropout, so
@@ -141,6 +143,12 @@ def mixed_precision():
   tf.train.experimental.disable_mixed_precision_graph_rewrite()
 
 
+def fp16_precision(initial_scale, growth_steps=2000):
+  """The Precision --use_fp16 resolves to here (no GPU), with that scale."""
+  return training_setup.resolve_precision(
+      True, False, 0, False, set(), LossScale(initial_scale, growth_steps))
+
+
 def build_fp16_step(strategy, replicas_with_inf):
   """A toy fp16 step whose gradient is not finite on the replicas listed
   when `inject` is fed True; its loss stays sum(w^2) on every replica.
@@ -166,8 +174,7 @@ def build_fp16_step(strategy, replicas_with_inf):
 
       loss = tf.reduce_sum(tf.square(overflowing_gradient(w)))
       return optimization.create_accumulating_optimizer(
-          [lambda: loss], 0.1, 10, 0, use_fp16=True, init_loss_scale=1024,
-          loss_scale_growth_steps=2)
+          [lambda: loss], 0.1, 10, 0, precision=fp16_precision(1024, 2))
 
     steps = strategy.extended.call_for_each_replica(step)
   return inject, w, global_step, steps

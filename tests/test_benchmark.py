@@ -1,4 +1,5 @@
-"""Tests of benchmark.py: FLOP formula, tables, efficiency, a real sweep."""
+"""Tests of benchmark.py and its parts in bertkit.perf: FLOP formula,
+tables, efficiency, a real sweep."""
 
 import csv
 import glob
@@ -9,8 +10,11 @@ import sys
 
 import pytest
 
-import benchmark
 from bertkit.common import errors
+from bertkit.perf import model_flops
+from bertkit.perf import profiles
+from bertkit.perf import reports
+from bertkit.perf import sweep
 import modeling
 from conftest import REPO_ROOT, run_program
 
@@ -25,7 +29,7 @@ def test_flops_of_a_toy_shape_by_hand():
   # Attention: QK^T and AV are 2*S*S*H = 16 FLOPs each forward, 32 together,
   #   x3 with the backward = 96.
   # MLM head on 1 position: 6 * (H*H + H*V) = 6 * (4 + 6) = 60.
-  flops = benchmark.pretraining_flops(
+  flops = model_flops.pretraining_flops(
       hidden_size=2, num_layers=1, intermediate_size=4, vocab_size=3,
       seq_length=2, max_predictions_per_seq=1)
   assert flops == {"encoder": 384, "attention": 96, "mlm_head": 60,
@@ -40,13 +44,13 @@ def test_flops_of_bert_mini_by_hand():
   mlm_head = 6 * 20 * (256 * 256 + 256 * 30522)  # 945500160
   config = modeling.BertConfig.from_json_file(
       os.path.join(REPO_ROOT, "configs", "bert_mini.json"))
-  flops = benchmark.pretraining_flops(
+  flops = model_flops.pretraining_flops(
       config.hidden_size, config.num_hidden_layers, config.intermediate_size,
       config.vocab_size, 128, 20)
   assert flops == {"encoder": 2415919104, "attention": 201326592,
                    "mlm_head": 945500160, "total": 3562745856}
   assert flops["total"] == encoder + attention + mlm_head
-  assert benchmark.flops_for_config(config, 128, 20) == 3562745856
+  assert model_flops.flops_for_config(config, 128, 20) == 3562745856
   # A step of batch 32 is 114.0 GFLOP.
   assert 32 * flops["total"] == 114007867392
 
@@ -77,7 +81,7 @@ def test_scaling_efficiency_is_against_the_same_series_at_one_replica():
   rows = published_rtx2080ti_rows()
   rows.append(fake_row(2, 50.0, batch=8))  # a series with no 1-replica cell
   rows.append(fake_row(4, None, status="failed", batch=6, precision="fp16"))
-  benchmark.add_scaling_efficiency(rows)
+  reports.add_scaling_efficiency(rows)
   eff = [r["scaling_efficiency"] for r in rows]
   assert eff[0] == 1.0 and eff[1] == 1.0
   assert eff[2] == pytest.approx(41.2 / (2 * 29.0))
@@ -89,7 +93,7 @@ def test_scaling_efficiency_is_against_the_same_series_at_one_replica():
 
 
 def test_markdown_table_has_the_published_tables_layout():
-  text = benchmark.markdown_tables(published_rtx2080ti_rows(), device="gpu")
+  text = reports.markdown_tables(published_rtx2080ti_rows(), device="gpu")
   assert text == (
       "#### `multi_worker`, bert_base, seq 512, XLA off\n"
       "\n"
@@ -104,7 +108,7 @@ def test_markdown_tables_group_by_strategy_and_label_cpu_replicas():
   rows = [fake_row(1, 8.25, strategy="mirrored"),
           fake_row(2, None, strategy="mirrored", status="failed"),
           fake_row(1, None, strategy="horovod", status="skipped")]
-  text = benchmark.markdown_tables(rows, device="cpu")
+  text = reports.markdown_tables(rows, device="cpu")
   first = "n_replicas (CPU logical replicas, not GPUs) | fp32(batch 4)"
   assert text == (
       "#### `mirrored`, bert_base, seq 512, XLA off\n\n"
@@ -115,27 +119,27 @@ def test_markdown_tables_group_by_strategy_and_label_cpu_replicas():
 
 def test_mfu_peak_is_per_gpu_but_shared_on_cpu():
   gpu = fake_row(4, 100.0)
-  benchmark.add_mfu(gpu, flops_per_example=2e9, peak_tflops=10.0,
-                    peak_scales_with_replicas=True)
+  model_flops.add_mfu(gpu, flops_per_example=2e9, peak_tflops=10.0,
+                      peak_scales_with_replicas=True)
   assert gpu["model_tflops"] == pytest.approx(0.2)
   assert gpu["peak_tflops"] == 40.0
   assert gpu["mfu"] == pytest.approx(0.2 / 40.0)
   cpu = fake_row(2, 10.0)
-  benchmark.add_mfu(cpu, flops_per_example=3e9, peak_tflops=0.1,
-                    peak_scales_with_replicas=False)
+  model_flops.add_mfu(cpu, flops_per_example=3e9, peak_tflops=0.1,
+                      peak_scales_with_replicas=False)
   assert cpu["mfu"] == pytest.approx(0.03 / 0.1)
   none = fake_row(1, None, status="failed")
-  benchmark.add_mfu(none, 3e9, 0.1, False)
+  model_flops.add_mfu(none, 3e9, 0.1, False)
   assert none["model_tflops"] is None and none["mfu"] is None
 
 
 def test_cell_commands():
-  cell = benchmark.Cell(strategy="mirrored", config_file="c.json",
-                        seq_length=128, xla="on", precision="fp16",
-                        per_replica_batch=8, replicas=2)
-  argv = benchmark.cell_command(cell, "/c.json", "/d/*.tfrecord", "/out/x",
-                                max_predictions=20, num_steps=30,
-                                warmup_steps=10, device="cpu")
+  cell = sweep.Cell(strategy="mirrored", config_file="c.json",
+                    seq_length=128, xla="on", precision="fp16",
+                    per_replica_batch=8, replicas=2)
+  argv = sweep.cell_command(cell, "/c.json", "/d/*.tfrecord", "/out/x",
+                            max_predictions=20, num_steps=30,
+                            warmup_steps=10, device="cpu")
   assert argv[1].endswith("run_pretraining.py")
   for flag in ("--train_batch_size=16", "--cpu_replicas=2",
                "--distribution_strategy=mirrored", "--use_fp16=True",
@@ -143,21 +147,21 @@ def test_cell_commands():
                "--num_train_steps=30", "--throughput_warmup_steps=10",
                "--output_dir=/out/x", "--input_file=/d/*.tfrecord"):
     assert flag in argv
-  gpu = benchmark.cell_command(cell, "/c.json", "/d", "/o", 20, 30, 10, "gpu")
+  gpu = sweep.cell_command(cell, "/c.json", "/d", "/o", 20, 30, 10, "gpu")
   assert "--num_gpus=2" in gpu and "--cpu_replicas=2" not in gpu
-  hvd = benchmark.cell_command(cell._replace(strategy="horovod", replicas=4),
-                               "/c.json", "/d", "/o", 20, 30, 10, "cpu")
+  hvd = sweep.cell_command(cell._replace(strategy="horovod", replicas=4),
+                           "/c.json", "/d", "/o", 20, 30, 10, "cpu")
   assert hvd[1:3] == ["-np", "4"]
   assert "--train_batch_size=32" in hvd
   assert not any(a.startswith(("--cpu_replicas", "--num_gpus")) for a in hvd)
-  assert benchmark.cell_name(cell) == "mirrored-c-s128-xla_on-fp16-b8-r2"
+  assert sweep.cell_name(cell) == "mirrored-c-s128-xla_on-fp16-b8-r2"
   assert "--use_bf16=False" in argv
-  bf16 = benchmark.cell_command(cell._replace(precision="bf16"), "/c.json",
-                                "/d", "/o", 20, 30, 10, "cpu")
+  bf16 = sweep.cell_command(cell._replace(precision="bf16"), "/c.json",
+                            "/d", "/o", 20, 30, 10, "cpu")
   assert "--use_bf16=True" in bf16 and "--use_fp16=False" in bf16
   # Central storage runs in one process over the local devices, as mirrored.
-  central = benchmark.cell_command(cell._replace(strategy="central_storage"),
-                                   "/c.json", "/d", "/o", 20, 30, 10, "cpu")
+  central = sweep.cell_command(cell._replace(strategy="central_storage"),
+                               "/c.json", "/d", "/o", 20, 30, 10, "cpu")
   assert "--distribution_strategy=central_storage" in central
   assert "--cpu_replicas=2" in central and central[0] == sys.executable
 
@@ -166,7 +170,7 @@ def test_last_error_line_prefers_the_programs_error(tmp_path):
   log = tmp_path / "run.log"
   log.write_text("I starting\n[1]<stderr>:error: --input_file matches 1 "
                  "file(s)\nTraceback\nRuntimeError: Horovod detected that\n")
-  assert benchmark._last_error_line(str(log)) == (
+  assert sweep._last_error_line(str(log)) == (
       "error: --input_file matches 1 file(s)")
 
 
@@ -178,10 +182,10 @@ def test_op_totals_sum_op_executions_by_type():
             ("bert/dropout/random_uniform/RandomUniform:RandomUniform",
              2_000_000_000),
             ("cls/predictions/BiasAdd:_FusedMatMul", 500_000_000)]
-  totals = benchmark.op_totals(events)
+  totals = profiles.op_totals(events)
   assert totals == [("MatMul", 4.5, 2), ("RandomUniform", 2.0, 1),
                     ("_FusedMatMul", 0.5, 1)]
-  assert benchmark.top_ops_markdown(totals, limit=2) == (
+  assert profiles.top_ops_markdown(totals, limit=2) == (
       "op type | ms | share | executions\n"
       "---|---|---|---\n"
       "MatMul | 4.5 | 64.3% | 2\n"
@@ -191,7 +195,7 @@ def test_op_totals_sum_op_executions_by_type():
 
 def test_missing_trace_is_a_user_error(tmp_path):
   with pytest.raises(errors.UserError, match="no \\*.xplane.pb"):
-    benchmark.latest_trace(str(tmp_path))
+    profiles.latest_trace(str(tmp_path))
 
 
 def write_tiny_config(tmp_path):
@@ -241,7 +245,7 @@ def test_tiny_sweep_writes_csv_markdown_and_png(tmp_path):
   assert summary["num_replicas"] == 2 and summary["global_batch_size"] == 8
   text = (out / "results.md").read_text()
   assert "n_replicas (CPU logical replicas, not GPUs) | fp32(batch 4)" in text
-  assert "\n1 | %s\n" % benchmark._format_number(eps1) in text
+  assert "\n1 | %s\n" % reports._format_number(eps1) in text
   assert (out / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -279,8 +283,8 @@ def test_profile_steps_write_an_xplane_trace(tmp_path):
   assert result.returncode == 0, result.stderr[-3000:]
   traces = glob.glob(str(out / "plugins" / "profile" / "*" / "*.xplane.pb"))
   assert len(traces) == 1
-  totals = dict((op, ms) for op, ms, _ in benchmark.op_totals(
-      benchmark.trace_events(traces[0])))
+  totals = dict((op, ms) for op, ms, _ in profiles.op_totals(
+      profiles.trace_events(traces[0])))
   # The traced steps ran the model's matmuls and the optimizer.
   # (MatMul, _FusedMatMul or oneDNN's _Mkl... variants, by the build.)
   assert any("MatMul" in op and "BatchMatMul" not in op for op in totals)

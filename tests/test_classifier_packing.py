@@ -18,9 +18,10 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
+from bertkit.tasks import classifier
+from bertkit.tasks import classifier_data
 from bertkit.tasks import classifier_packing
 import modeling
-import run_classifier as rc
 import tokenization
 from conftest import expect_user_error, read_eval_results, run_ok, run_program
 from test_run_classifier import (SAMPLE, SEQ, classifier_args,
@@ -33,11 +34,11 @@ assert workdir
 
 
 def sample_features(workdir, split="dev", count=None):
-  processor = rc.make_processor("tsv", SAMPLE, rc_flag_values())
+  processor = classifier_data.make_processor("tsv", SAMPLE, rc_flag_values())
   examples = getattr(processor, "get_%s_examples" % split)(SAMPLE)[:count]
   tokenizer = tokenization.FullTokenizer(str(workdir / "vocab.txt"), True)
-  return [rc.convert_single_example(i, e, processor.get_labels(), SEQ,
-                                    tokenizer)
+  return [classifier_data.convert_single_example(i, e, processor.get_labels(),
+                                                 SEQ, tokenizer)
           for i, e in enumerate(examples)]
 
 
@@ -115,15 +116,15 @@ def test_packed_logits_losses_and_gradients_equal_unpacked(workdir,
     def ints(name):
       return tf.constant(np.array([getattr(f, name) for f in features]),
                          dtype=tf.int32)
-    return rc.create_model(config, False, ints("input_ids"),
-                           ints("input_mask"), ints("segment_ids"),
-                           ints("label_id"), 2)
+    return classifier.create_model(config, False, ints("input_ids"),
+                                   ints("input_mask"), ints("segment_ids"),
+                                   ints("label_id"), 2)
 
   def packed():
     batch = {name: tf.constant(np.array([r[name] for r in rows]),
                                dtype=tf.float32 if name == "label_weights"
                                else tf.int32) for name in rows[0]}
-    return rc.create_model(
+    return classifier.create_model(
         config, False, batch["input_ids"], batch["input_mask"],
         batch["segment_ids"], num_labels=2,
         **classifier_packing.model_inputs(batch))

@@ -82,9 +82,10 @@ def run_in_process(out_dir, params=SMALL_PARAMS, random_seed=12345,
   """Runs faithful mode into `out_dir`; returns the output paths."""
   out_dir.mkdir(parents=True, exist_ok=True)
   outputs = [str(out_dir / ("out%d.tfrecord" % i)) for i in range(num_outputs)]
-  cpd.run_faithful_mode(input_file, ",".join(outputs), VOCAB, True, params,
-                        random_seed, dupe_factor,
-                        tokenizer_backend=tokenizer_backend)
+  cpd.run_faithful_mode(
+      corpus_input.Corpus(input_file), ",".join(outputs),
+      pretraining_instances.RecordRecipe(VOCAB, True, params, random_seed,
+                                         dupe_factor, tokenizer_backend))
   return outputs
 
 
@@ -137,10 +138,11 @@ def run_with_upstream_flags(out_dir, name, backend):
       do_whole_word_mask=flags["do_whole_word_mask"] == "true")
   output = str(out_dir / "out.tfrecord")
   cpd.run_faithful_mode(
-      os.path.join(DATA_DIR, flags["input_file"]), output,
-      os.path.join(DATA_DIR, flags["vocab_file"]),
-      flags["do_lower_case"] == "true", params, int(flags["random_seed"]),
-      int(flags["dupe_factor"]), tokenizer_backend=backend)
+      corpus_input.Corpus(os.path.join(DATA_DIR, flags["input_file"])),
+      output, pretraining_instances.RecordRecipe(
+          os.path.join(DATA_DIR, flags["vocab_file"]),
+          flags["do_lower_case"] == "true", params, int(flags["random_seed"]),
+          int(flags["dupe_factor"]), backend))
   return output
 
 

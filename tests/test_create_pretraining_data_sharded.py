@@ -91,13 +91,18 @@ def write_corpus(path, num_bytes, seed):
 
 def run_sharded(input_file, output_dir, **overrides):
   """Runs sharded mode in this process (which loaded TensorFlow, so its
-  workers are spawned, not forked)."""
-  args = dict(output_file=None, output_dir=str(output_dir),
-              vocab_file=CPD_VOCAB, do_lower_case=True, params=PARAMS,
-              random_seed=12345, dupe_factor=2, num_workers=2,
-              shard_size_mb=0.004, tokenizer_backend="fast", resume=True)
-  args.update(overrides)
-  return pretraining_shards.run_sharded(input_file, **args)
+  workers are spawned, not forked); `overrides` are fields of the recipe
+  or the job."""
+  recipe = dict(vocab_file=CPD_VOCAB, do_lower_case=True, params=PARAMS,
+                random_seed=12345, dupe_factor=2, tokenizer_backend="fast")
+  job = dict(output_dir=str(output_dir), num_workers=2, shard_size_mb=0.004,
+             resume=True)
+  for name, value in overrides.items():
+    (recipe if name in recipe else job)[name] = value
+  return pretraining_shards.run_sharded(
+      corpus_input.Corpus(input_file),
+      pretraining_instances.RecordRecipe(**recipe),
+      pretraining_shards.ShardedJob(**job))
 
 
 def shard_files(directory):
@@ -419,8 +424,10 @@ def test_each_shard_equals_a_faithful_run_of_its_text(tmp_path):
               shard_size_mb=0.005)
   for index, path in enumerate(paths):
     faithful = str(tmp_path / ("faithful%d.tfrecord" % index))
-    cpd.run_faithful_mode(path, faithful, CPD_VOCAB, True, params,
-                          pretraining_shards.shard_seed(7, index), 2)
+    cpd.run_faithful_mode(
+        corpus_input.Corpus(path), faithful, pretraining_instances.RecordRecipe(
+            CPD_VOCAB, True, params, pretraining_shards.shard_seed(7, index),
+            2))
     shard = tmp_path / "out" / ("part-%05d-of-00003.tfrecord" % index)
     assert read_bytes(str(shard)) == read_bytes(faithful)
 
@@ -830,9 +837,9 @@ def test_peak_memory_stays_flat_as_the_corpus_grows(tmp_path):
 FAILING_TASK = """
 import multiprocessing, sys
 sys.path.insert(0, %r)
-import tokenization
 from bertkit.data import pretraining_instances
 from bertkit.data import pretraining_shards
+import tokenization
 settings = pretraining_shards.ShardSettings(
     tokenization.load_vocab(%r), True, "fast", None, 1, 1)  # params None
 progress = pretraining_instances.Progress(sys.stderr, 1, num_shards=1)

@@ -5,8 +5,9 @@ import types
 import pytest
 import tensorflow.compat.v1 as tf
 
-from bertkit.engine import distribution
 from bertkit.common.errors import UserError
+from bertkit.engine import distribution
+from bertkit.engine import preemption
 
 
 def flag_values(**overrides):
@@ -54,3 +55,32 @@ def test_central_storage_keeps_one_copy_of_each_variable_on_the_cpu(graph):
   copies = strategy.experimental_local_results(var)
   assert len(copies) == 1
   assert copies[0].device.endswith("device:CPU:0")
+
+
+def test_replicas_sum_through_the_process_group_with_the_stop_vote(graph):
+  """What the optimizer is handed: one all-reduce carries the tensors and
+  the stop vote, whose sum is recorded for the hook."""
+  compressed = []
+
+  def sum_across_processes(tensors, compress):
+    compressed.append(compress)
+    return [t * 2.0 for t in tensors]  # two processes holding equal values
+
+  vote = preemption.StopVote()
+  replicas = distribution.Replicas(
+      distribution.ProcessGroup("test", 0, 2, sum_across_processes), vote)
+  sums, recorded = replicas.sum_with_stop_vote([tf.constant([1.0, 3.0])])
+  with tf.Session() as sess:
+    assert sess.run(sums)[0].tolist() == [2.0, 6.0]
+    assert sess.run(recorded) == 0.0  # no signal came
+  assert compressed == [True] and not vote.agreed
+  with tf.Session() as sess:
+    sess.run(vote.record(tf.constant(1.0)))
+  assert vote.agreed
+
+
+def test_default_replicas_are_the_graphs_with_no_vote(graph):
+  """A single-process user of optimization.py: one replica, no vote."""
+  value = tf.constant(5.0)
+  sums, recorded = distribution.Replicas().sum_with_stop_vote([value])
+  assert sums == [value] and recorded.type == "NoOp"

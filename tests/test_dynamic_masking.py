@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from bertkit.engine import dynamic_masking
-from bertkit.engine import input_pipeline
 from bertkit.data import packing
 from bertkit.data import pretraining_records
+from bertkit.engine import dynamic_masking
+from bertkit.engine import input_pipeline
 import run_pretraining
 import tokenization
 from conftest import REPO_ROOT, expect_user_error, tiny_bert_config
@@ -141,13 +141,14 @@ def read_examples(path, kind, masking, num_examples, batch=8, seed=1,
                   max_sequences_per_pack=None):
   """The first num_examples features the input_fn yields, one dict each."""
   with tf.Graph().as_default():
-    input_fn = input_pipeline.pretraining_input_fn_builder(
-        [path], masking.max_seq_length if masking else SEQ,
+    spec = input_pipeline.PretrainingInput(
+        masking.max_seq_length if masking else SEQ,
         masking.max_predictions_per_seq if masking else PREDS,
-        is_training=is_training,
+        kind, max_sequences_per_pack, masking, seed)
+    input_fn = input_pipeline.pretraining_input_fn_builder(
+        [path], spec, is_training=is_training,
         global_batch_size=batch, num_replicas=num_replicas,
-        deterministic=True, record_kind=kind, masking=masking,
-        masking_seed=seed, max_sequences_per_pack=max_sequences_per_pack)
+        deterministic=True)
     batches = tf.data.make_one_shot_iterator(
         input_fn(input_context=input_context)).get_next()
     examples = []

@@ -19,12 +19,14 @@ import tensorflow.compat.v1 as tf
 import torch
 import transformers
 
-from bertkit.engine import checkpoint_formats
 from bertkit.common import errors
+from bertkit.engine import checkpoint_formats
 import export_checkpoint
+from bertkit.tasks import fine_tuning
+from bertkit.tasks import pretraining
+# A module attribute, not the module: this file's `classifier` is a fixture.
+from bertkit.tasks.classifier import build_classifier_variables
 import modeling
-import run_classifier
-import run_pretraining
 import tokenization
 from conftest import (REPO_ROOT, expect_user_error, run_ok, run_program,
                       tiny_bert_config)
@@ -136,10 +138,10 @@ def tf_pretraining_outputs(config, checkpoint, batch):
         tf.constant(batch[n]) for n in ("input_ids", "input_mask",
                                         "segment_ids", "masked_lm_positions"))
     model = modeling.BertModel(config, False, ids, mask, segments)
-    run_pretraining.get_masked_lm_output(
+    pretraining.get_masked_lm_output(
         config, model.get_sequence_output(), model.get_embedding_table(),
         positions, tf.zeros_like(positions), tf.ones(positions.shape))
-    run_pretraining.get_next_sentence_output(
+    pretraining.get_next_sentence_output(
         config, model.get_pooled_output(),
         tf.zeros([positions.shape[0], 1], tf.int32))
     restore(sess, checkpoint)
@@ -189,9 +191,9 @@ def test_weight_table_lists_exactly_the_variables_the_programs_build(head):
   config = modeling.BertConfig.from_dict(TINY_CONFIG)
   with tf.Graph().as_default():
     if head == checkpoint_formats.PRETRAINING:
-      run_pretraining.build_pretraining_variables(config)
+      pretraining.build_pretraining_variables(config)
     else:
-      run_classifier.build_classifier_variables(config, 3)
+      build_classifier_variables(config, 3)
     built = {v.op.name: v.shape.as_list() for v in tf.trainable_variables()}
   table = checkpoint_formats.weight_table(config, head, 3)
   assert {name: shape for name, _, shape, _ in table} == built
@@ -539,7 +541,7 @@ def test_hf_directory_of_another_model_type_is_refused(work):
 @pytest.mark.slow
 def test_fine_tuning_an_uncased_hf_model_as_cased_is_refused(work):
   hf_dir = str(work / "export" / "huggingface")
-  run_classifier.check_case(True, hf_dir)
+  fine_tuning.check_case(True, hf_dir)
   result = run_program([
       "run_classifier.py", "--task_name=tsv", "--data_dir=" + CLASSIFY,
       "--vocab_file=%s" % (work / "vocab.txt"),

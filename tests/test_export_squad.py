@@ -18,8 +18,8 @@ import transformers
 
 from bertkit.engine import checkpoint_formats
 import export_checkpoint
-import modeling
 from bertkit.tasks import squad_task
+import modeling
 from conftest import REPO_ROOT, run_ok
 from bertkit.common.errors import UserError
 from test_run_squad import SEQ, squad_args, squad_file, tiny_config

@@ -21,8 +21,8 @@ import tensorflow.compat.v1 as tf
 
 from conftest import REPO_ROOT, TINY_CONFIG, load_checkpoint, run_program
 from bertkit.engine import input_pipeline
-import run_classifier
 from bertkit.perf import synthetic_data
+from bertkit.tasks import classifier_data
 
 try:
   import horovod.tensorflow  # noqa: F401  pylint: disable=unused-import
@@ -65,7 +65,7 @@ def pretraining_rows(files, num_ranks, rank, num_rows, start_step=None):
                                          num_replicas_in_sync=num_ranks)
   with tf.Graph().as_default():
     input_fn = input_pipeline.pretraining_input_fn_builder(
-        files, SEQ, PREDS, is_training=True,
+        files, input_pipeline.PretrainingInput(SEQ, PREDS), is_training=True,
         global_batch_size=num_ranks or 1, num_replicas=num_ranks or 1,
         deterministic=True,
         start_step_fn=(lambda: start_step) if start_step else None)
@@ -129,7 +129,8 @@ def write_tiny_config(directory):
 
 def test_engine_imports_without_horovod(tmp_path):
   result = run_program(
-      ["-c", "import horovod_engine; print(horovod_engine.SCRATCH_ROOT_ENV)"],
+      ["-c", "from bertkit.engine import horovod_engine; "
+       "print(horovod_engine.SCRATCH_ROOT_ENV)"],
       env=hide_horovod(tmp_path))
   assert result.returncode == 0, result.stderr
   assert result.stdout.strip() == "BERT_HOROVOD_SCRATCH_ROOT"
@@ -181,10 +182,14 @@ PROBE_START = textwrap.dedent("""\
     from bertkit.engine import horovod_engine
     from bertkit.engine import input_pipeline
     from bertkit.engine import training_setup
+    from bertkit.engine.precision import LossScale
 
     plan = distribution.StrategyPlan("horovod", ["/cpu:0"],
                                      distribution.horovod_world_size(),
                                      "auto", 600, None)
+    FP32 = training_setup.resolve_precision(False, False, 0, False, set())
+    FP16 = training_setup.resolve_precision(True, False, 0, False, set(),
+                                            LossScale(1024, 100))
     """)
 
 
@@ -207,12 +212,12 @@ def run_probe(tmp_path, body, tag, **values):
 
 
 PROBE = textwrap.dedent("""\
-    is_chief = horovod_engine.init(plan, use_fp16=False)
-    rank = distribution.process_group().rank
+    group = horovod_engine.init(plan, FP32)
+    is_chief, rank = group.rank == 0, group.rank
     value = tf.constant([1.0 / 3.0, rank + 1.0])
-    sum32 = horovod_engine.sum_across_ranks([value])[0]
-    horovod_engine.init(plan, use_fp16=True)
-    sum16 = horovod_engine.sum_across_ranks([value])[0]
+    sum32 = group.sum_across_processes([value], True)[0]
+    group = horovod_engine.init(plan, FP16)
+    sum16 = group.sum_across_processes([value], True)[0]
     tf.train.get_or_create_global_step()
     var = tf.get_variable("v", initializer=tf.constant([10.0 * rank + 1.0]))
     hook = horovod_engine.broadcast_hook()
@@ -242,9 +247,9 @@ def test_two_ranks_sum_broadcast_and_shard(tmp_path):
   records = str(tmp_path / "classifier.tf_record")
   with tf.io.TFRecordWriter(records) as writer:
     for label in range(8):
-      features = run_classifier.InputFeatures([label] * 4, [1] * 4, [0] * 4,
-                                              label_id=label)
-      writer.write(run_classifier.serialize_features(features))
+      features = classifier_data.InputFeatures([label] * 4, [1] * 4,
+                                               [0] * 4, label_id=label)
+      writer.write(classifier_data.serialize_features(features))
   out = run_probe(tmp_path, PROBE, "PROBE", records=records)
   third32, third16 = np.float32(1.0 / 3.0), np.float16(1.0 / 3.0)
   for rank in (0, 1):
@@ -296,14 +301,14 @@ def pretraining_data(tmp_path_factory):
 
 
 FP16_PROBE = textwrap.dedent("""\
-    horovod_engine.init(plan, use_fp16=True)
-    rank = distribution.process_group().rank
+    group = horovod_engine.init(plan, FP16)
+    rank = group.rank
     inject = tf.placeholder_with_default(False, [])
     w = tf.get_variable("w", initializer=tf.constant([1.0, 2.0]))
     scale = tf.where(tf.logical_and(inject, tf.equal(rank, 1)), np.inf, 1.0)
     step = optimization.create_accumulating_optimizer(
         [lambda: tf.reduce_sum(tf.square(w)) * scale], 0.1, 10, 0,
-        use_fp16=True, init_loss_scale=1024, loss_scale_growth_steps=100)
+        precision=FP16, replicas=distribution.Replicas(group))
     hook = horovod_engine.broadcast_hook()
     hook.begin()
     with tf.Session() as sess:

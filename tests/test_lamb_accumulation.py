@@ -17,11 +17,11 @@ import tensorflow.compat.v1 as tf
 
 import conftest
 from bertkit.engine import distribution
-import modeling
-import optimization
-import run_pretraining
 from bertkit.engine import runner
 from bertkit.perf import synthetic_data
+from bertkit.tasks import pretraining
+import modeling
+import optimization
 from conftest import (REPO_ROOT, TINY_CONFIG, TWO_CPUS, expect_user_error,
                       fp16_training_state, load_checkpoint, run_ok,
                       run_program, two_replica_strategy)
@@ -238,7 +238,7 @@ def masked_features(batch, seed=3):
 
 def accumulated(features, k, record_ops=None):
   """(summed gradients, summed loss) of k micro-batches of `features`."""
-  fns = run_pretraining.micro_batch_loss_fns(
+  fns = pretraining.micro_batch_loss_fns(
       modeling.BertConfig.from_dict(TINY_CONFIG), features, k)
   if record_ops is not None:
     fns = [record_ops(fn) for fn in fns]
@@ -260,7 +260,7 @@ def test_micro_batch_gradients_sum_to_the_whole_batch_gradient(graph):
     config = modeling.BertConfig.from_dict(TINY_CONFIG)
     naive_loss = tf.add_n([
         m[0] + n[0] for m, n in (
-            run_pretraining.pretraining_model(config, micro, True)
+            pretraining.pretraining_model(config, micro, True)
             for micro in runner.split_micro_batches(features, 4))
     ]) / 4.0
     naive_grads = tf.gradients(naive_loss, tf.trainable_variables())
@@ -351,8 +351,8 @@ def test_fp16_nonfinite_micro_batch_skips_the_whole_update(mixed_precision,
         scales = [1.0, tf.where(poisoned, np.inf, 1.0)]
         fns = [lambda s=s: tf.reduce_sum(tf.square(w)) * s for s in scales]
         train_op = optimization.create_accumulating_optimizer(
-            fns, 0.1, 10, 0, use_fp16=True, init_loss_scale=1024,
-            loss_scale_growth_steps=2, optimizer_name="lamb").train_op
+            fns, 0.1, 10, 0, precision=conftest.fp16_precision(1024, 2),
+            optimizer_name="lamb").train_op
         return train_op
 
       train_op = strategy.group(strategy.extended.call_for_each_replica(step))

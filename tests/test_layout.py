@@ -158,16 +158,20 @@ def _functions(path):
       if args.args and args.args[0].arg in ("self", "cls"):
         count -= 1
       first = min([d.lineno for d in node.decorator_list] + [node.lineno])
-      yield node, node.end_lineno - node.lineno + 1, count, lines[first - 2]
+      above = first - 2  # the line before the def (0-based)
+      while above >= 0 and lines[above].strip().startswith("#"):
+        above -= 1
+      comment = [l.strip() for l in lines[above + 1:first - 1]]
+      yield node, node.end_lineno - node.lineno + 1, count, comment
 
 
 def test_long_functions_say_why():
-  """Over 80 lines or 10 parameters only with a `# Size:` reason above."""
+  """Over 80 lines or 10 parameters only with a `# Size:` comment above."""
   unexplained = []
   for path, _ in _source_files():
-    for node, length, count, above in _functions(path):
+    for node, length, count, comment in _functions(path):
       if ((length > MAX_FUNCTION_LINES or count > MAX_FUNCTION_PARAMETERS)
-          and not above.strip().startswith(SIZE_REASON)):
+          and not any(l.startswith(SIZE_REASON) for l in comment)):
         unexplained.append("%s:%d %s (%d lines, %d parameters)" % (
             os.path.relpath(path, REPO_ROOT), node.lineno, node.name,
             length, count))

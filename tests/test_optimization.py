@@ -4,10 +4,11 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-import optimization
 from bertkit.engine import train_step
-from conftest import (TWO_CPUS, build_fp16_step, fp16_training_state,
-                      reachable_ops, two_replica_strategy)
+import optimization
+from conftest import (TWO_CPUS, build_fp16_step, fp16_precision,
+                      fp16_training_state, reachable_ops,
+                      two_replica_strategy)
 
 
 class PlainSGD(optimization.DataParallelOptimizer):
@@ -218,8 +219,8 @@ def test_the_train_step_reaches_the_hooks_only_through_register_step_metrics(
     mixed_precision, graph):
   w = tf.get_variable("w", initializer=tf.constant([1.0, 2.0]))
   step = optimization.create_accumulating_optimizer(
-      [lambda: tf.reduce_sum(tf.square(w))], 0.1, 10, 2, use_fp16=True,
-      init_loss_scale=1024)
+      [lambda: tf.reduce_sum(tf.square(w))], 0.1, 10, 2,
+      precision=fp16_precision(1024))
   # A model_fn that forgets the hand-over disables no guard silently.
   with pytest.raises(ValueError, match="register_step_metrics"):
     train_step.step_metrics()

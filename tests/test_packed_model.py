@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-import modeling
 from bertkit.data import packing
-import run_pretraining
+from bertkit.tasks import pretraining
+import modeling
 from conftest import TINY_CONFIG
 
 SEQ_LENGTH = 32
@@ -98,8 +98,8 @@ class Graph(object):
               position_ids=features.get("position_ids"),
               cls_positions=features.get("cls_positions"))
           (mlm_loss, mlm_example, _), (nsp_loss, nsp_example, _) = (
-              run_pretraining.pretraining_model(config, features,
-                                                is_training=False))
+              pretraining.pretraining_model(config, features,
+                                            is_training=False))
         self.outputs[kind] = {
             "sequence": model.get_sequence_output(),
             "pooled": model.get_pooled_output(),

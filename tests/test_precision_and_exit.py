@@ -20,6 +20,7 @@ from tensorflow.python.data.ops import multi_device_iterator_ops  # pylint: disa
 
 from bertkit.common import cpu_kernels
 from bertkit.engine import input_pipeline
+from bertkit.engine.precision import LossScale
 from bertkit.engine import training_setup
 from conftest import (REPO_ROOT, TINY_CONFIG, expect_user_error,
                       load_checkpoint, read_json, run_ok, run_program)
@@ -100,25 +101,39 @@ def test_programs_ask_for_onednn_unless_the_user_chose(monkeypatch):
 
 
 def test_precision_flags_resolve_to_one_precision():
-  assert training_setup.resolve_precision(False, False, 0, False, set())[0] == (
-      "float32")
+  assert training_setup.resolve_precision(
+      False, False, 0, False, set()).compute == "float32"
   with pytest.raises(UserError, match="mutually exclusive"):
     training_setup.resolve_precision(True, True, 0, True, set())
   with pytest.raises(UserError, match="not available on GPUs"):
     training_setup.resolve_precision(False, True, 1, True, set())
   # oneDNN off (TF_ENABLE_ONEDNN_OPTS=0): nothing to rewrite, said so.
-  precision, why = training_setup.resolve_precision(False, True, 0, False,
-                                                    {"avx2"})
-  assert precision == "float32" and "TF_ENABLE_ONEDNN_OPTS=1" in why
-  precision, why = training_setup.resolve_precision(False, True, 0, True,
-                                                    {"avx2", "avx512f"})
-  assert precision == "mixed_bfloat16" and "emulated" in why
-  precision, why = training_setup.resolve_precision(
+  chosen = training_setup.resolve_precision(False, True, 0, False, {"avx2"})
+  assert (chosen.compute == "float32" and
+          "TF_ENABLE_ONEDNN_OPTS=1" in chosen.reason)
+  chosen = training_setup.resolve_precision(False, True, 0, True,
+                                            {"avx2", "avx512f"})
+  assert chosen.compute == "mixed_bfloat16" and "emulated" in chosen.reason
+  chosen = training_setup.resolve_precision(
       False, True, 0, True, {"avx512f", "avx512_bf16", "amx_tile"})
-  assert precision == "mixed_bfloat16"
-  assert "amx_tile, avx512_bf16" in why and "emulated" not in why
-  assert training_setup.resolve_precision(True, False, 1, False, set())[0] == (
-      "mixed_float16")
+  assert chosen.compute == "mixed_bfloat16"
+  assert ("amx_tile, avx512_bf16" in chosen.reason and
+          "emulated" not in chosen.reason)
+  assert training_setup.resolve_precision(
+      True, False, 1, False, set()).compute == "mixed_float16"
+
+
+def test_fp16_decides_loss_scaling_the_wire_and_the_loss_guard_at_once():
+  fp16 = training_setup.resolve_precision(True, False, 0, False, set(),
+                                          LossScale(1024, 2), True)
+  assert fp16.loss_scale == LossScale(1024, 2) and fp16.compress_gradients
+  assert not fp16.stop_on_nonfinite_loss and fp16.fell_back
+  assert fp16.summary() == {"precision": "float32", "use_fp16": True,
+                            "use_bf16": False}
+  fp32 = training_setup.resolve_precision(False, False, 0, False, set(),
+                                          LossScale(1024, 2), False)
+  assert fp32.loss_scale is None and not fp32.compress_gradients
+  assert not fp32.stop_on_nonfinite_loss and not fp32.fell_back
 
 
 def test_only_bf16_turns_on_the_bfloat16_rewrite():
@@ -143,7 +158,8 @@ def test_cpu_flags_reads_the_first_processor(tmp_path):
 def test_input_pipelines_run_without_the_autotuning_thread(corpus_run_dir):
   """The model thread whose lost wake-up stalled Session.close() 10-25 s."""
   pretraining = input_pipeline.pretraining_input_fn_builder(
-      [str(corpus_run_dir / "records.tfrecord")], SEQ, PREDS,
+      [str(corpus_run_dir / "records.tfrecord")],
+      input_pipeline.PretrainingInput(SEQ, PREDS),
       is_training=True, global_batch_size=8, num_replicas=1)
   classifier = input_pipeline.classifier_input_fn_builder(
       str(corpus_run_dir / "records.tfrecord"), SEQ, is_training=True,
@@ -165,7 +181,8 @@ def test_strategy_device_datasets_run_without_the_autotuning_thread(
   pipeline is run for a few batches through the strategy's iterator.
   """
   input_fn = input_pipeline.pretraining_input_fn_builder(
-      [str(corpus_run_dir / "records.tfrecord")], SEQ, PREDS,
+      [str(corpus_run_dir / "records.tfrecord")],
+      input_pipeline.PretrainingInput(SEQ, PREDS),
       is_training=True, global_batch_size=4, num_replicas=1)
   built = []
   with tf.Graph().as_default():

@@ -9,13 +9,15 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from bertkit.engine import distribution
 from bertkit.common import errors
+from bertkit.engine import distribution
 from bertkit.engine import input_pipeline
-import modeling
-import run_classifier as rc
-import tokenization
 from bertkit.engine import training_setup
+from bertkit.tasks import classifier
+from bertkit.tasks import classifier_data
+from bertkit.tasks import fine_tuning
+import modeling
+import tokenization
 from conftest import REPO_ROOT, read_eval_results, run_ok, run_program
 
 FIXTURES = os.path.join(REPO_ROOT, "tests", "data", "classifier")
@@ -96,7 +98,7 @@ class FakeTokenizer(object):
 
 def test_mrpc_reads_glue_layout():
   data_dir = os.path.join(FIXTURES, "mrpc")
-  processor = rc.MrpcProcessor()
+  processor = classifier_data.MrpcProcessor()
   train = processor.get_train_examples(data_dir)
   assert [(e.guid, e.label) for e in train] == [
       ("train-1", "1"), ("train-2", "0"), ("train-3", "1")]
@@ -111,7 +113,7 @@ def test_mrpc_reads_glue_layout():
 
 def test_cola_train_has_no_header_but_test_has():
   data_dir = os.path.join(FIXTURES, "cola")
-  processor = rc.ColaProcessor()
+  processor = classifier_data.ColaProcessor()
   train = processor.get_train_examples(data_dir)
   assert [(e.guid, e.label, e.text_b) for e in train] == [
       ("train-0", "1", None), ("train-1", "0", None), ("train-2", "1", None)]
@@ -124,7 +126,7 @@ def test_cola_train_has_no_header_but_test_has():
 
 def test_mnli_uses_the_last_column_as_label():
   data_dir = os.path.join(FIXTURES, "mnli")
-  processor = rc.MnliProcessor()
+  processor = classifier_data.MnliProcessor()
   train = processor.get_train_examples(data_dir)
   # Row 2's label1 says entailment; gold_label (the last column) rules.
   assert [(e.guid, e.label) for e in train] == [
@@ -141,7 +143,7 @@ def test_mnli_uses_the_last_column_as_label():
 
 def test_xnli_reads_translated_train_and_one_language_of_dev():
   data_dir = os.path.join(FIXTURES, "xnli")
-  processor = rc.XnliProcessor()
+  processor = classifier_data.XnliProcessor()
   train = processor.get_train_examples(data_dir)
   assert [e.label for e in train] == ["neutral", "entailment",
                                       "contradiction"]
@@ -158,7 +160,7 @@ def test_tsv_columns_by_name_and_labels_inferred_sorted(tmp_path):
   (tmp_path / "train.tsv").write_text(
       "id\tlabel\tfirst\tsecond\n1\tyes\ta b\tc\n2\tno\td\te\n3\tyes\tf\tg\n")
   (tmp_path / "test.tsv").write_text("id\tfirst\tsecond\n7\th\ti\n")
-  processor = rc.TsvProcessor("first", "label", text_b_column="3")
+  processor = classifier_data.TsvProcessor("first", "label", text_b_column="3")
   assert processor.infer_labels(str(tmp_path)) == ["no", "yes"]
   processor.labels = ["yes", "no"]
   train = processor.get_train_examples(str(tmp_path))
@@ -172,8 +174,8 @@ def test_tsv_columns_by_name_and_labels_inferred_sorted(tmp_path):
 
 def test_tsv_without_header_uses_column_numbers(tmp_path):
   (tmp_path / "dev.tsv").write_text("pos\tgood film\nneg\tdull\n")
-  processor = rc.TsvProcessor("1", "0", has_header=False,
-                              labels=["neg", "pos"])
+  processor = classifier_data.TsvProcessor("1", "0", has_header=False,
+                                           labels=["neg", "pos"])
   dev = processor.get_dev_examples(str(tmp_path))
   assert [(e.guid, e.text_a, e.label) for e in dev] == [
       ("dev-0", "good film", "pos"), ("dev-1", "dull", "neg")]
@@ -187,7 +189,7 @@ def test_header_less_tsv_read_with_the_default_header_flag_is_refused(
   # Numbered columns would otherwise drop the first example as a "header".
   (tmp_path / "train.tsv").write_text("good film\tpos\ndull\tneg\n"
                                       "fine\tpos\n")
-  processor = rc.TsvProcessor("0", "1")
+  processor = classifier_data.TsvProcessor("0", "1")
   with pytest.raises(errors.UserError,
                      match=r"train.tsv line 1 looks like an example.*"
                            r"'pos'.*--notsv_has_header"):
@@ -209,7 +211,7 @@ def rc_flag_values(**overrides):
 
 
 def test_sample_task_is_balanced_and_inferred_labels_match():
-  processor = rc.make_processor("tsv", SAMPLE, rc_flag_values())
+  processor = classifier_data.make_processor("tsv", SAMPLE, rc_flag_values())
   assert processor.get_labels() == ["kitchen", "weather"]
   counts = {}
   for split, size in (("train", 400), ("dev", 100), ("test", 100)):
@@ -221,16 +223,18 @@ def test_sample_task_is_balanced_and_inferred_labels_match():
 
 def test_explicit_labels_must_be_two_distinct():
   with pytest.raises(errors.UserError, match="at least two"):
-    rc.make_processor("tsv", SAMPLE, rc_flag_values(labels=["weather"]))
+    classifier_data.make_processor("tsv", SAMPLE,
+                                   rc_flag_values(labels=["weather"]))
   with pytest.raises(errors.UserError, match="twice"):
-    rc.make_processor("tsv", SAMPLE, rc_flag_values(labels=["a", "a"]))
+    classifier_data.make_processor("tsv", SAMPLE,
+                                   rc_flag_values(labels=["a", "a"]))
   with pytest.raises(errors.UserError, match="not one of"):
-    rc.make_processor("sst9", SAMPLE, rc_flag_values())
+    classifier_data.make_processor("sst9", SAMPLE, rc_flag_values())
 
 
 def test_rerank_reads_ids_and_ranks_each_query_by_score():
   data_dir = os.path.join(FIXTURES, "rerank")
-  processor = rc.RerankProcessor()
+  processor = classifier_data.RerankProcessor()
   train = processor.get_train_examples(data_dir)
   assert [(e.query_id, e.passage_id, e.label) for e in train] == [
       ("q1", "p1", "1"), ("q1", "p2", "0"), ("q2", "p3", "1"),
@@ -238,7 +242,7 @@ def test_rerank_reads_ids_and_ranks_each_query_by_score():
   assert train[0].text_a == "when does the bakery open"
   test = processor.get_test_examples(data_dir)
   scores = [0.2, 0.9, 0.2, 0.1, 0.7]
-  assert rc.rank_passages(test, scores) == [
+  assert classifier.rank_passages(test, scores) == [
       ("q4", "p8", 0.9, 1), ("q4", "p7", 0.2, 2), ("q4", "p9", 0.2, 3),
       ("q5", "p11", 0.7, 1), ("q5", "p10", 0.1, 2)]
 
@@ -248,9 +252,9 @@ def test_validate_case_mismatch_is_a_user_error(tmp_path):
   model_dir.mkdir()
   (model_dir / "bert_model.ckpt.index").write_text("")
   prefix = str(model_dir / "bert_model.ckpt")
-  rc.check_case(False, prefix)
+  fine_tuning.check_case(False, prefix)
   with pytest.raises(errors.UserError, match="do_lower_case=False"):
-    rc.check_case(True, prefix)
+    fine_tuning.check_case(True, prefix)
 
 
 # ------------------------------------------------------- bad input, in-process
@@ -264,7 +268,8 @@ def test_validate_case_mismatch_is_a_user_error(tmp_path):
 ])
 def test_malformed_tsv_names_file_and_line(tmp_path, train_text, message):
   (tmp_path / "train.tsv").write_text(train_text)
-  processor = rc.TsvProcessor("0", "1", labels=["kitchen", "weather"])
+  processor = classifier_data.TsvProcessor("0", "1",
+                                           labels=["kitchen", "weather"])
   with pytest.raises(errors.UserError, match=message):
     processor.get_train_examples(str(tmp_path))
 
@@ -274,13 +279,13 @@ def test_unknown_label_names_file_line_and_value(tmp_path):
                                     "2\t\t\tx\ty\n")
   with pytest.raises(errors.UserError,
                      match=r"dev.tsv line 3: label '2' is not one of"):
-    rc.MrpcProcessor().get_dev_examples(str(tmp_path))
+    classifier_data.MrpcProcessor().get_dev_examples(str(tmp_path))
 
 
 def test_missing_file_is_named(tmp_path):
   with pytest.raises(errors.UserError,
                      match=r"file .*test_matched.tsv does not exist"):
-    rc.MnliProcessor().get_test_examples(str(tmp_path))
+    classifier_data.MnliProcessor().get_test_examples(str(tmp_path))
 
 
 # ------------------------------------------------------------------ features
@@ -288,8 +293,9 @@ def test_missing_file_is_named(tmp_path):
 
 def test_pair_is_truncated_longer_first_and_segmented():
   tokenizer = FakeTokenizer(["[PAD]", "[CLS]", "[SEP]"] + list("abcdefghij"))
-  example = rc.InputExample("g", "a b c d e f", "g h", label="y")
-  feature = rc.convert_single_example(0, example, ["x", "y"], 10, tokenizer)
+  example = classifier_data.InputExample("g", "a b c d e f", "g h", label="y")
+  feature = classifier_data.convert_single_example(0, example, ["x", "y"], 10,
+                                                   tokenizer)
   # 10 - 3 special tokens = 7: A loses its last two tokens (6 -> 5).
   assert feature.input_ids == [1, 3, 4, 5, 6, 7, 2, 9, 10, 2]
   assert feature.segment_ids == [0] * 7 + [1] * 3
@@ -299,8 +305,9 @@ def test_pair_is_truncated_longer_first_and_segmented():
 
 def test_single_sentence_is_padded_with_zeros():
   tokenizer = FakeTokenizer(["[PAD]", "[CLS]", "[SEP]", "a", "b"])
-  example = rc.InputExample("g", "a b", None, label="x")
-  feature = rc.convert_single_example(0, example, ["x", "y"], 6, tokenizer)
+  example = classifier_data.InputExample("g", "a b", None, label="x")
+  feature = classifier_data.convert_single_example(0, example, ["x", "y"], 6,
+                                                   tokenizer)
   assert feature.input_ids == [1, 3, 4, 2, 0, 0]
   assert feature.input_mask == [1, 1, 1, 1, 0, 0]
   assert feature.segment_ids == [0] * 6
@@ -308,12 +315,15 @@ def test_single_sentence_is_padded_with_zeros():
 
 
 def test_padding_examples_fill_the_last_batch_only():
-  examples = [rc.InputExample(str(i), "a", None, "x") for i in range(10)]
-  padded = rc.pad_to_batches(examples, 4)
+  examples = [classifier_data.InputExample(str(i), "a", None, "x")
+              for i in range(10)]
+  padded = classifier_data.pad_to_batches(examples, 4)
   assert len(padded) == 12 and padded[:10] == examples
-  assert all(isinstance(e, rc.PaddingInputExample) for e in padded[10:])
-  assert rc.pad_to_batches(examples[:8], 4) == examples[:8]
-  feature = rc.convert_single_example(0, padded[-1], ["x"], 5, None)
+  assert all(isinstance(e, classifier_data.PaddingInputExample)
+             for e in padded[10:])
+  assert classifier_data.pad_to_batches(examples[:8], 4) == examples[:8]
+  feature = classifier_data.convert_single_example(0, padded[-1], ["x"], 5,
+                                                   None)
   assert feature.input_ids == [0] * 5 and feature.input_mask == [0] * 5
   assert not feature.is_real_example
 
@@ -321,11 +331,13 @@ def test_padding_examples_fill_the_last_batch_only():
 def write_records(tmp_path, num_examples, seq=6):
   tokenizer = FakeTokenizer(["[PAD]", "[CLS]", "[SEP]"] +
                             ["w%d" % i for i in range(num_examples)])
-  examples = [rc.InputExample(str(i), "w%d" % i, None, ["x", "y"][i % 2])
+  examples = [classifier_data.InputExample(str(i), "w%d" % i, None,
+                                           ["x", "y"][i % 2])
               for i in range(num_examples)]
   path = str(tmp_path / "records.tf_record")
-  rc.file_based_convert_examples_to_features(
-      rc.pad_to_batches(examples, 4), ["x", "y"], seq, tokenizer, path)
+  classifier_data.file_based_convert_examples_to_features(
+      classifier_data.pad_to_batches(examples, 4), ["x", "y"], seq, tokenizer,
+      path)
   return path
 
 
@@ -414,7 +426,7 @@ def test_only_horovod_ranks_get_an_input_context_from_the_runner():
 
 def test_head_variables_are_top_level_with_upstream_shapes(graph):
   config = modeling.BertConfig.from_dict(tiny_config(50))
-  rc.build_classifier_variables(config, num_labels=3)
+  classifier.build_classifier_variables(config, num_labels=3)
   shapes = {v.op.name: v.shape.as_list() for v in tf.trainable_variables()}
   assert shapes["output_weights"] == [3, 64]
   assert shapes["output_bias"] == [3]
@@ -427,7 +439,7 @@ def test_metrics_count_real_examples_only(graph):
   labels = tf.constant([0, 1, 1, 0])
   loss = tf.constant([1., 2., 3., 100.])
   real = tf.constant([1, 1, 1, 0])
-  metrics = rc.classifier_metrics(loss, labels, logits, real)
+  metrics = classifier.classifier_metrics(loss, labels, logits, real)
   with tf.Session() as sess:
     sess.run(tf.local_variables_initializer())
     sess.run({k: update for k, (_, update) in metrics.items()})
@@ -439,7 +451,7 @@ def test_metrics_count_real_examples_only(graph):
 def test_eval_loss_is_the_mean_loss_under_horovod(graph):
   """Eval is unreplicated: its loss must not be divided by the rank count."""
   config = modeling.BertConfig.from_dict(tiny_config(50))
-  model_fn = rc.model_fn_builder(config, 2, None, 1e-3, 10, 1, {})
+  model_fn = classifier.model_fn_builder(config, 2, None, 1e-3, 10, 1, {})
   features = {"input_ids": tf.constant([[1, 2, 3], [4, 5, 0]]),
               "input_mask": tf.constant([[1, 1, 1], [1, 1, 0]]),
               "segment_ids": tf.zeros([2, 3], tf.int32),

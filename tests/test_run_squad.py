@@ -12,6 +12,7 @@ import tensorflow.compat.v1 as tf
 import modeling
 import run_squad
 from bertkit.tasks import squad_data
+from bertkit.tasks import squad_io
 from bertkit.tasks import squad_task
 import tokenization
 from conftest import (REPO_ROOT, expect_user_error, read_eval_results,
@@ -130,9 +131,9 @@ def test_records_round_trip_through_the_input_fn(tmp_path):
   features = list(squad_data.convert_examples_to_features(
       examples[:3], tokenizer, SEQ, STRIDE, QUERY, True))
   path = str(tmp_path / "train.tf_record")
-  assert run_squad.write_features(path, features, True) == len(features)
+  assert squad_io.write_features(path, features, True) == len(features)
   with tf.Graph().as_default(), tf.Session() as sess:
-    dataset = run_squad.input_fn_builder(path, SEQ, 4, True)()
+    dataset = squad_io.input_fn_builder(path, SEQ, 4, True)()
     batch = sess.run(tf.data.make_one_shot_iterator(dataset).get_next())
   assert sorted(batch) == ["end_positions", "input_ids", "input_mask",
                            "segment_ids", "start_positions", "unique_ids"]
@@ -147,7 +148,7 @@ def test_records_round_trip_through_the_input_fn(tmp_path):
 def one_training_step(init_checkpoint, features, num_accumulation_steps):
   """(loss, weights) after one update of run_squad's model_fn."""
   config = modeling.BertConfig.from_dict(tiny_config())
-  model_fn = run_squad.model_fn_builder(
+  model_fn = squad_task.model_fn_builder(
       config, init_checkpoint, 1e-3, 10, 0, {}, num_accumulation_steps)
   with tf.Graph().as_default(), tf.Session() as sess:
     spec = model_fn({k: tf.constant(v) for k, v in features.items()}, None,

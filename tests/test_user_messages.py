@@ -9,8 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from bertkit.engine import checkpoint_formats
 from bertkit.common import console
+from bertkit.engine import checkpoint_formats
 import modeling
 from conftest import (REPO_ROOT, TINY_CONFIG, expect_user_error,
                       pretrain_args, run_program)

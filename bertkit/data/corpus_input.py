@@ -28,6 +28,7 @@ thus read each document exactly once. A compressed file is never split.
 """
 
 import collections
+import dataclasses
 import io
 import json
 import os
@@ -41,6 +42,22 @@ from bertkit.common import file_patterns
 
 FORMATS = ("text", "jsonl", "parquet")
 DEFAULT_TEXT_FIELD = "text"
+
+
+@dataclasses.dataclass(frozen=True)
+class Corpus:
+  """The text to make records of, as --input_file and its flags give it.
+
+  Attributes:
+    input_file: comma-separated files, globs, directories or URLs
+      (`expand_inputs`).
+    input_format: "auto" (by file name), "text", "jsonl" or "parquet".
+    text_field: the JSON field / Parquet column holding a document.
+  """
+  input_file: str
+  input_format: str = "auto"
+  text_field: str = DEFAULT_TEXT_FIELD
+
 
 InputFile = collections.namedtuple("InputFile", ["path", "size", "format"])
 InputFile.__doc__ = """One input file: path or URL, size in bytes, format."""

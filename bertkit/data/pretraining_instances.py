@@ -15,9 +15,11 @@ Nothing here imports TensorFlow.
 
 import collections
 import contextlib
+import dataclasses
 import os
 import tempfile
 import time
+from typing import Optional
 import uuid
 
 from absl import logging
@@ -36,7 +38,8 @@ MAX_SEQ_LENGTH = 8192
 
 # Tokens the records are built from: every instance uses [CLS] and [SEP],
 # masking uses [MASK], and WordPiece emits [UNK] for uncoverable words.
-REQUIRED_VOCAB_TOKENS = ("[CLS]", "[SEP]", "[MASK]", "[UNK]")
+REQUIRED_VOCAB_TOKENS = (tokenization.CLS_TOKEN, tokenization.SEP_TOKEN,
+                         tokenization.MASK_TOKEN, tokenization.UNK_TOKEN)
 
 # --masking: masks frozen into the records (upstream), or none written
 # (run_pretraining.py draws them every epoch).
@@ -67,6 +70,30 @@ Attributes:
     (the masks are still drawn, so that every later choice sees the same
     random numbers, and then left out).
 """
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordRecipe:
+  """How both modes make records of the text (flag values).
+
+  Attributes:
+    vocab_file: the vocab file.
+    do_lower_case: lower-case the text (uncased models).
+    params: an `InstanceParams`.
+    random_seed: faithful mode: the seed of the one `random.Random` behind
+      every choice; sharded mode: the base of every shard's seed.
+    dupe_factor: passes over the documents, each masked differently.
+    tokenizer_backend: "fast" or "python" (same tokens).
+    max_sequences_per_pack: pack the instances, at most this many to a row
+      (None: upstream's records, one instance each).
+  """
+  vocab_file: str
+  do_lower_case: bool
+  params: InstanceParams
+  random_seed: int
+  dupe_factor: int
+  tokenizer_backend: str = "fast"
+  max_sequences_per_pack: Optional[int] = None
 
 
 def validate_params(params, dupe_factor):
@@ -195,9 +222,9 @@ class InstanceMaker(object):
     self._max_num_tokens = params.max_seq_length - 3
     self._encoder = encoder
     codes = encoder.token_codes
-    self._cls = codes[vocab["[CLS]"]]
-    self._sep = codes[vocab["[SEP]"]]
-    self._mask = codes[vocab["[MASK]"]]
+    self._cls = codes[vocab[tokenization.CLS_TOKEN]]
+    self._sep = codes[vocab[tokenization.SEP_TOKEN]]
+    self._mask = codes[vocab[tokenization.MASK_TOKEN]]
     self._replacements = [codes[i] for i in vocab.values()]
     self._continuations = frozenset(
         codes[i] for token, i in vocab.items() if token.startswith("##"))

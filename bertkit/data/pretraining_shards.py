@@ -54,6 +54,7 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import dataclasses
 import json
 import logging as std_logging
 import multiprocessing
@@ -65,17 +66,42 @@ import signal
 import sys
 import time
 import traceback
+from typing import Optional
 import zlib
 
 from absl import logging
 
 from bertkit.common import atomic_io
-from bertkit.data import corpus_input
 from bertkit.common import errors
+from bertkit.data import corpus_input
 from bertkit.data import pretraining_instances
 from bertkit.data import pretraining_records
 
 ShardPiece = corpus_input.ShardPiece
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardedJob:
+  """Where a sharded run writes its shards, and what makes them (flags).
+
+  Attributes:
+    output_file: the shards' prefix (a `.tfrecord` suffix is dropped), or
+      None with `output_dir`.
+    output_dir: directory for part-SSSSS-of-NNNNN.tfrecord, or None.
+    num_workers: local worker processes (None: one per core); unused with
+      `dask_scheduler`.
+    shard_size_mb: the largest input size of a shard, in MB (1e6 bytes).
+    resume: skip shards whose output file exists.
+    dask_scheduler: tcp://HOST:PORT of a Dask scheduler to run the shards
+      on, or None for local workers.
+  """
+  output_file: Optional[str] = None
+  output_dir: Optional[str] = None
+  num_workers: Optional[int] = None
+  shard_size_mb: float = 16.0
+  resume: bool = True
+  dask_scheduler: Optional[str] = None
+
 
 ShardSettings = collections.namedtuple("ShardSettings", [
     "vocab", "do_lower_case", "tokenizer_backend", "params", "random_seed",
@@ -332,7 +358,7 @@ def _local_worker(settings, connection, parent_pid):
   A worker shares no lock with anyone, so it can be stopped or killed (the
   parent's SIGTERM, the kernel's out-of-memory killer) at any moment without
   blocking the parent; the partial file of a task it was making is removed
-  by the parent (run_sharded).
+  by the parent (`_make_shards`).
   """
   set_worker_signals()
   report = _Reporter(connection, parent_pid)
@@ -723,88 +749,57 @@ class CompletedShards(object):
     self._written = time.monotonic()
 
 
-def run_sharded(input_file, output_file, output_dir, vocab_file,
-                do_lower_case, params, random_seed, dupe_factor,
-                num_workers=None, shard_size_mb=16.0,
-                tokenizer_backend="fast", resume=True, input_format="auto",
-                text_field=corpus_input.DEFAULT_TEXT_FIELD,
-                dask_scheduler=None, max_sequences_per_pack=None):
-  """Sharded mode: see the module docstring.
-
-  Args:
-    input_file: comma-separated files, globs, directories or URLs.
-    output_file: the shards' prefix (a `.tfrecord` suffix is dropped), or
-      None with `output_dir`.
-    output_dir: directory for part-SSSSS-of-NNNNN.tfrecord, or None.
-    vocab_file: the vocab file.
-    do_lower_case: lower-case the input (uncased models).
-    params: an `InstanceParams`.
-    random_seed: base of every shard's seed (`shard_seed`).
-    dupe_factor: passes over each shard's documents.
-    num_workers: local worker processes (None: one per core); unused with
-      `dask_scheduler`.
-    shard_size_mb: the largest input size of a shard, in MB (1e6 bytes).
-    tokenizer_backend: "fast" or "python" (same tokens).
-    resume: skip shards whose output file exists.
-    input_format: "auto" (from file names), "text", "jsonl" or "parquet".
-    text_field: the JSON field / Parquet column holding a document.
-    dask_scheduler: tcp://HOST:PORT of a Dask scheduler to run the shards
-      on, or None for local workers.
-    max_sequences_per_pack: pack each shard's instances, at most this many
-      to a row (None: one instance per record).
+def _prepare_job(job):
+  """Checks the job's values and creates its output directory.
 
   Returns:
-    A `ShardedOutput`.
+    (local workers, the shard file prefix).
 
   Raises:
-    errors.UserError: on bad input.
-    errors.TrainingFailed: the Dask scheduler was lost mid-run.
+    errors.UserError: a value is out of range, or the output is not one
+      of --output_file and --output_dir, or cannot be created.
   """
-  pretraining_instances.validate_params(params, dupe_factor)
+  num_workers = job.num_workers
   if num_workers is None:
     num_workers = os.cpu_count() or 1
   if num_workers < 1:
     raise errors.UserError("--num_workers=%d must be at least 1" % num_workers)
-  if not shard_size_mb > 0:
+  if not job.shard_size_mb > 0:
     raise errors.UserError(
-        "--shard_size_mb=%r must be positive" % shard_size_mb)
-  prefix = output_prefix(output_file, output_dir)
-  if output_dir:
+        "--shard_size_mb=%r must be positive" % job.shard_size_mb)
+  prefix = output_prefix(job.output_file, job.output_dir)
+  if job.output_dir:
     try:
-      os.makedirs(output_dir, exist_ok=True)
+      os.makedirs(job.output_dir, exist_ok=True)
     except OSError as e:
       raise errors.UserError("cannot create --output_dir %s: %s" % (
-          output_dir, e.strerror)) from None
-  vocab = pretraining_instances.load_checked_vocab(vocab_file)
-  files = corpus_input.expand_inputs(input_file, input_format)
-  shard_bytes = plan_shard_bytes(sum(f.size for f in files),
-                                 max(1, int(shard_size_mb * 1e6)))
-  shards = plan_shards(files, shard_bytes)
-  settings = ShardSettings(vocab, do_lower_case, tokenizer_backend, params,
-                           random_seed, dupe_factor, text_field,
-                           max_sequences_per_pack)
-  manifest = _manifest(settings, shards, shard_bytes)
-  todo = prepare_output(prefix, manifest, resume)
-  paths = shard_paths(prefix, len(shards))
-  logging.info("%d input file(s), %d shard(s) of <= %.2f MB; %d to make, %d "
-               "already complete; %s", len(files), len(shards),
-               shard_bytes / 1e6, len(todo), len(shards) - len(todo),
-               "Dask scheduler %s" % dask_scheduler
-               if dask_scheduler is not None else
-               "%d local worker(s)" % min(num_workers, max(len(todo), 1)))
-  pattern = shard_pattern(prefix, len(shards))
-  if not todo:
-    return ShardedOutput(paths, pattern, 0)
+          job.output_dir, e.strerror)) from None
+  return num_workers, prefix
+
+
+def _make_shards(settings, tasks, job, num_workers, completed, prefix):
+  """Runs the `tasks` on the job's engine, shard files and manifest kept
+  consistent however the run ends.
+
+  Args:
+    settings: the `ShardSettings`.
+    tasks: (shard index, pieces, output path) of the shards to make.
+    job: the `ShardedJob` (its dask_scheduler picks the engine).
+    num_workers: local workers.
+    completed: the `CompletedShards` of the manifest.
+    prefix: the shard file prefix.
+
+  Returns:
+    (the `ShardResult`s in completion order, the closed
+    `pretraining_instances.Progress`).
+  """
   progress = pretraining_instances.Progress(
-      sys.stderr, sum(shard_work(shards[i], dupe_factor) for i in todo),
-      num_shards=len(todo))
-  tasks = [(i, shards[i], paths[i]) for i in todo]
-  if dask_scheduler is not None:
-    results = run_dask(settings, tasks, dask_scheduler, progress)
+      sys.stderr, sum(shard_work(pieces, settings.dupe_factor)
+                      for _, pieces, _ in tasks), num_shards=len(tasks))
+  if job.dask_scheduler is not None:
+    results = run_dask(settings, tasks, job.dask_scheduler, progress)
   else:
     results = run_local(settings, tasks, num_workers, progress)
-  completed = CompletedShards(prefix + ".manifest.json", manifest,
-                              set(range(len(shards))) - set(todo))
   finished = []
   try:
     with contextlib.closing(results):
@@ -817,13 +812,60 @@ def run_sharded(input_file, output_file, output_dir, vocab_file,
     # Local workers are stopped by now. Dask workers that lost their
     # scheduler may still be writing: their files are complete or
     # temporary, and a rerun removes the temporary ones.
-    if dask_scheduler is None or not isinstance(e, errors.TrainingFailed):
+    if job.dask_scheduler is None or not isinstance(e, errors.TrainingFailed):
       remove_partial_files(prefix)
     raise
   completed.write()
   # Left by workers that died mid-task (their shards were made again).
   remove_partial_files(prefix)
   progress.close()
+  return finished, progress
+
+
+def run_sharded(corpus, recipe, job):
+  """Sharded mode: see the module docstring.
+
+  Args:
+    corpus: the `corpus_input.Corpus` (its directories are read).
+    recipe: the `pretraining_instances.RecordRecipe`; its random_seed is
+      the base of every shard's seed (`shard_seed`).
+    job: the `ShardedJob`.
+
+  Returns:
+    A `ShardedOutput`.
+
+  Raises:
+    errors.UserError: on bad input.
+    errors.TrainingFailed: the Dask scheduler was lost mid-run.
+  """
+  pretraining_instances.validate_params(recipe.params, recipe.dupe_factor)
+  num_workers, prefix = _prepare_job(job)
+  vocab = pretraining_instances.load_checked_vocab(recipe.vocab_file)
+  files = corpus_input.expand_inputs(corpus.input_file, corpus.input_format)
+  shard_bytes = plan_shard_bytes(sum(f.size for f in files),
+                                 max(1, int(job.shard_size_mb * 1e6)))
+  shards = plan_shards(files, shard_bytes)
+  settings = ShardSettings(vocab, recipe.do_lower_case,
+                           recipe.tokenizer_backend, recipe.params,
+                           recipe.random_seed, recipe.dupe_factor,
+                           corpus.text_field, recipe.max_sequences_per_pack)
+  manifest = _manifest(settings, shards, shard_bytes)
+  todo = prepare_output(prefix, manifest, job.resume)
+  paths = shard_paths(prefix, len(shards))
+  logging.info("%d input file(s), %d shard(s) of <= %.2f MB; %d to make, %d "
+               "already complete; %s", len(files), len(shards),
+               shard_bytes / 1e6, len(todo), len(shards) - len(todo),
+               "Dask scheduler %s" % job.dask_scheduler
+               if job.dask_scheduler is not None else
+               "%d local worker(s)" % min(num_workers, max(len(todo), 1)))
+  pattern = shard_pattern(prefix, len(shards))
+  if not todo:
+    return ShardedOutput(paths, pattern, 0)
+  completed = CompletedShards(prefix + ".manifest.json", manifest,
+                              set(range(len(shards))) - set(todo))
+  finished, progress = _make_shards(
+      settings, [(i, shards[i], paths[i]) for i in todo], job, num_workers,
+      completed, prefix)
   for result in finished:
     if not result.num_documents:
       logging.warning("shard %d (%s) holds no usable document: its file "
@@ -831,6 +873,6 @@ def run_sharded(input_file, output_file, output_dir, vocab_file,
   if not any(r.num_documents for r in finished) and len(todo) == len(shards):
     raise errors.UserError(
         "no usable document in --input_file %s: every line is empty or "
-        "tokenizes to nothing" % input_file)
+        "tokenizes to nothing" % corpus.input_file)
   logging.info("done: %s", progress.line())
   return ShardedOutput(paths, pattern, sum(r.num_instances for r in finished))

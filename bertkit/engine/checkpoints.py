@@ -23,10 +23,10 @@ from absl import logging
 import tensorflow.compat.v1 as tf
 
 from bertkit.common import atomic_io
-from bertkit.engine import checkpoint_formats
 from bertkit.common import errors
-import modeling
 from bertkit.common.errors import UserError
+from bertkit.engine import checkpoint_formats
+import modeling
 
 
 def resolve(path, flag):

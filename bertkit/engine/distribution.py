@@ -21,6 +21,18 @@ Strategies (`--distribution_strategy`):
                which are reduced to that device and applied there once.
   horovod      one process per device, launched by horovodrun (see
                horovod_engine.py).
+
+What a training step sums over is a `Replicas`: the runner builds one from
+the engine (the ProcessGroup of horovod, or tf.distribute's replicas in the
+graph) and the run's stop vote, and hands it to the optimizer.
+
+Module state: the ProcessGroup of an engine with one process per replica.
+horovod_engine.init writes it (`join_process_group`), once per process. The
+in-graph helpers below read it (`replica_share`, `global_sum`,
+`sum_across_replicas`, `num_replicas_in_sync`, `num_local_replicas`), since
+the tasks' loss functions and train_step call them inside a model_fn, where
+nothing can be handed to them; so do training_setup.input_context and
+runner.task_name.
 """
 
 import collections
@@ -308,11 +320,74 @@ def describe(plan, global_batch):
                                     global_batch // plan.num_replicas))
 
 
-# Set by an engine that runs one process per replica (horovod_engine.init);
+# The processes of an engine that runs one process per replica
+# (horovod_engine.init); `sum_across_processes(tensors, compress)` is its
+# batched SUM all-reduce, which may send floats as float16 when `compress`.
 # None under tf.distribute strategies, whose replicas live in one graph.
 ProcessGroup = collections.namedtuple(
     "ProcessGroup", ["engine", "rank", "size", "sum_across_processes"])
 _PROCESS_GROUP = [None]
+
+
+class Replicas(collections.namedtuple("Replicas",
+                                      ["process_group", "stop_vote"])):
+  """The replicas a training step sums over, as the optimizer sees them.
+
+  Fields:
+    process_group: the ProcessGroup of an engine with one process per
+      replica (horovod), or None: the replicas are tf.distribute's, in this
+      graph (one without a strategy).
+    stop_vote: a preemption.StopVote that rides in the step's all-reduce, or
+      None for no vote.
+
+  `Replicas()` is what a single-process user of optimization.py gets: the
+  replicas of the strategy in scope, if any, and no stop vote.
+  """
+  __slots__ = ()
+
+  def sum(self, tensors, compress=True):
+    """One batched SUM all-reduce of `tensors` over every replica.
+
+    Identity with a single replica. Called in a replica context.
+
+    Args:
+      tensors: dense tensors of the same shapes and order on every replica.
+      compress: horovod with --use_fp16 sends float tensors as float16 (fine
+        for gradients); False keeps float32 on the wire, for values that
+        must arrive exactly, such as a count (float16 holds integers exactly
+        only up to 2048).
+
+    Returns:
+      The list of sums, identical on every replica.
+    """
+    if self.process_group:
+      return self.process_group.sum_across_processes(tensors, compress)
+    ctx = tf.distribute.get_replica_context()
+    if ctx.num_replicas_in_sync == 1:
+      return list(tensors)
+    # merge_call + batch_reduce_to rather than ReplicaContext.all_reduce: the
+    # latter wraps the reduction in a custom gradient that cannot find
+    # per-replica reference variables in graph mode, and gradients are never
+    # differentiated again anyway.
+    return list(ctx.merge_call(_batch_sum, args=tuple(tensors)))
+
+  def sum_with_stop_vote(self, tensors):
+    """`sum(tensors)`, with this process's stop vote in the same all-reduce.
+
+    Args:
+      tensors: as for `sum`; float tensors may travel as float16.
+
+    Returns:
+      (the list of sums, the op recording the summed vote, which the step
+      must run).
+    """
+    if self.stop_vote is None:
+      return self.sum(tensors), tf.no_op()
+    sums = self.sum(list(tensors) + [self.stop_vote.cast()])
+    return sums[:-1], self.stop_vote.record(sums[-1])
+
+
+Replicas.__new__.__defaults__ = (None, None)
 
 
 def join_process_group(group):
@@ -375,31 +450,11 @@ def global_sum(value):
 
 
 def sum_across_replicas(tensors, compress=True):
-  """One batched SUM all-reduce of `tensors` over every replica.
+  """`Replicas.sum` over the replicas of this process's engine.
 
-  Identity with a single replica. Called in a replica context.
-
-  Args:
-    tensors: dense tensors of the same shapes and order on every replica.
-    compress: horovod with --use_fp16 sends float tensors as float16 (fine
-      for gradients); False keeps float32 on the wire, for values that must
-      arrive exactly, such as a count (float16 holds integers exactly only
-      up to 2048).
-
-  Returns:
-    The list of sums, identical on every replica.
+  For the tasks' loss functions, built inside a model_fn; see Replicas.sum.
   """
-  group = process_group()
-  if group:
-    return group.sum_across_processes(tensors, compress)
-  ctx = tf.distribute.get_replica_context()
-  if ctx.num_replicas_in_sync == 1:
-    return list(tensors)
-  # merge_call + batch_reduce_to rather than ReplicaContext.all_reduce: the
-  # latter wraps the reduction in a custom gradient that cannot find
-  # per-replica reference variables in graph mode, and gradients are never
-  # differentiated again anyway.
-  return list(ctx.merge_call(_batch_sum, args=tuple(tensors)))
+  return Replicas(process_group()).sum(tensors, compress)
 
 
 def _batch_sum(strategy, *per_replica_values):

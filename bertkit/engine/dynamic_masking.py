@@ -27,6 +27,7 @@ import math
 import tensorflow.compat.v1 as tf
 
 from bertkit.data import packing
+import tokenization
 
 # Streams of random numbers: eval masks never equal any training epoch's.
 TRAIN_STREAM = 0
@@ -76,8 +77,9 @@ def masking_params_from_vocab(vocab, max_seq_length, max_predictions_per_seq,
       max_seq_length=max_seq_length,
       max_predictions_per_seq=max_predictions_per_seq,
       masked_lm_prob=masked_lm_prob, do_whole_word_mask=do_whole_word_mask,
-      vocab_size=len(vocab), cls_id=vocab["[CLS]"], sep_id=vocab["[SEP]"],
-      mask_id=vocab["[MASK]"],
+      vocab_size=len(vocab), cls_id=vocab[tokenization.CLS_TOKEN],
+      sep_id=vocab[tokenization.SEP_TOKEN],
+      mask_id=vocab[tokenization.MASK_TOKEN],
       continuation_ids=tuple(sorted(
           i for token, i in vocab.items() if token.startswith("##"))))
 

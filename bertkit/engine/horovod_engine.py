@@ -3,18 +3,24 @@
 `--distribution_strategy=horovod` trains without a tf.distribute strategy.
 Every process (rank) builds the same single-device graph, reads its own
 share of the input (whole files, or records of fewer files than ranks: see
-runner.for_this_process) and feeds a per-rank batch of global_batch / ranks. The
-data-parallel optimizer (optimization.py) sums the gradients over the ranks
-through `sum_across_ranks`; since each rank's loss is already its share of
-the global-batch loss (see run_pretraining.micro_batch_loss_fns), the sum is
-the gradient of the global-batch loss, so the learning rate means what it
-means on one device. Rank 0 alone writes checkpoints and summaries to --output_dir; the
-other ranks start from its variables (`broadcast_hook`) and keep their model
-directory in a scratch location.
+runner.for_this_process) and feeds a per-rank batch of global_batch / ranks.
+The data-parallel optimizer (optimization.py) sums the gradients over the
+ranks through the ProcessGroup that `init` returns (`sum_across_ranks`);
+since each rank's loss is already its share of the global-batch loss (see
+runner.mean_loss_shares), the sum is the gradient of the global-batch loss,
+so the learning rate means what it means on one device. Rank 0 alone writes
+checkpoints and summaries to --output_dir; the other ranks start from its
+variables (`broadcast_hook`) and keep their model directory in a scratch
+location.
 
 horovod is optional: this module imports without it, and `init` turns its
 absence into one clear error line. Build it with scripts/install_horovod.sh;
 see docs/horovod.md.
+
+Module state: the horovod handle, written once by `init` (it is the handle
+of this process's horovod runtime, which has no other owner) and read by the
+functions below; `init` returns the distribution.ProcessGroup that the
+runner hands the optimizer.
 """
 
 import atexit
@@ -28,8 +34,8 @@ import tensorflow as tf2
 import tensorflow.compat.v1 as tf
 
 from bertkit.common import atomic_io
-from bertkit.engine import distribution
 from bertkit.common.errors import UserError
+from bertkit.engine import distribution
 
 # Directory under which non-zero ranks create their scratch model_dir. When
 # set, the scratch directories are kept after the run (for inspection and
@@ -37,7 +43,7 @@ from bertkit.common.errors import UserError
 # at exit.
 SCRATCH_ROOT_ENV = "BERT_HOROVOD_SCRATCH_ROOT"
 
-_STATE = {"hvd": None, "compression": None, "scratch_dir": None}
+_STATE = {"hvd": None}
 
 
 def _import_horovod():
@@ -61,16 +67,19 @@ def _hvd():
   return _STATE["hvd"]
 
 
-def init(plan, use_fp16):
+def init(plan, precision):
   """Starts horovod in this process and routes the gradient sum through it.
 
   Args:
     plan: the distribution.StrategyPlan of the horovod strategy; its
       num_workers is the rank count announced by the launcher.
-    use_fp16: send gradients as float16 in the all-reduce (halves traffic).
+    precision: the run's precision.Precision; with compress_gradients the
+      gradients travel as float16 in the all-reduce (half the traffic).
 
   Returns:
-    True on rank 0, the only rank that writes checkpoints and summaries.
+    The distribution.ProcessGroup of the ranks, also joined as this
+    process's; its rank 0 is the only rank that writes checkpoints and
+    summaries.
 
   Raises:
     UserError: horovod is missing, or disagrees with the launcher about the
@@ -91,15 +100,19 @@ def init(plan, use_fp16):
           "%d GPU(s): start at most one rank per GPU (horovodrun -H "
           "host:slots)" % (hvd.rank(), hvd.local_rank(), num_gpus))
   _STATE["hvd"] = hvd
-  _STATE["compression"] = (hvd.Compression.fp16 if use_fp16
-                           else hvd.Compression.none)
-  distribution.join_process_group(distribution.ProcessGroup(
+  float16_on_wire = precision.compress_gradients
+
+  def sum_across_processes(tensors, compress):
+    return sum_across_ranks(tensors, float16_on_wire and compress)
+
+  group = distribution.ProcessGroup(
       engine="horovod", rank=hvd.rank(), size=hvd.size(),
-      sum_across_processes=sum_across_ranks))
+      sum_across_processes=sum_across_processes)
+  distribution.join_process_group(group)
   logging.info("horovod: rank %d of %d (local rank %d), %s, gradient "
                "all-reduce in %s", hvd.rank(), hvd.size(), hvd.local_rank(),
-               plan.devices[0], "float16" if use_fp16 else "float32")
-  return hvd.rank() == 0
+               plan.devices[0], "float16" if float16_on_wire else "float32")
+  return group
 
 
 def visible_gpu_list():
@@ -114,14 +127,14 @@ def visible_gpu_list():
   return str(_hvd().local_rank())
 
 
-def sum_across_ranks(tensors, compress=True):
+def sum_across_ranks(tensors, float16_on_wire=False):
   """One grouped SUM all-reduce of `tensors` over all ranks.
 
   Args:
     tensors: dense tensors of the same shapes and order on every rank (each
       rank's gradient of its share of the global mean loss).
-    compress: with use_fp16, float tensors travel as float16 and come back
-      in their own dtype; False sends them as they are.
+    float16_on_wire: float tensors travel as float16 and come back in their
+      own dtype; False sends them as they are.
 
   Returns:
     List of the summed tensors, identical on every rank, same dtypes.
@@ -130,7 +143,8 @@ def sum_across_ranks(tensors, compress=True):
   # Sum, not Average: the loss shares are already divided by the rank count.
   return list(hvd.grouped_allreduce(
       list(tensors), op=hvd.Sum,
-      compression=_STATE["compression"] if compress else hvd.Compression.none))
+      compression=hvd.Compression.fp16 if float16_on_wire
+      else hvd.Compression.none))
 
 
 def barrier():
@@ -150,8 +164,8 @@ def scratch_model_dir(output_dir):
   It starts with a checkpoint state file naming output_dir's latest
   checkpoint (when this machine can see it), so that this rank resumes, or
   finds training already finished, exactly as rank 0 does. At the end of
-  training the rank saves its final weights here (see broadcast_hook), which
-  `Estimator.evaluate` then reads.
+  training the rank saves its final weights here (the runner hands it to
+  broadcast_hook), which `Estimator.evaluate` then reads.
 
   Args:
     output_dir: rank 0's --output_dir.
@@ -172,7 +186,6 @@ def scratch_model_dir(output_dir):
       latest = os.path.abspath(latest)
     tf.train.update_checkpoint_state(path, latest,
                                      all_model_checkpoint_paths=[latest])
-  _STATE["scratch_dir"] = path
   logging.info("horovod rank %d: scratch model_dir %s (starts from %s)",
                rank, path, latest or "rank 0's broadcast")
   return path
@@ -216,6 +229,12 @@ class BroadcastFromRankZeroHook(tf.train.SessionRunHook):
                  self._hvd.rank(), step, path)
 
 
-def broadcast_hook():
-  """The hook every rank adds to training (see BroadcastFromRankZeroHook)."""
-  return BroadcastFromRankZeroHook(_hvd(), _STATE["scratch_dir"])
+def broadcast_hook(final_checkpoint_dir=None):
+  """The hook every rank adds to training (see BroadcastFromRankZeroHook).
+
+  Args:
+    final_checkpoint_dir: a non-zero rank's scratch model_dir
+      (scratch_model_dir), where it saves its final weights; None on rank 0,
+      whose checkpoints the Estimator writes.
+  """
+  return BroadcastFromRankZeroHook(_hvd(), final_checkpoint_dir)

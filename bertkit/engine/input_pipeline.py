@@ -5,18 +5,26 @@ tf.distribute strategy Estimator calls the input_fn once per worker and hands
 successive batches of the dataset to successive replicas, so the dataset is
 batched with the per-replica batch. One step therefore consumes the same
 examples as one batch of the global size on a single device.
+
+The pretraining input_fn (`pretraining_input_fn_builder`) is a sequence of
+steps, each callable on its own: the files of this process
+(`process_share`), where a resumed run starts (`resume_point`), the records
+in file order or shuffled (`read_records`), decoding (`decode_example`) and
+the masks drawn on whole batches (`mask_examples`).
 """
 
+import dataclasses
 import os
 import re
 import struct
+from typing import Optional, Tuple
 
 import tensorflow.compat.v1 as tf
 from tensorflow.python.data.ops import multi_device_iterator_ops  # pylint: disable=g-direct-tensorflow-import
 
-from bertkit.engine import dynamic_masking
-from bertkit.data import pretraining_records
 from bertkit.common.errors import UserError
+from bertkit.data import pretraining_records
+from bertkit.engine import dynamic_masking
 
 
 
@@ -374,146 +382,279 @@ def shards_by_record(num_files, num_pipelines):
   return num_pipelines > 1 and num_files < num_pipelines
 
 
-def pretraining_input_fn_builder(input_files, max_seq_length,
-                                 max_predictions_per_seq, is_training,
+@dataclasses.dataclass(frozen=True)
+class PretrainingInput:
+  """What the pretraining records hold, and the masks training sees.
+
+  Attributes:
+    max_seq_length: S.
+    max_predictions_per_seq: P, masked positions per sequence.
+    record_kind: the `pretraining_records.RecordKind` of the files.
+    max_sequences_per_pack: N, for packed rows (check_pretraining_records
+      tells); None for upstream's records.
+    masking: a `dynamic_masking.MaskingParams` to draw masks with (the
+      masks of MASKED records are then replaced; PACKED_UNMASKED rows get
+      each sequence's masks, dynamic_masking.mask_packed_batch), or None to
+      use the records' own masks (MASKED and PACKED records only).
+    masking_seed: int, the seed of the training masks (None:
+      dynamic_masking.DEFAULT_SEED; eval masks use EVAL_SEED whatever it is).
+
+  Raises:
+    ValueError: on construction, for masks the records cannot have: none
+      for records without masks, or drawn for PACKED rows.
+  """
+  max_seq_length: int
+  max_predictions_per_seq: int
+  record_kind: pretraining_records.RecordKind = pretraining_records.MASKED
+  max_sequences_per_pack: Optional[int] = None
+  masking: Optional[dynamic_masking.MaskingParams] = None
+  masking_seed: Optional[int] = None
+
+  def __post_init__(self):
+    if (self.masking is None and
+        not pretraining_records.holds_masks(self.record_kind)):
+      raise ValueError("%s records hold no masks: pass `masking`" %
+                       self.record_kind.name)
+    if (self.masking is not None and
+        self.record_kind is pretraining_records.PACKED):
+      raise ValueError("masks are drawn for packed rows without masks only")
+
+  def feature_spec(self):
+    """The tf.io parsing spec of the records (`record_feature_spec`)."""
+    return record_feature_spec(self.record_kind, self.max_seq_length,
+                               self.max_predictions_per_seq,
+                               self.max_sequences_per_pack)
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcessShare:
+  """The part of the input one input pipeline (worker, horovod rank) reads.
+
+  Attributes:
+    files: the files it reads, in input order: its own every
+      num_pipelines-th file, or all of them when `by_record`.
+    num_pipelines: the pipelines sharing the input.
+    pipeline_id: this pipeline's index among them, from 0.
+    replicas_fed: the replicas this pipeline feeds.
+    by_record: the pipelines share out the records rather than the files
+      (`shards_by_record`): this one reads every num_pipelines-th record of
+      the stream of all `files`, from record `pipeline_id` on.
+  """
+  files: Tuple[str, ...]
+  num_pipelines: int = 1
+  pipeline_id: int = 0
+  replicas_fed: int = 1
+  by_record: bool = False
+
+
+def process_share(files, input_context=None):
+  """The `ProcessShare` of the pipeline `input_context` describes.
+
+  Args:
+    files: every input file, in order.
+    input_context: the tf.distribute.InputContext the Estimator (one per
+      worker) or the runner (horovod) hands the input_fn; None: one pipeline
+      reads everything.
+
+  Returns:
+    A `ProcessShare`.
+  """
+  if input_context is None:
+    return ProcessShare(tuple(files))
+  num_pipelines = input_context.num_input_pipelines
+  pipeline_id = input_context.input_pipeline_id
+  by_record = shards_by_record(len(files), num_pipelines)
+  return ProcessShare(
+      files=tuple(files if by_record else files[pipeline_id::num_pipelines]),
+      num_pipelines=num_pipelines, pipeline_id=pipeline_id,
+      replicas_fed=input_context.num_replicas_in_sync // num_pipelines,
+      by_record=by_record)
+
+
+def resume_point(step, per_replica_batch, share, records_per_epoch):
+  """Where the input of a run resuming at global step `step` starts.
+
+  Each step took `per_replica_batch` records for each replica the pipeline
+  feeds (--num_accumulation_steps does not change that: the model splits
+  the batch into micro-batches). Records shared out by record are skipped
+  before they are shared out, so the skip counts every pipeline's.
+
+  Args:
+    step: the global step of the checkpoint training resumes from.
+    per_replica_batch: records per replica per step.
+    share: the pipeline's `ProcessShare`.
+    records_per_epoch: the records of `share.files`.
+
+  Returns:
+    (first epoch, records of it to skip): the first `step` steps read whole
+    epochs up to the first, then that many of its records.
+  """
+  consumed = step * per_replica_batch * share.replicas_fed * (
+      share.num_pipelines if share.by_record else 1)
+  return divmod(consumed, records_per_epoch)
+
+
+def masking_key(is_training, masking_seed=None):
+  """(seed, stream) of the random numbers of the masks drawn.
+
+  Training masks follow `masking_seed` (dynamic_masking.DEFAULT_SEED if
+  None); eval masks are the same whatever it is, so that eval figures
+  compare from run to run.
+  """
+  if is_training:
+    return (dynamic_masking.DEFAULT_SEED if masking_seed is None
+            else masking_seed), dynamic_masking.TRAIN_STREAM
+  return dynamic_masking.EVAL_SEED, dynamic_masking.EVAL_STREAM
+
+
+def read_records(files, epochs, shuffle, cycle_length):
+  """The records of `files` epoch after epoch, each as (epoch, record).
+
+  Args:
+    files: TFRecord paths.
+    epochs: tf.data.Dataset of the int64 epoch numbers to read.
+    shuffle: False: each epoch reads the files in order, one after the
+      other. True: each epoch reads them in a new order, `cycle_length` at a
+      time with their records interleaved as they come (upstream's sloppy
+      reading; epochs may overlap where one ends).
+    cycle_length: files read at a time when shuffling.
+
+  Returns:
+    tf.data.Dataset of (int64 epoch, string record).
+  """
+  def epoch_files(epoch):
+    names = tf.data.Dataset.from_tensor_slices(tf.constant(list(files)))
+    if shuffle:
+      names = names.shuffle(buffer_size=len(files))
+    return names.map(lambda name: (epoch, name))
+
+  dataset = epochs.flat_map(epoch_files)
+  if shuffle:
+    return dataset.interleave(
+        _tagged_records, cycle_length=min(cycle_length, len(files)),
+        num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
+  return dataset.flat_map(_tagged_records)
+
+
+def _tagged_records(epoch, path):
+  """The records of the file `path`, each as (epoch, record)."""
+  return tf.data.Dataset.zip((tf.data.Dataset.from_tensors(epoch).repeat(),
+                              tf.data.TFRecordDataset(path)))
+
+
+def decode_example(epoch, record, spec, key):
+  """One record's features, and the random draws of its masks.
+
+  Args:
+    epoch: int64 scalar tensor, the epoch the record is read in.
+    record: string scalar tensor, the serialized record.
+    spec: the `PretrainingInput`.
+    key: (seed, stream) of the masks (`masking_key`).
+
+  Returns:
+    The features of `decode_record`; with `spec.masking`, also
+    "random_draws": (uniforms float32 [3, S], random ids int32 [S]).
+  """
+  features = decode_record(record, spec.feature_spec())
+  if spec.masking is not None:
+    features["random_draws"] = dynamic_masking.example_draws(
+        key[0], key[1], epoch, record, spec.max_seq_length)
+  return features
+
+
+def mask_examples(features, spec):
+  """The masking step: a batch with the masks drawn from its draws.
+
+  On whole batches: far fewer op runs than example by example, and every
+  row's masks depend on that row's draws only.
+
+  Args:
+    features: a batch of `decode_example` features, "random_draws"
+      included: [B, ...] tensors.
+    spec: the `PretrainingInput` (its `masking` is set).
+
+  Returns:
+    The features without "random_draws", input_ids [B, S] masked and the
+    masked_lm features ([B, P]) drawn.
+  """
+  features = dict(features)
+  uniforms, random_ids = features.pop("random_draws")
+  original_ids = features["input_ids"]
+  if spec.record_kind is pretraining_records.PACKED_UNMASKED:
+    features.update(dynamic_masking.mask_packed_batch(
+        original_ids, features["input_mask"], features["sequence_ids"],
+        uniforms, random_ids, spec.masking, spec.max_sequences_per_pack))
+    return features
+  if spec.record_kind is pretraining_records.MASKED:
+    original_ids = dynamic_masking.restore_original_ids(features)
+  features.update(dynamic_masking.mask_batch(
+      original_ids, features["input_mask"], uniforms, random_ids,
+      spec.masking))
+  return features
+
+
+def pretraining_input_fn_builder(input_files, spec, is_training,
                                  global_batch_size, num_replicas,
                                  deterministic=False, num_cpu_threads=4,
-                                 record_kind=pretraining_records.MASKED,
-                                 masking=None, masking_seed=None,
-                                 start_step_fn=None,
-                                 max_sequences_per_pack=None):
+                                 start_step_fn=None):
   """Returns an Estimator input_fn over pretraining TFRecords.
 
   Records are read epoch after epoch, each tagged with its epoch (from 0),
   which keys the masks drawn here (dynamic_masking) so that every epoch
   masks an example anew. A run resuming at global step n skips what the
-  first n steps consumed (whole epochs by their number, then the records
-  of the current one), so that it reads, and masks, what the uninterrupted
-  run would have; exactly so when `deterministic`.
+  first n steps consumed (`resume_point`), so that it reads, and masks,
+  what the uninterrupted run would have; exactly so when `deterministic`.
 
   Args:
     input_files: list of TFRecord paths.
-    max_seq_length: S.
-    max_predictions_per_seq: P, masked positions per sequence.
+    spec: the `PretrainingInput`: what the records hold, which masks.
     is_training: shuffle and repeat forever if True; one ordered pass if not.
     global_batch_size: examples per step over all replicas.
     num_replicas: replicas in sync; the dataset yields per-replica batches.
     deterministic: keep file and record order fixed (for reproducible runs
       and tests) instead of upstream's sloppy parallel interleave.
     num_cpu_threads: parallel readers / parsers.
-    record_kind: the `pretraining_records.RecordKind` of the files.
-    masking: a `dynamic_masking.MaskingParams` to draw masks with (the
-      masks of MASKED records are then replaced; PACKED_UNMASKED rows get
-      each sequence's masks, dynamic_masking.mask_packed_batch), or None to
-      use the records' own masks (MASKED and PACKED records only).
-    masking_seed: int, the seed of the training masks (eval masks use
-      dynamic_masking.EVAL_SEED).
     start_step_fn: returns the global step training resumes from (called
       when the input_fn is); None: always from the start.
-    max_sequences_per_pack: N, for packed rows (check_pretraining_records
-      tells); None for upstream's records.
 
   Returns:
     input_fn(params, input_context=None) -> tf.data.Dataset of feature dicts
     with int32 [B, S] / [B, P] (and, packed, [B, N]) tensors, B = per-replica
     batch of rows.
   """
-  if masking is None and not pretraining_records.holds_masks(record_kind):
-    raise ValueError("%s records hold no masks: pass `masking`" %
-                     record_kind.name)
-  if masking is not None and record_kind is pretraining_records.PACKED:
-    raise ValueError("masks are drawn for packed rows without masks only")
   per_replica_batch = global_batch_size // num_replicas
-  feature_spec = record_feature_spec(record_kind, max_seq_length,
-                                     max_predictions_per_seq,
-                                     max_sequences_per_pack)
-  if is_training:
-    stream = dynamic_masking.TRAIN_STREAM
-    seed = (dynamic_masking.DEFAULT_SEED if masking_seed is None
-            else masking_seed)
-  else:
-    stream, seed = dynamic_masking.EVAL_STREAM, dynamic_masking.EVAL_SEED
-
-  def decode(epoch, record):
-    features = decode_record(record, feature_spec)
-    if masking is not None:
-      features["random_draws"] = dynamic_masking.example_draws(
-          seed, stream, epoch, record, max_seq_length)
-    return features
-
-  def mask(features):
-    uniforms, random_ids = features.pop("random_draws")
-    original_ids = features["input_ids"]
-    if record_kind is pretraining_records.PACKED_UNMASKED:
-      features.update(dynamic_masking.mask_packed_batch(
-          original_ids, features["input_mask"], features["sequence_ids"],
-          uniforms, random_ids, masking, max_sequences_per_pack))
-      return features
-    if record_kind is pretraining_records.MASKED:
-      original_ids = dynamic_masking.restore_original_ids(features)
-    features.update(dynamic_masking.mask_batch(
-        original_ids, features["input_mask"], uniforms, random_ids,
-        masking))
-    return features
+  shuffle = is_training and not deterministic
+  key = masking_key(is_training, spec.masking_seed)
 
   def input_fn(params=None, input_context=None):
     del params
-    files = list(input_files)
-    num_pipelines, pipeline_id, replicas_fed = 1, 0, 1
-    if input_context is not None:
-      num_pipelines = input_context.num_input_pipelines
-      pipeline_id = input_context.input_pipeline_id
-      replicas_fed = input_context.num_replicas_in_sync // num_pipelines
     # One pipeline per worker (or horovod rank): each reads its own files,
     # or its own records of fewer files than workers.
-    shard_records = shards_by_record(len(files), num_pipelines)
-    if num_pipelines > 1 and not shard_records:
-      files = files[pipeline_id::num_pipelines]
+    share = process_share(input_files, input_context)
     first_epoch, records_to_skip = 0, 0
-    if is_training and start_step_fn is not None:
-      step = start_step_fn()
-      if step:
-        # Positions in the stream read before record sharding.
-        consumed = step * per_replica_batch * replicas_fed * (
-            num_pipelines if shard_records else 1)
-        per_epoch = sum(check_tfrecord_framing(path) for path in files)
-        first_epoch, records_to_skip = divmod(consumed, per_epoch)
-    shuffle = is_training and not deterministic
-    if is_training:
-      epochs = tf.data.Dataset.range(first_epoch, 2**62)
-    else:
-      epochs = tf.data.Dataset.range(1)
-
-    def epoch_files(epoch):
-      names = tf.data.Dataset.from_tensor_slices(tf.constant(files))
-      if shuffle:
-        names = names.shuffle(buffer_size=len(files))
-      return names.map(lambda name: (epoch, name))
-
-    def read_file(epoch, name):
-      return tf.data.Dataset.zip((tf.data.Dataset.from_tensors(epoch).repeat(),
-                                  tf.data.TFRecordDataset(name)))
-
-    dataset = epochs.flat_map(epoch_files)
-    if shuffle:
-      dataset = dataset.interleave(
-          read_file, cycle_length=min(num_cpu_threads, len(files)),
-          num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
-    else:
-      dataset = dataset.flat_map(read_file)
+    step = (start_step_fn() if is_training and start_step_fn is not None
+            else 0)
+    if step:
+      first_epoch, records_to_skip = resume_point(
+          step, per_replica_batch, share,
+          sum(check_tfrecord_framing(path) for path in share.files))
+    dataset = read_records(
+        share.files, tf.data.Dataset.range(first_epoch, 2**62)
+        if is_training else tf.data.Dataset.range(1), shuffle,
+        num_cpu_threads)
     if records_to_skip:
       dataset = dataset.skip(records_to_skip)
-    if shard_records:
-      dataset = dataset.shard(num_pipelines, pipeline_id)
+    if share.by_record:
+      dataset = dataset.shard(share.num_pipelines, share.pipeline_id)
     if shuffle:
       dataset = dataset.shuffle(buffer_size=100)
-    dataset = dataset.map(decode, num_parallel_calls=num_cpu_threads)
+    dataset = dataset.map(lambda epoch, record: decode_example(
+        epoch, record, spec, key), num_parallel_calls=num_cpu_threads)
     # Whole batches only: every replica must see the same batch shape.
     dataset = dataset.batch(per_replica_batch, drop_remainder=True)
-    if masking is not None:
-      # On whole batches: far fewer op runs than example by example, and
-      # every row's masks depend on that row's draws only.
-      dataset = dataset.map(mask, num_parallel_calls=num_cpu_threads)
+    if spec.masking is not None:
+      dataset = dataset.map(lambda features: mask_examples(features, spec),
+                            num_parallel_calls=num_cpu_threads)
     return _with_fixed_tuning(dataset.prefetch(tf.data.AUTOTUNE))
 
   return input_fn

@@ -9,17 +9,24 @@ session closes. A second signal ends the process at once.
 
 With several processes (multi_worker, horovod) the processes must stop after
 the SAME step, or the ones still training wait forever in the next
-all-reduce. So every process also casts a vote in each step: `stop_vote` is 1
-when this process has a stop request, and it rides in the optimizer's batched
-gradient all-reduce (optimization.DataParallelOptimizer.all_reduce), so
-its sum over all replicas arrives on every process at the same step, with
-the gradients, at no extra collective. `record_votes` keeps that sum for the
-hook; a positive sum stops every process after that step.
+all-reduce. So every process also casts a vote in each step: the runner
+makes one `StopVote` per run and hands it to the optimizer (inside a
+distribution.Replicas) and to StopOnSignalHook. Its `cast` is 1 when this
+process has a stop request, and it rides in the optimizer's batched gradient
+all-reduce (optimization.DataParallelOptimizer.all_reduce), so its sum over
+all replicas arrives on every process at the same step, with the gradients,
+at no extra collective. Its `record` keeps that sum for the hook; a positive
+sum stops every process after that step.
 
 The signal is read by a thread woken through signal.set_wakeup_fd, not by a
 Python-level handler: Python runs those only between bytecodes of the main
 thread, which sits inside session.run for the whole of a step, so a second
 signal could not end the process "at once" otherwise.
+
+Module state: the first stop signal received. The watcher thread writes it
+(`catching_stop_signals` clears it on entry); `requested_signal` reads it,
+for StopVote.cast, StopOnSignalHook, runner.train and `stop_message`. It is
+module state because a signal reaches the process, not a run.
 """
 
 import contextlib
@@ -34,7 +41,7 @@ import tensorflow.compat.v1 as tf
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
-_STATE = {"signum": None, "agreed": False}
+_STATE = {"signum": None}
 _LOCK = threading.Lock()
 
 
@@ -47,16 +54,10 @@ def requested_signal():
   return _STATE["signum"]
 
 
-def agreed():
-  """True once a finished step's summed vote showed a stop request."""
-  return _STATE["agreed"]
-
-
 def reset():
-  """Forgets requests and votes (a new training run in this process)."""
+  """Forgets the stop request (a new training run in this process)."""
   with _LOCK:
     _STATE["signum"] = None
-    _STATE["agreed"] = False
 
 
 def _on_signal(signum):
@@ -120,40 +121,49 @@ def catching_stop_signals():
     os.close(read_fd)
 
 
-def _vote():
-  return np.float32(1.0 if _STATE["signum"] is not None else 0.0)
+class StopVote(object):
+  """One run's stop vote, summed over every process in each step.
 
-
-def _record(total):
-  if total > 0:
-    _STATE["agreed"] = True
-  return total
-
-
-def stop_vote():
-  """Scalar float32 tensor: 1 when this process was asked to stop, else 0.
-
-  Read when the step runs; sum it over replicas with the gradients.
+  `agreed` turns True once a finished step's summed vote showed a stop
+  request; StopOnSignalHook reads it.
   """
-  vote = tf.py_func(_vote, [], tf.float32, stateful=True, name="stop_vote")
-  vote.set_shape([])
-  return vote
 
+  def __init__(self):
+    self.agreed = False
 
-def record_votes(total):
-  """Keeps the summed vote of a step for StopOnSignalHook.
+  def cast(self):
+    """Scalar float32 tensor: 1 when this process was asked to stop, else 0.
 
-  Args:
-    total: scalar float32, stop_vote() summed over every replica.
+    Read when the step runs; sum it over replicas with the gradients.
+    """
+    vote = tf.py_func(self._vote, [], tf.float32, stateful=True,
+                      name="stop_vote")
+    vote.set_shape([])
+    return vote
 
-  Returns:
-    A tensor that the step's update must depend on, so that the vote is
-    recorded by the time session.run of the step returns.
-  """
-  recorded = tf.py_func(_record, [total], tf.float32, stateful=True,
-                        name="record_stop_votes")
-  recorded.set_shape([])
-  return recorded
+  def record(self, total):
+    """Keeps the summed vote of a step in `agreed`.
+
+    Args:
+      total: scalar float32, `cast()` summed over every replica.
+
+    Returns:
+      A tensor that the step's update must depend on, so that the vote is
+      recorded by the time session.run of the step returns.
+    """
+    recorded = tf.py_func(self._record, [total], tf.float32, stateful=True,
+                          name="record_stop_votes")
+    recorded.set_shape([])
+    return recorded
+
+  @staticmethod
+  def _vote():
+    return np.float32(1.0 if requested_signal() is not None else 0.0)
+
+  def _record(self, total):
+    if total > 0:
+      self.agreed = True
+    return total
 
 
 def stop_message(step, checkpoint, is_chief):

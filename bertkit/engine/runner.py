@@ -6,13 +6,16 @@ training loss, the eval loss and metrics, the predictions) and its input as
 a function building input_fns, then calls
 
   run = runner.prepare(FLAGS, task)        # engine, flags, --init_checkpoint
-  runner.run(run, make_input_fn, ...)      # train, evaluate, predict
+  runner.run(run, make_input_fn, runner.Schedule(...), train_files,
+             runner.EvalStage(...), runner.PredictStage(...))
 
 The runner owns the rest, once: the flags the programs share
 (`define_flags`), the engine (training_setup.py: strategy or horovod,
-precision, RunConfig), the model_fn (optimizer, gradient accumulation, loss
-scale, the step contract of train_step.py, initialisation from
---init_checkpoint), the non-finite loss guard, input sharding (one decision:
+precision, RunConfig), what the optimizer is handed (the run's Precision,
+and the distribution.Replicas it sums over, which carries the stop vote),
+the model_fn (optimizer, gradient accumulation, loss scale, the step
+contract of train_step.py, initialisation from --init_checkpoint), the
+non-finite loss guard, input sharding (one decision:
 the InputContext of training_setup.input_context), skipping corrupt records,
 the Estimator, train / evaluate / predict with the hooks of
 training_hooks.py and the throughput hook, preemption (a stop signal ends
@@ -32,18 +35,19 @@ from absl import logging
 import tensorflow.compat.v1 as tf
 
 from bertkit.common import atomic_io
+from bertkit.common import errors
+from bertkit.common.errors import UserError
+from bertkit.common import shared_flags
 from bertkit.engine import checkpoints
 from bertkit.engine import distribution
-from bertkit.common import errors
 from bertkit.engine import horovod_engine
 from bertkit.engine import input_pipeline
-import optimization
 from bertkit.engine import preemption
 from bertkit.engine import throughput
 from bertkit.engine import train_step
 from bertkit.engine import training_hooks
 from bertkit.engine import training_setup
-from bertkit.common.errors import UserError
+import optimization
 
 TRAIN = tf.estimator.ModeKeys.TRAIN
 EVAL = tf.estimator.ModeKeys.EVAL
@@ -58,11 +62,8 @@ def define_flags():
   """
   training_setup.allow_xla_on_cpu()
   distribution.define_flags()
-  flags.DEFINE_string("bert_config_file", None,
-                      "bert_config.json of the model.")
-  flags.DEFINE_string("vocab_file", None,
-                      "The WordPiece vocab the model was (or is) trained "
-                      "with; checked against bert_config's vocab_size.")
+  shared_flags.define_bert_config_file()
+  shared_flags.define_vocab_file()
   flags.DEFINE_string("output_dir", None,
                       "Checkpoints, events, throughput logs and results go "
                       "here; a rerun with the same directory resumes.")
@@ -190,7 +191,7 @@ def mean_loss_shares(mean_loss_fn):
 
 def model_fn_builder(task, init_checkpoint, learning_rate, num_train_steps,
                      num_warmup_steps, optimizer_options,
-                     num_accumulation_steps=1):
+                     num_accumulation_steps=1, replicas=None):
   """The Estimator model_fn of `task`.
 
   TRAIN: one update from the summed gradients of num_accumulation_steps
@@ -206,9 +207,11 @@ def model_fn_builder(task, init_checkpoint, learning_rate, num_train_steps,
     num_train_steps: optimizer updates of the whole run.
     num_warmup_steps: warm-up updates.
     optimizer_options: extra create_accumulating_optimizer keyword arguments
-      (use_fp16, optimizer_name, ...; see optimizer_options).
+      (precision, optimizer_name, ...; see `prepare`).
     num_accumulation_steps: micro-batches per update; each replica's batch
       must divide by it.
+    replicas: the distribution.Replicas the optimizer sums over (`prepare`
+      builds the run's); None: those of the strategy in scope, no stop vote.
   """
 
   def model_fn(features, labels, mode, params):
@@ -219,7 +222,7 @@ def model_fn_builder(task, init_checkpoint, learning_rate, num_train_steps,
       step = optimization.create_accumulating_optimizer(
           task.train_loss_fns(features, num_accumulation_steps),
           learning_rate, num_train_steps, num_warmup_steps,
-          **optimizer_options)
+          replicas=replicas, **optimizer_options)
       spec = dict(loss=train_step.register_step_metrics(step),
                   train_op=step.train_op)
     elif mode == EVAL:
@@ -238,7 +241,8 @@ def model_fn_builder(task, init_checkpoint, learning_rate, num_train_steps,
 
 
 def optimizer_options(values):
-  """The create_accumulating_optimizer options of the parsed flags.
+  """The create_accumulating_optimizer options of the optimizer flags; the
+  precision joins them once the engine has decided it (`prepare`).
 
   Raises:
     UserError: --lamb_bias_correction without --optimizer=lamb.
@@ -246,10 +250,7 @@ def optimizer_options(values):
   if values.lamb_bias_correction and values.optimizer != "lamb":
     raise UserError("--lamb_bias_correction needs --optimizer=lamb; upstream's "
                     "AdamW has no bias correction")
-  return {"use_fp16": values.use_fp16,
-          "init_loss_scale": values.init_loss_scale,
-          "loss_scale_growth_steps": values.loss_scale_growth_steps,
-          "optimizer_name": values.optimizer,
+  return {"optimizer_name": values.optimizer,
           "lamb_bias_correction": values.lamb_bias_correction}
 
 
@@ -269,9 +270,10 @@ def micro_batch_size(global_batch_size, num_replicas, num_accumulation_steps):
 
 
 # A prepared run: the task, the engine (training_setup.Setup), the parsed
-# flags and the optimizer's options from them.
+# flags, the optimizer's options (the optimizer flags' and the run's
+# Precision) and the distribution.Replicas the optimizer sums over.
 Run = collections.namedtuple("Run", ["task", "setup", "values",
-                                     "optimizer_options"])
+                                     "optimizer_options", "replicas"])
 
 
 def prepare(values, task):
@@ -307,13 +309,45 @@ def prepare(values, task):
   if values.init_checkpoint:
     checkpoints.check_init_checkpoint(values.init_checkpoint,
                                       task.build_variables)
-  return Run(task=task, setup=setup, values=values, optimizer_options=options)
+  # One vote per run: the optimizer sums it, StopOnSignalHook reads the sum.
+  replicas = distribution.Replicas(process_group=setup.process_group,
+                                   stop_vote=preemption.StopVote())
+  return Run(task=task, setup=setup, values=values,
+             optimizer_options=dict(options, precision=setup.precision),
+             replicas=replicas)
 
 
-def run(prepared, make_input_fn, num_train_steps=0, num_warmup_steps=0,
-        train_files=None, eval_files=None, eval_batch_size=None,
-        eval_steps=None, eval_message=None, predict_files=None,
-        predict_batch_size=None, predict_message=None, use_predictions=None):
+# How long training runs: the global step it ends at (the optimizer updates
+# of the whole run) and the warm-up updates of the learning rate.
+Schedule = collections.namedtuple("Schedule",
+                                  ["num_train_steps", "num_warmup_steps"])
+Schedule.__new__.__defaults__ = (0, 0)
+
+# Evaluation, after training:
+#   files: the records to evaluate, or None for no evaluation stage (under a
+#     TF_CONFIG cluster train_and_evaluate evaluates them during training,
+#     or the training records without).
+#   batch_size: its batch (None: the prediction's).
+#   steps: its steps (None: the whole input).
+#   message: logged before evaluating, or None.
+EvalStage = collections.namedtuple("EvalStage",
+                                   ["files", "batch_size", "steps", "message"])
+EvalStage.__new__.__defaults__ = (None,) * 4
+
+# Prediction, after evaluation:
+#   files: the records to predict, or None for no prediction stage.
+#   batch_size: its batch.
+#   message: logged before predicting, or None.
+#   use_predictions: on the chief, function(list of the prediction dicts, in
+#     input order) -> evaluation figures of them (written as eval results)
+#     or None.
+PredictStage = collections.namedtuple(
+    "PredictStage", ["files", "batch_size", "message", "use_predictions"])
+PredictStage.__new__.__defaults__ = (None,) * 4
+
+
+def run(prepared, make_input_fn, schedule=Schedule(), train_files=None,
+        evaluation=EvalStage(), prediction=PredictStage()):
   """Trains, evaluates and predicts, as the files given ask.
 
   Args:
@@ -322,21 +356,10 @@ def run(prepared, make_input_fn, num_train_steps=0, num_warmup_steps=0,
       an Estimator input_fn(params, input_context=None) over `files` (mode
       TRAIN: shuffled as the task wants and repeated; EVAL / PREDICT: one
       ordered pass, the records of EVAL with their labels).
-    num_train_steps: optimizer updates of the whole run (the global step
-      training ends at).
-    num_warmup_steps: warm-up updates.
+    schedule: the Schedule of training.
     train_files: the training records, or None not to train.
-    eval_files: the records to evaluate, or None; under a TF_CONFIG cluster
-      train_and_evaluate evaluates them, or the training records without.
-    eval_batch_size: batch of evaluation.
-    eval_steps: evaluation steps (None: the whole eval input).
-    eval_message: logged before evaluating.
-    predict_files: the records to predict, or None.
-    predict_batch_size: batch of prediction.
-    predict_message: logged before predicting.
-    use_predictions: on the chief, function(list of the prediction dicts, in
-      input order) -> evaluation figures of them (written as eval results)
-      or None.
+    evaluation: the EvalStage.
+    prediction: the PredictStage.
 
   Raises:
     errors.TrainingStopped: a stop signal ended training (checkpointed).
@@ -345,9 +368,10 @@ def run(prepared, make_input_fn, num_train_steps=0, num_warmup_steps=0,
   setup, values = prepared.setup, prepared.values
   estimator = make_estimator(model_fn_builder(
       prepared.task, values.init_checkpoint, values.learning_rate,
-      num_train_steps, num_warmup_steps, prepared.optimizer_options,
-      values.num_accumulation_steps), setup)
-  throughput_summary, result = None, None
+      schedule.num_train_steps, schedule.num_warmup_steps,
+      prepared.optimizer_options, values.num_accumulation_steps,
+      prepared.replicas), setup)
+  throughput_summary, result, eval_files = None, None, evaluation.files
   if train_files:
     cleaned = list(train_files)
     if values.skip_corrupt_records:
@@ -361,29 +385,40 @@ def run(prepared, make_input_fn, num_train_steps=0, num_warmup_steps=0,
             cleaned, TRAIN, values.train_batch_size,
             setup.plan.num_replicas), cleaned),
         make_input_fn(eval_files or cleaned, EVAL,
-                      eval_batch_size or predict_batch_size, 1),
-        num_train_steps, eval_steps, input_files=cleaned)
+                      evaluation.batch_size or prediction.batch_size, 1),
+        schedule.num_train_steps, evaluation.steps, input_files=cleaned,
+        stop_vote=prepared.replicas.stop_vote)
   if eval_files:
-    if eval_message:
-      logging.info("%s", eval_message)
+    if evaluation.message:
+      logging.info("%s", evaluation.message)
     result = estimator.evaluate(
-        make_input_fn(eval_files, EVAL, eval_batch_size, 1), steps=eval_steps)
-  if predict_files:
-    if predict_message:
-      logging.info("%s", predict_message)
-    predictions = predict(estimator, make_input_fn(
-        predict_files, PREDICT, predict_batch_size, 1))
-    if setup.is_chief and use_predictions is not None:
-      result = use_predictions(predictions) or result
-      latest = tf.train.latest_checkpoint(values.output_dir)
-      if result is not None and latest and "global_step" not in result:
-        # None when predicting straight from --init_checkpoint.
-        result["global_step"] = int(tf.train.load_variable(latest,
-                                                           "global_step"))
+        make_input_fn(eval_files, EVAL, evaluation.batch_size, 1),
+        steps=evaluation.steps)
+  if prediction.files:
+    result = _predict_stage(estimator, setup, make_input_fn, prediction,
+                            result)
   if setup.is_chief:
     if result is not None:
       write_eval_results(values.output_dir, result)
     print_run_summary(values.output_dir, throughput_summary, result)
+
+
+def _predict_stage(estimator, setup, make_input_fn, prediction, result):
+  """Predicts `prediction.files`; returns the run's evaluation figures:
+  those of its predictions on the chief when it has any, else `result`."""
+  if prediction.message:
+    logging.info("%s", prediction.message)
+  predictions = predict(estimator, make_input_fn(
+      prediction.files, PREDICT, prediction.batch_size, 1))
+  if not setup.is_chief or prediction.use_predictions is None:
+    return result
+  result = prediction.use_predictions(predictions) or result
+  latest = tf.train.latest_checkpoint(setup.output_dir)
+  if result is not None and latest and "global_step" not in result:
+    # None when predicting straight from --init_checkpoint.
+    result["global_step"] = int(tf.train.load_variable(latest,
+                                                       "global_step"))
+  return result
 
 
 def predict(estimator, input_fn):
@@ -402,20 +437,21 @@ def for_this_process(setup, input_fn, files):
   One decision for every engine: tf.distribute strategies hand the input_fn
   their InputContext (one pipeline per worker); horovod ranks get theirs
   from training_setup.input_context. The input_fns share out whole files
-  when there are at least as many as pipelines, else records
-  (input_pipeline.shards_by_record).
+  when there are at least as many as pipelines, else records; the log says
+  which, from the same input_pipeline.process_share the input_fn uses.
   """
   context = training_setup.input_context(setup)
   if context is None:
     return input_fn
-  rank, size = context.input_pipeline_id, context.num_input_pipelines
-  if input_pipeline.shards_by_record(len(files), size):
+  share = input_pipeline.process_share(files, context)
+  rank, size = share.pipeline_id, share.num_pipelines
+  if share.by_record:
     logging.info("horovod rank %d of %d reads one record in %d, from record "
                  "%d, of %d input file(s) (fewer files than ranks)", rank,
                  size, size, rank, len(files))
   else:
     logging.info("horovod rank %d reads %d of %d input files, first %s",
-                 rank, len(files[rank::size]), len(files), files[rank])
+                 rank, len(share.files), len(files), share.files[0])
 
   def input_fn_of_rank(params=None):
     return input_fn(params, input_context=context)
@@ -452,7 +488,7 @@ def make_estimator(model_fn, setup, params=None):
   --nostop_on_nonfinite_loss), it is shown a finite stand-in; NonFiniteLossHook
   reports the real value.
   """
-  if setup.stop_on_nonfinite_loss:
+  if setup.precision.stop_on_nonfinite_loss:
     wrapped = model_fn
   else:
     def wrapped(features, labels, mode, params):
@@ -477,7 +513,7 @@ def task_name(plan):
 
 
 def train(estimator, setup, train_input_fn, eval_input_fn, max_steps,
-          eval_steps, input_files=None):
+          eval_steps, input_files=None, stop_vote=None):
   """Trains to `max_steps` global steps with throughput logging.
 
   SIGTERM/SIGINT stop training after the step in flight (preemption.py).
@@ -491,6 +527,8 @@ def train(estimator, setup, train_input_fn, eval_input_fn, max_steps,
     eval_steps: evaluation steps under TF_CONFIG.
     input_files: the TFRecord files train_input_fn reads, to name the one
       holding a corrupt record.
+    stop_vote: the preemption.StopVote the optimizer sums; with several
+      processes it decides when they stop.
 
   Returns:
     The throughput summary dict (see throughput.ThroughputHook).
@@ -504,12 +542,10 @@ def train(estimator, setup, train_input_fn, eval_input_fn, max_steps,
       max_steps, log_every=setup.log_every, warmup_steps=setup.warmup_steps,
       is_chief=setup.is_chief, extra_info=setup.extra_info)
   stop_hook = training_hooks.StopOnSignalHook(
-      multi_process=setup.plan.num_workers > 1)
+      stop_vote if setup.plan.num_workers > 1 else None)
   hooks = [hook, training_hooks.WeightsFingerprintHook(
       setup.output_dir, task_name(setup.plan), setup.strategy), stop_hook]
-  hooks.append(training_hooks.NonFiniteLossHook(
-      stop=setup.stop_on_nonfinite_loss,
-      use_fp16=setup.use_fp16))
+  hooks.append(training_hooks.NonFiniteLossHook(setup.precision))
   if setup.plan.num_workers > 1 and setup.plan.collective_timeout_seconds:
     hooks.append(training_hooks.StallWatchdogHook(
         setup.plan.collective_timeout_seconds))
@@ -518,7 +554,9 @@ def train(estimator, setup, train_input_fn, eval_input_fn, max_steps,
                                              *setup.profile_steps))
   listeners = [throughput.CheckpointMarker(hook)]
   if setup.plan.name == "horovod":
-    hooks.append(horovod_engine.broadcast_hook())
+    # A non-zero rank saves its final weights in its scratch model_dir.
+    hooks.append(horovod_engine.broadcast_hook(
+        None if setup.is_chief else setup.run_config.model_dir))
     if not setup.is_chief:
       # Saving listeners need a CheckpointSaverHook; only rank 0 has one.
       listeners = []

@@ -54,6 +54,10 @@ def steady_state(step_records, warmup_steps):
 
 # Per-step counts recorded when the model_fn registers BatchCounts.
 COUNTED = train_step.BatchCounts._fields
+# In the output directory: one JSON line per logged step, then the summary
+# (read by benchmark.py's sweep and by users' tools).
+STEPS_FILE = "throughput.jsonl"
+SUMMARY_FILE = "throughput_summary.json"
 
 
 class CheckpointMarker(tf.estimator.CheckpointSaverListener):
@@ -111,7 +115,7 @@ class ThroughputHook(tf.train.SessionRunHook):
     if self._is_chief:
       tf.io.gfile.makedirs(self._output_dir)
       self._jsonl = tf.io.gfile.GFile(
-          os.path.join(self._output_dir, "throughput.jsonl"), "a")
+          os.path.join(self._output_dir, STEPS_FILE), "a")
       self._writer = tf.summary.FileWriterCache.get(self._output_dir)
 
   def after_create_session(self, session, coord):
@@ -212,7 +216,7 @@ class ThroughputHook(tf.train.SessionRunHook):
       self._jsonl.close()
       self._writer.flush()
       with atomic_io.atomic_open(os.path.join(self._output_dir,
-                                              "throughput_summary.json")) as f:
+                                              SUMMARY_FILE)) as f:
         f.write(json.dumps(result, indent=2, sort_keys=True) + "\n")
 
 

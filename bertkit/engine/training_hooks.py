@@ -52,15 +52,19 @@ class ProfilerHook(tf.train.SessionRunHook):
 class NonFiniteLossHook(tf.train.SessionRunHook):
   """Watches the training loss for NaN or inf, naming the step.
 
-  stop=True (the default without --use_fp16): raise TrainingFailed at once,
-  before a checkpoint of the diverged weights is written; otherwise a diverged
-  run trains on NaN weights for hours. stop=False (--use_fp16, where the loss
-  scale skips overflowing steps, or --nostop_on_nonfinite_loss): log a warning.
+  With precision.stop_on_nonfinite_loss (the default without --use_fp16):
+  raise TrainingFailed at once, before a checkpoint of the diverged weights
+  is written; otherwise a diverged run trains on NaN weights for hours.
+  Without it (--use_fp16, where the loss scale skips overflowing steps, or
+  --nostop_on_nonfinite_loss): log a warning.
   """
 
-  def __init__(self, stop, use_fp16):
-    self._stop = stop
-    self._use_fp16 = use_fp16
+  def __init__(self, precision):
+    """Args:
+      precision: the run's precision.Precision.
+    """
+    self._stop = precision.stop_on_nonfinite_loss
+    self._loss_scaled = precision.loss_scale is not None
 
   def begin(self):
     self._fetches = {"loss": train_step.step_metrics().loss,
@@ -83,7 +87,7 @@ class NonFiniteLossHook(tf.train.SessionRunHook):
           % (loss, step))
     logging.warning("Training loss is %s at step %d%s", loss, step,
                     ": the update is skipped and the loss scale lowered"
-                    if self._use_fp16 else "")
+                    if self._loss_scaled else "")
 
 
 class StallWatchdogHook(tf.train.SessionRunHook):
@@ -194,8 +198,12 @@ class StopOnSignalHook(tf.train.SessionRunHook):
   CheckpointSaverHook then saves that step when the session closes.
   """
 
-  def __init__(self, multi_process):
-    self._multi_process = multi_process
+  def __init__(self, stop_vote=None):
+    """Args:
+      stop_vote: with several processes, the preemption.StopVote that the
+        run's optimizer sums; None: this process's own signal decides.
+    """
+    self._stop_vote = stop_vote
     self._stopping = False
     self.stopped_at_step = None
     self.final_step = None
@@ -205,8 +213,8 @@ class StopOnSignalHook(tf.train.SessionRunHook):
 
   def after_run(self, run_context, run_values):
     del run_values
-    if self._multi_process:
-      stop = preemption.agreed()
+    if self._stop_vote is not None:
+      stop = self._stop_vote.agreed
     else:
       stop = preemption.requested_signal() is not None
     if stop:

@@ -1,11 +1,12 @@
 """The engine a run trains on: strategy or horovod, precision, RunConfig.
 
 `prepare` turns the distribution / precision / logging options (the flags
-runner.define_flags defines) into a `Setup`: the strategy plan, the
-tf.distribute strategy (or horovod started in this process), the Estimator's
-RunConfig and session config, whether this process is the chief, and the
-output directory checked writable (falling back to its newest readable
-checkpoint). runner.py runs tasks on it.
+runner.define_flags defines) into a `Setup`: the strategy plan, the run's
+precision.Precision (decided once, by `resolve_precision`), the tf.distribute
+strategy (or horovod started in this process), the Estimator's RunConfig and
+session config, whether this process is the chief, and the output directory
+checked writable (falling back to its newest readable checkpoint). runner.py
+runs tasks on it.
 """
 
 import collections
@@ -20,10 +21,12 @@ from tensorflow.core.protobuf import rewriter_config_pb2
 from tensorflow.python.util import _pywrap_util_port
 
 from bertkit.common import atomic_io
+from bertkit.common.errors import UserError
 from bertkit.engine import checkpoints
 from bertkit.engine import distribution
 from bertkit.engine import horovod_engine
-from bertkit.common.errors import UserError
+from bertkit.engine.precision import (FLOAT32, MIXED_BFLOAT16, MIXED_FLOAT16,
+                                      LossScale, Precision)
 
 MIN_FREE_DISK_BYTES = 50 * 1024 * 1024
 
@@ -50,10 +53,10 @@ TrainingOptions = collections.namedtuple(
     "TrainingOptions",
     ["output_dir", "global_batch_size", "distribution_strategy", "multi_gpu",
      "num_gpus", "cpu_replicas", "all_reduce_alg",
-     "collective_timeout_seconds", "use_fp16", "use_bf16",
-     "save_checkpoints_steps", "keep_checkpoint_max", "log_every_n_steps",
-     "throughput_warmup_steps", "tf_random_seed", "use_xla",
-     "stop_on_nonfinite_loss", "profile_steps"])
+     "collective_timeout_seconds", "use_fp16", "use_bf16", "init_loss_scale",
+     "loss_scale_growth_steps", "save_checkpoints_steps",
+     "keep_checkpoint_max", "log_every_n_steps", "throughput_warmup_steps",
+     "tf_random_seed", "use_xla", "stop_on_nonfinite_loss", "profile_steps"])
 
 
 def options_from_flags(values, output_dir, global_batch_size):
@@ -70,13 +73,15 @@ def options_from_flags(values, output_dir, global_batch_size):
          for name in TrainingOptions._fields[2:]})
 
 
-# What the runner uses of a prepared engine. `extra_info` holds the
-# facts written into throughput_summary.json (strategy, precision, records
+# What the runner uses of a prepared engine. `precision` is the run's
+# Precision; `process_group` the distribution.ProcessGroup of an engine with
+# one process per replica (horovod), else None. `extra_info` holds the facts
+# written into throughput_summary.json (strategy, precision, records
 # skipped, ...); nothing reads decisions back from it.
 Setup = collections.namedtuple(
     "Setup", ["plan", "strategy", "run_config", "is_chief", "output_dir",
-              "global_batch_size", "profile_steps", "log_every", "warmup_steps", "use_fp16", "precision",
-              "extra_info", "stop_on_nonfinite_loss"])
+              "global_batch_size", "profile_steps", "log_every",
+              "warmup_steps", "precision", "process_group", "extra_info"])
 
 
 def check_output_dir(output_dir):
@@ -145,8 +150,11 @@ def onednn_enabled():
   return bool(_pywrap_util_port.IsMklEnabled())
 
 
-def resolve_precision(use_fp16, use_bf16, num_gpus, onednn_on, flags_of_cpu):
-  """The compute precision a run gets, and one line saying why.
+def resolve_precision(use_fp16, use_bf16, num_gpus, onednn_on, flags_of_cpu,
+                      loss_scale=LossScale(), stop_on_nonfinite_loss=True):
+  """The precision a run gets, with one line saying why.
+
+  A pure decision: the machine's facts are handed in.
 
   Args:
     use_fp16: --use_fp16.
@@ -154,10 +162,13 @@ def resolve_precision(use_fp16, use_bf16, num_gpus, onednn_on, flags_of_cpu):
     num_gpus: GPUs visible to TensorFlow.
     onednn_on: onednn_enabled().
     flags_of_cpu: cpu_flags().
+    loss_scale: the LossScale of --init_loss_scale and
+      --loss_scale_growth_steps, used with --use_fp16.
+    stop_on_nonfinite_loss: --stop_on_nonfinite_loss (ignored with
+      --use_fp16, whose loss scale skips the overflowing steps).
 
   Returns:
-    (precision, description): precision is "float32", "mixed_float16" or
-    "mixed_bfloat16" (variables are float32 in every case).
+    A Precision; its `reason` is the line to log.
 
   Raises:
     UserError: both flags, or --use_bf16 where TensorFlow cannot run it.
@@ -165,29 +176,42 @@ def resolve_precision(use_fp16, use_bf16, num_gpus, onednn_on, flags_of_cpu):
   if use_fp16 and use_bf16:
     raise UserError("--use_bf16 and --use_fp16 are mutually exclusive: pass "
                     "one of them")
+  compute, reason = _compute_precision(use_fp16, use_bf16, num_gpus,
+                                       onednn_on, flags_of_cpu)
+  return Precision(
+      requested="fp16" if use_fp16 else "bf16" if use_bf16 else "fp32",
+      compute=compute, loss_scale=loss_scale if use_fp16 else None,
+      compress_gradients=bool(use_fp16),
+      stop_on_nonfinite_loss=bool(stop_on_nonfinite_loss and not use_fp16),
+      reason=reason)
+
+
+def _compute_precision(use_fp16, use_bf16, num_gpus, onednn_on, flags_of_cpu):
+  """(what the kernels compute in, why) for resolve_precision."""
   if use_fp16:
     if not num_gpus:
-      return "float32", ("float32: --use_fp16's graph rewrite only changes GPU "
-                         "kernels and no GPU is visible (dynamic loss scaling "
-                         "still runs)")
-    return "mixed_float16", ("mixed_float16: float16 GPU kernels, float32 "
-                             "variables, dynamic loss scaling")
+      return FLOAT32, ("float32: --use_fp16's graph rewrite only changes GPU "
+                       "kernels and no GPU is visible (dynamic loss scaling "
+                       "still runs)")
+    return MIXED_FLOAT16, ("mixed_float16: float16 GPU kernels, float32 "
+                           "variables, dynamic loss scaling")
   if not use_bf16:
-    return "float32", "float32"
+    return FLOAT32, "float32"
   if num_gpus:
     raise UserError(
         "--use_bf16 is not available on GPUs: TensorFlow 2.15's graph-mode "
         "mixed-precision rewrite for GPUs is float16 only (its bfloat16 "
         "rewrite is oneDNN's, for CPUs); use --use_fp16 there")
   if not onednn_on:
-    return "float32", (
+    return FLOAT32, (
         "float32: --use_bf16 needs TensorFlow's oneDNN CPU kernels, which "
         "are off in this process (TF_ENABLE_ONEDNN_OPTS=0 in the "
-        "environment, or a TensorFlow build without them); start the program with TF_ENABLE_ONEDNN_OPTS=1 (the "
-        "programs' default when it is unset) to compute in bfloat16 "
+        "environment, or a TensorFlow build without them); start the program "
+        "with TF_ENABLE_ONEDNN_OPTS=1 (the programs' default when it is "
+        "unset) to compute in bfloat16 "
         "(emulated without bfloat16 instructions, slower than float32)")
   native = sorted(set(BF16_CPU_FLAGS) & set(flags_of_cpu))
-  return "mixed_bfloat16", (
+  return MIXED_BFLOAT16, (
       "mixed_bfloat16: oneDNN bfloat16 graph rewrite, float32 variables, no "
       "loss scaling; %s" % (
           "CPU bfloat16 instructions: " + ", ".join(native) if native else
@@ -195,10 +219,16 @@ def resolve_precision(use_fp16, use_bf16, num_gpus, onednn_on, flags_of_cpu):
           "is emulated and slower than float32" % ", ".join(BF16_CPU_FLAGS)))
 
 
-def session_config(plan, use_xla, precision="float32"):
-  """ConfigProto for the Estimator's sessions."""
+def session_config(plan, use_xla, compute=FLOAT32):
+  """ConfigProto for the Estimator's sessions.
+
+  Args:
+    plan: the distribution.StrategyPlan.
+    use_xla: --use_xla.
+    compute: Precision.compute of the run.
+  """
   config = tf.ConfigProto(allow_soft_placement=True)
-  if precision == "mixed_bfloat16":
+  if compute == MIXED_BFLOAT16:
     # Grappler casts the inputs of allow-listed ops (MatMul, BatchMatMul,
     # ...) to bfloat16 and their outputs back as needed; variables, the
     # optimizer's update and the loss stay float32.
@@ -228,23 +258,18 @@ def prepare(options):
     UserError: options that contradict each other or the machine.
   """
   num_gpus = len(tf2.config.list_physical_devices("GPU"))
-  precision, description = resolve_precision(
-      options.use_fp16, options.use_bf16, num_gpus,
-      options.use_bf16 and onednn_enabled(), cpu_flags())
-  if (options.use_fp16 or options.use_bf16) and precision == "float32":
-    logging.warning("precision: %s", description)
-  else:
-    logging.info("precision: %s", description)
+  precision = _decide_precision(options, num_gpus)
   plan = distribution.plan_from_flags(options, num_gpus)
   distribution.check_global_batch(plan, options.global_batch_size)
   logging.info(distribution.describe(plan, options.global_batch_size))
   profile_steps = _parse_profile_steps(options.profile_steps)
   check_output_dir(options.output_dir)
   checkpoints.fall_back_to_readable(options.output_dir)
-  model_dir = options.output_dir
+  model_dir, process_group = options.output_dir, None
   if plan.name == "horovod":
     strategy = None
-    is_chief = horovod_engine.init(plan, options.use_fp16)
+    process_group = horovod_engine.init(plan, precision)
+    is_chief = process_group.rank == 0
     if not is_chief:
       # Only rank 0 writes checkpoints and summaries; the others start from
       # its weights through the broadcast hook.
@@ -264,28 +289,40 @@ def prepare(options):
       save_summary_steps=options.log_every_n_steps if is_chief else None,
       train_distribute=strategy,
       tf_random_seed=options.tf_random_seed,
-      session_config=session_config(plan, options.use_xla, precision),
+      session_config=session_config(plan, options.use_xla,
+                                    precision.compute),
       # MonitoredSession treats a lost peer as recoverable and re-creates the
       # session, which would wait for the dead worker for 2 hours by default.
       session_creation_timeout_secs=max(options.collective_timeout_seconds,
                                         60))
   if plan.cluster:
     is_chief = distribution.cluster_task()[1]
-  extra_info = {"strategy": plan.name, "precision": precision,
-                "use_fp16": options.use_fp16, "use_bf16": options.use_bf16,
-                "use_xla": options.use_xla,
-                "devices": ",".join(plan.devices),
-                "num_workers": plan.num_workers}
+  extra_info = dict(precision.summary(), strategy=plan.name,
+                    use_xla=options.use_xla, devices=",".join(plan.devices),
+                    num_workers=plan.num_workers)
   return Setup(plan=plan, strategy=strategy, run_config=run_config,
                is_chief=is_chief, output_dir=options.output_dir,
                global_batch_size=options.global_batch_size,
                profile_steps=profile_steps,
                log_every=options.log_every_n_steps,
                warmup_steps=options.throughput_warmup_steps,
-               use_fp16=options.use_fp16, precision=precision,
-               extra_info=extra_info,
-               stop_on_nonfinite_loss=(options.stop_on_nonfinite_loss and
-                                       not options.use_fp16))
+               precision=precision, process_group=process_group,
+               extra_info=extra_info)
+
+
+def _decide_precision(options, num_gpus):
+  """The run's Precision from the flags and this machine, logged.
+
+  A warning when mixed precision was asked for and the run computes float32.
+  """
+  precision = resolve_precision(
+      options.use_fp16, options.use_bf16, num_gpus,
+      options.use_bf16 and onednn_enabled(), cpu_flags(),
+      LossScale(options.init_loss_scale, options.loss_scale_growth_steps),
+      options.stop_on_nonfinite_loss)
+  log = logging.warning if precision.fell_back else logging.info
+  log("precision: %s", precision.reason)
+  return precision
 
 
 def input_context(setup):

@@ -1,2 +1,4 @@
-"""The benchmark's parts: the FLOP model, the sweep over configurations, the
-CPU peak probe, synthetic records and the reports."""
+"""The benchmark's parts: the FLOP model (model_flops), the sweep over
+configurations (sweep), the device and its peak (cpu_peak), the reports
+(reports), profile reading (profiles), synthetic records (synthetic_data) and
+the timing of programs run as child processes (child_runs)."""

@@ -6,6 +6,9 @@ useful to measure speed or check mechanics without a corpus, useless for
 learning anything.
 """
 
+import os
+
+from absl import logging
 import numpy as np
 import tensorflow.compat.v1 as tf
 
@@ -64,3 +67,35 @@ def write_synthetic_pretraining_records(path, num_records, max_seq_length,
             rng, max_seq_length, max_predictions_per_seq,
             vocab_size, kind).SerializeToString())
   return path
+
+
+def synthetic_input(data_dir, seq_length, max_predictions, vocab_size,
+                    num_records, num_files):
+  """Writes (once) synthetic record files of this shape; returns their glob.
+
+  Several files, because each horovod rank reads whole files of its own.
+
+  Args:
+    data_dir: where each shape gets a directory of its own.
+    seq_length: S of the records.
+    max_predictions: P of the records.
+    vocab_size: ids are drawn from [5, vocab_size).
+    num_records: records of all the files together.
+    num_files: how many files to split them over.
+
+  Returns:
+    The glob of the files, for --input_file.
+  """
+  directory = os.path.join(data_dir, "synthetic_s%d_p%d_v%d" %
+                           (seq_length, max_predictions, vocab_size))
+  paths = [os.path.join(directory, "part-%05d-of-%05d.tfrecord" %
+                        (i, num_files)) for i in range(num_files)]
+  os.makedirs(directory, exist_ok=True)
+  for seed, path in enumerate(paths):
+    if not os.path.exists(path):
+      logging.info("Writing %d synthetic records to %s",
+                   num_records // num_files, path)
+      write_synthetic_pretraining_records(
+          path, max(1, num_records // num_files), seq_length,
+          max_predictions, vocab_size, seed=seed)
+  return os.path.join(directory, "part-*-of-%05d.tfrecord" % num_files)

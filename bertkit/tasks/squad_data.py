@@ -26,8 +26,8 @@ import json
 from absl import logging
 
 from bertkit.common import atomic_io
-import tokenization
 from bertkit.common.errors import UserError
+import tokenization
 
 FIRST_UNIQUE_ID = 1000000000
 
@@ -79,6 +79,8 @@ class InputFeatures(object):
     is_impossible: the example is an impossible training question.
   """
 
+  # Size: upstream's record, field for field and in its order: code written
+  # for upstream's run_squad.InputFeatures builds it the same way.
   def __init__(self, unique_id, example_index, doc_span_index, tokens,
                token_to_orig_map, token_is_max_context, input_ids, input_mask,
                segment_ids, start_position=None, end_position=None,

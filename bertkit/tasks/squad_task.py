@@ -1,5 +1,6 @@
 # coding=utf-8
-"""The SQuAD task's graph parts: the span head, its loss, its records.
+"""The SQuAD task's graph parts: the span head, its loss, its records, and
+the task the runner trains and predicts with.
 
 The head is upstream's: one dense layer `cls/squad/output_weights` [2, H],
 `cls/squad/output_bias` [2] over BERT's sequence output gives a start and an
@@ -11,8 +12,9 @@ import collections
 
 import tensorflow.compat.v1 as tf
 
-import modeling
 from bertkit.data import pretraining_records
+from bertkit.engine import runner
+import modeling
 
 OUTPUT_WEIGHTS = "cls/squad/output_weights"
 OUTPUT_BIAS = "cls/squad/output_bias"
@@ -105,3 +107,55 @@ def serialize_feature(feature, is_training):
     features["is_impossible"] = int_feature([int(feature.is_impossible)])
   return tf.train.Example(features=tf.train.Features(
       feature=features)).SerializeToString()
+
+
+def question_answering_task(bert_config):
+  """SQuAD as a runner.Task: upstream's span loss; its mean as the eval loss
+  (train_and_evaluate under a TF_CONFIG cluster); unique_ids [B] and
+  start_logits / end_logits [B, S] as predictions."""
+
+  def logits(features, is_training):
+    return create_model(bert_config, is_training, features["input_ids"],
+                        features["input_mask"], features["segment_ids"])
+
+  def loss(features, is_training):
+    start_logits, end_logits = logits(features, is_training)
+    return span_loss(start_logits, end_logits, features["start_positions"],
+                     features["end_positions"])
+
+  def eval_outputs(features):
+    mean_loss = loss(features, False)
+    return mean_loss, {"eval_loss": tf.metrics.mean(mean_loss)}
+
+  def predictions(features):
+    start_logits, end_logits = logits(features, False)
+    return {"unique_ids": features["unique_ids"],
+            "start_logits": start_logits, "end_logits": end_logits}
+
+  return runner.Task(
+      build_variables=lambda: build_squad_variables(bert_config),
+      train_loss_fns=runner.mean_loss_shares(
+          lambda features: loss(features, True)),
+      eval_outputs=eval_outputs, predictions=predictions)
+
+
+def model_fn_builder(bert_config, init_checkpoint, learning_rate,
+                     num_train_steps, num_warmup_steps, optimizer_options,
+                     num_accumulation_steps=1):
+  """Returns the Estimator model_fn for SQuAD (question_answering_task).
+
+  Args:
+    bert_config: BertConfig.
+    init_checkpoint: checkpoint (prefix or directory) to start from, or None.
+    learning_rate: peak learning rate.
+    num_train_steps: optimizer updates of the whole run.
+    num_warmup_steps: warm-up updates.
+    optimizer_options: extra create_accumulating_optimizer keyword arguments
+      (runner.optimizer_options).
+    num_accumulation_steps: micro-batches per update; each replica's batch
+      must divide by it.
+  """
+  return runner.model_fn_builder(
+      question_answering_task(bert_config), init_checkpoint, learning_rate,
+      num_train_steps, num_warmup_steps, optimizer_options,
+      num_accumulation_steps)

@@ -1,0 +1,91 @@
+"""The flags several programs take, each defined here once.
+
+A program calls the `define_*` of every group it takes, in its own
+define_flags; what differs between programs is an argument (the sequence
+length's default), never a second definition. `require` is the one check of
+flags without which a program cannot start.
+"""
+
+from absl import flags
+
+from bertkit.common.errors import UserError
+
+# BERT's masked LM (Devlin et al. 2018, section 3.1): 15 % of the tokens
+# masked, at most 20 per 128-token sequence (upstream's flag defaults).
+MASKED_LM_PROB = 0.15
+MAX_PREDICTIONS_PER_SEQ = 20
+
+
+def define_bert_config_file():
+  """--bert_config_file: the model's shape."""
+  flags.DEFINE_string("bert_config_file", None,
+                      "bert_config.json of the model.")
+
+
+def define_vocab_file():
+  """--vocab_file: the model's WordPiece vocab."""
+  flags.DEFINE_string("vocab_file", None,
+                      "The WordPiece vocab.txt the model was (or is) trained "
+                      "with.")
+
+
+def define_do_lower_case():
+  """--do_lower_case: one value for the vocab, the records and the model."""
+  flags.DEFINE_bool("do_lower_case", True,
+                    "Lower-case and strip accents: True for uncased models, "
+                    "False for cased ones. The vocab, the records and the "
+                    "model must agree.")
+
+
+def define_max_seq_length(default):
+  """--max_seq_length with this program's default (128, SQuAD's 384)."""
+  flags.DEFINE_integer("max_seq_length", default,
+                       "Sequence length S after WordPiece tokenization: "
+                       "longer inputs are truncated, shorter padded.")
+
+
+def define_masking_rate():
+  """--masked_lm_prob, --max_predictions_per_seq and --do_whole_word_mask."""
+  flags.DEFINE_float("masked_lm_prob", MASKED_LM_PROB,
+                     "Fraction of a sequence's tokens masked.")
+  flags.DEFINE_integer("max_predictions_per_seq", MAX_PREDICTIONS_PER_SEQ,
+                       "Masked positions per sequence (P): the records' "
+                       "slots, at most this many masked.")
+  flags.DEFINE_bool("do_whole_word_mask", False,
+                    "Mask all WordPieces of a word together rather than "
+                    "each WordPiece on its own.")
+
+
+def define_evaluation():
+  """--do_eval and --eval_batch_size."""
+  flags.DEFINE_bool("do_eval", False,
+                    "Whether to evaluate (pretraining: the input records; "
+                    "fine-tuning: the dev set).")
+  flags.DEFINE_integer("eval_batch_size", 8, "Total batch size for eval.")
+
+
+def define_fine_tuning():
+  """The fine-tuning programs' prediction and epoch flags."""
+  flags.DEFINE_bool("do_predict", False,
+                    "Whether to predict the test set (SQuAD: --predict_file, "
+                    "evaluated too).")
+  flags.DEFINE_integer("predict_batch_size", 8,
+                       "Total batch size for predict.")
+  flags.DEFINE_float("num_train_epochs", 3.0, "Epochs of training.")
+  flags.DEFINE_float("warmup_proportion", 0.1,
+                     "Fraction of the training steps with linear warm-up.")
+
+
+def require(flag_values, names):
+  """Raises UserError naming the first of `names` that is not set.
+
+  Args:
+    flag_values: the parsed flags (absl's FLAGS).
+    names: flag names in the order a user should hear of them.
+
+  Raises:
+    UserError: "--NAME is required" for the first flag that is None or empty.
+  """
+  for name in names:
+    if getattr(flag_values, name) in (None, "", []):
+      raise UserError("--%s is required" % name)

@@ -1,0 +1,56 @@
+"""The numeric precision of a training run, as one value decided once.
+
+training_setup.resolve_precision turns --use_fp16 / --use_bf16 and the
+machine's facts (GPUs, oneDNN, CPU flags) into a `Precision`. The runner
+hands that one value down: to the optimizer (dynamic loss scaling and the
+float16 graph rewrite), to the training hooks (whether a non-finite loss
+stops the run, and what its warning says), to the horovod engine (float16
+gradients on the wire), to the session config (the bfloat16 rewrite) and to
+the run summary. None of them reads the precision flags themselves.
+"""
+
+import collections
+
+FLOAT32 = "float32"
+MIXED_FLOAT16 = "mixed_float16"
+MIXED_BFLOAT16 = "mixed_bfloat16"
+
+# Dynamic loss scaling (--use_fp16): the scale a fresh run starts from, and
+# the finite steps after which it doubles. The defaults are the flags'.
+LossScale = collections.namedtuple("LossScale",
+                                   ["initial_scale", "growth_steps"])
+LossScale.__new__.__defaults__ = (2**15, 2000)
+
+
+class Precision(collections.namedtuple(
+    "Precision", ["requested", "compute", "loss_scale", "compress_gradients",
+                  "stop_on_nonfinite_loss", "reason"])):
+  """How a run computes, and what follows from it.
+
+  Fields:
+    requested: what the flags asked for: "fp32", "fp16" (--use_fp16) or
+      "bf16" (--use_bf16).
+    compute: what the kernels compute in: FLOAT32, MIXED_FLOAT16 (float16
+      GPU kernels) or MIXED_BFLOAT16 (oneDNN's bfloat16 CPU kernels);
+      variables are float32 in every case.
+    loss_scale: the LossScale of --use_fp16's optimizer wrapper
+      (enable_mixed_precision_graph_rewrite: scaled loss, unscaled
+      gradients, overflowing steps skipped), or None without it. It runs
+      even where no GPU kernel gets rewritten.
+    compress_gradients: horovod sends the gradients as float16.
+    stop_on_nonfinite_loss: a NaN or inf training loss ends the run; never
+      with loss scaling, whose overflowing steps are expected and skipped.
+    reason: one line saying why `compute` is what it is, for the log.
+  """
+  __slots__ = ()
+
+  @property
+  def fell_back(self):
+    """Whether mixed precision was asked for and the run computes float32."""
+    return self.requested != "fp32" and self.compute == FLOAT32
+
+  def summary(self):
+    """The precision entries of throughput_summary.json."""
+    return {"precision": self.compute,
+            "use_fp16": self.requested == "fp16",
+            "use_bf16": self.requested == "bf16"}

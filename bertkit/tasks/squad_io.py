@@ -1,0 +1,140 @@
+# coding=utf-8
+"""SQuAD's files around the model: the records it reads, the answers it gives.
+
+Before training or predicting, the examples' windows (squad_data.py) are
+written as TFRecords: train.tf_record, shuffled once as upstream does, and
+eval.tf_record in order, so that the predictions line up with the windows.
+After predicting, the windows' logits become predictions.json (and the
+n-best and null-odds files, squad_predictions.py), evaluated with the
+official script's figures when the file has gold answers.
+"""
+
+import os
+import random
+
+from absl import logging
+import tensorflow.compat.v1 as tf
+
+from bertkit.common import atomic_io
+from bertkit.engine import input_pipeline
+from bertkit.tasks import squad_data
+from bertkit.tasks import squad_evaluation
+from bertkit.tasks import squad_predictions
+from bertkit.tasks import squad_task
+
+# Upstream shuffles the training examples once with this seed before writing
+# them, so that the input_fn's small shuffle buffer suffices.
+TRAIN_SHUFFLE_SEED = 12345
+
+
+def write_features(path, features, is_training):
+  """Writes the records of `features` to `path` atomically.
+
+  Returns:
+    The number of records written.
+  """
+  count = 0
+  with atomic_io.atomic_path(path) as tmp:
+    with tf.io.TFRecordWriter(tmp) as writer:
+      for feature in features:
+        writer.write(squad_task.serialize_feature(feature, is_training))
+        count += 1
+  return count
+
+
+def write_inputs(output_dir, train_examples, predict_examples, tokenizer,
+                 max_seq_length, doc_stride, max_query_length):
+  """Writes train.tf_record (shuffled, as upstream) and eval.tf_record.
+
+  Returns:
+    (train record files or None, their number of windows,
+     predict record files or None, the predict windows' InputFeatures).
+  """
+  train_files = predict_files = None
+  num_train_features, predict_features = 0, []
+  if train_examples:
+    random.Random(TRAIN_SHUFFLE_SEED).shuffle(train_examples)
+    train_files = [os.path.join(output_dir, "train.tf_record")]
+    num_train_features = write_features(
+        train_files[0], squad_data.convert_examples_to_features(
+            train_examples, tokenizer, max_seq_length, doc_stride,
+            max_query_length, is_training=True), is_training=True)
+  if predict_examples:
+    predict_features = list(squad_data.convert_examples_to_features(
+        predict_examples, tokenizer, max_seq_length, doc_stride,
+        max_query_length, is_training=False))
+    predict_files = [os.path.join(output_dir, "eval.tf_record")]
+    write_features(predict_files[0], predict_features, is_training=False)
+  return train_files, num_train_features, predict_files, predict_features
+
+
+def input_fn_builder(path, max_seq_length, batch_size, has_positions,
+                     is_training=False, num_replicas=1):
+  """An Estimator input_fn over SQuAD records.
+
+  Args:
+    path: the TFRecord file(s) (write_features).
+    max_seq_length: S.
+    batch_size: global batch.
+    has_positions: the records are training records (answer positions).
+    is_training: shuffle, repeat and drop a partial batch; else one ordered
+      pass (predictions line up with the features).
+    num_replicas: replicas in sync; the dataset yields per-replica batches.
+  """
+  return input_pipeline.classifier_input_fn_builder(
+      path, max_seq_length, is_training=is_training,
+      drop_remainder=is_training, global_batch_size=batch_size,
+      num_replicas=num_replicas,
+      feature_spec=squad_task.feature_spec(max_seq_length, has_positions))
+
+
+def input_fn_maker(max_seq_length):
+  """The runner's make_input_fn over SQuAD records: training records (with
+  answer positions) for TRAIN and EVAL, predict records for PREDICT."""
+  def make_input_fn(files, mode, global_batch_size, num_replicas):
+    return input_fn_builder(
+        files, max_seq_length, global_batch_size,
+        has_positions=mode != tf.estimator.ModeKeys.PREDICT,
+        is_training=mode == tf.estimator.ModeKeys.TRAIN,
+        num_replicas=num_replicas)
+  return make_input_fn
+
+
+def answers(examples, features, n_best_size, max_answer_length,
+            do_lower_case, version_2_with_negative, null_score_diff_threshold,
+            output_dir, predict_file, predictions):
+  """Writes the answers of the predict outputs; returns their evaluation.
+
+  Args:
+    examples, features: the predicted SquadExamples and their windows.
+    n_best_size, max_answer_length, do_lower_case, version_2_with_negative,
+    null_score_diff_threshold: the flags' values.
+    output_dir: where predictions.json (nbest, null_odds) go.
+    predict_file: the SQuAD json, evaluated when it has answers.
+    predictions: the runner's prediction dicts, one per window in order.
+
+  Returns:
+    The official evaluation's figures, or None without gold answers.
+  """
+  results = [squad_predictions.RawResult(
+      unique_id=int(p["unique_ids"]),
+      start_logits=[float(x) for x in p["start_logits"].flat],
+      end_logits=[float(x) for x in p["end_logits"].flat])
+             for p in predictions]
+  predicted, nbest, null_odds = squad_predictions.compute_predictions(
+      examples, features, results, n_best_size, max_answer_length,
+      do_lower_case, version_2_with_negative, null_score_diff_threshold)
+  paths = squad_predictions.write_predictions(
+      output_dir, predicted, nbest, null_odds, version_2_with_negative)
+  logging.info("Wrote %s", ", ".join(paths))
+  return evaluate(predict_file, predicted, null_odds, version_2_with_negative)
+
+
+def evaluate(predict_file, predictions, null_odds, version_2_with_negative):
+  """The official evaluation's figures, or None if there are no answers."""
+  dataset = squad_data.load_squad_json(predict_file)
+  if not squad_evaluation.has_answers(dataset):
+    return None
+  if version_2_with_negative:
+    return dict(squad_evaluation.evaluate_v2(dataset, predictions, null_odds))
+  return squad_evaluation.evaluate_v1(dataset, predictions)
