@@ -3,8 +3,8 @@
 On a loaded machine two runs minutes apart differ by more than most single
 optimisations give. This builds one BERT pretraining step graph (the model
 and both heads of a checkout's modeling.py and bertkit/tasks/pretraining.py,
-or run_pretraining.py in checkouts older than that module, the update of its
-optimization.py) per CHECKOUT[:INTER_OP_THREADS] argument and
+the update of its bertkit/engine/optimizers.py) per
+CHECKOUT[:INTER_OP_THREADS] argument and
 runs their steps in turn (ABC ABC ..., reversed every other round), so that
 load changes hit all alike. Prints per variant the median step
 time and the median of its per-round speed-ups against the first variant, by
@@ -36,25 +36,33 @@ sys.path.insert(0, REPO_ROOT)
 from bertkit.tasks import pretraining  # noqa: F401
 
 
-def heads_path(checkout):
-  """The file of `checkout` that defines its pretraining heads: the task
-  module, or in checkouts older than it, run_pretraining.py."""
-  path = os.path.join(checkout, "bertkit", "tasks", "pretraining.py")
-  if os.path.exists(path):
-    return path
-  return os.path.join(checkout, "run_pretraining.py")
+def checkout_files(checkout):
+  """The heads' and the optimizers' files of `checkout`.
+
+  Raises:
+    SystemExit: `checkout` predates the bertkit layout; its modules import
+      each other by their old top-level names, which this process does not
+      have.
+  """
+  heads = os.path.join(checkout, "bertkit", "tasks", "pretraining.py")
+  optimizers = os.path.join(checkout, "bertkit", "engine", "optimizers.py")
+  if not (os.path.exists(heads) and os.path.exists(optimizers)):
+    raise SystemExit("error: %s has no bertkit/tasks/pretraining.py and "
+                     "bertkit/engine/optimizers.py: compare checkouts of the "
+                     "bertkit layout" % checkout)
+  return heads, optimizers
 
 
 def load_checkout(checkout, index):
   """The pretraining heads of `checkout` built on `checkout`/modeling.py, and
-  `checkout`/optimization.py.
+  `checkout`'s optimizers.
 
   The three are loaded as modules of their own; the heads' `import modeling`
   picks up the checkout's while they load, the other imports of all three
   are this checkout's.
 
   Returns:
-    (the heads' module, the optimization module).
+    (the heads' module, the optimizers' module).
   """
   def load(name, path):
     spec = importlib.util.spec_from_file_location(name, path)
@@ -62,14 +70,13 @@ def load_checkout(checkout, index):
     spec.loader.exec_module(module)
     return module
 
-  optimizer = load("optimization_%d" % index,
-                   os.path.join(checkout, "optimization.py"))
+  heads, optimizers = checkout_files(checkout)
+  optimizer = load("optimizers_%d" % index, optimizers)
   ours = sys.modules["modeling"]
   sys.modules["modeling"] = load("modeling_%d" % index,
                                  os.path.join(checkout, "modeling.py"))
   try:
-    return load("pretraining_heads_%d" % index,
-                heads_path(checkout)), optimizer
+    return load("pretraining_heads_%d" % index, heads), optimizer
   finally:
     sys.modules["modeling"] = ours
 
@@ -80,7 +87,7 @@ def build_step(heads, optimizer, config_file, batch, seq_length,
 
   Args:
     heads: a checkout's pretraining heads module (see load_checkout).
-    optimizer: an optimization module (see load_checkout).
+    optimizer: an optimizers module (see load_checkout).
     config_file: bert_config.json.
     batch, seq_length, predictions: B, S and the masked positions P.
   """

@@ -22,8 +22,9 @@ google-research/bert. Everything else lives here, one subpackage per concern:
 
 Rules (tests/test_layout.py enforces the first three):
   1. Imports point down. Layers, lowest first: common; tokenization and
-     modeling; data; engine and optimization; tasks; perf; programs. A module
-     imports only from its own layer or a lower one, and never a program.
+     modeling; data; engine; tasks and optimization (upstream's names for
+     engine.optimizers); perf; programs. A module imports only from its own
+     layer or a lower one, and never a program.
   2. `bertkit.common` and `bertkit.data` import no TensorFlow at import time
      (data creation and create_vocab start in well under a second and their
      worker processes stay small); where they need TensorFlow they import it

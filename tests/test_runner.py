@@ -21,7 +21,8 @@ from conftest import REPO_ROOT
 PROGRAMS = ("run_pretraining.py", "run_classifier.py", "run_squad.py")
 # What only the runner may reach: the optimizer, the speed measurement, the
 # step contract and the engine set-up.
-RUNNER_ONLY = {"optimization", "throughput", "train_step", "training_setup"}
+RUNNER_ONLY = {"optimization", "optimizers", "throughput", "train_step",
+               "training_setup"}
 
 
 def parse(program):

@@ -4,7 +4,7 @@
 Every process (rank) builds the same single-device graph, reads its own
 share of the input (whole files, or records of fewer files than ranks: see
 runner.for_this_process) and feeds a per-rank batch of global_batch / ranks.
-The data-parallel optimizer (optimization.py) sums the gradients over the
+The data-parallel optimizer (optimizers.py) sums the gradients over the
 ranks through the ProcessGroup that `init` returns (`sum_across_ranks`);
 since each rank's loss is already its share of the global-batch loss (see
 runner.mean_loss_shares), the sum is the gradient of the global-batch loss,

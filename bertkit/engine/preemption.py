@@ -13,7 +13,7 @@ all-reduce. So every process also casts a vote in each step: the runner
 makes one `StopVote` per run and hands it to the optimizer (inside a
 distribution.Replicas) and to StopOnSignalHook. Its `cast` is 1 when this
 process has a stop request, and it rides in the optimizer's batched gradient
-all-reduce (optimization.DataParallelOptimizer.all_reduce), so its sum over
+all-reduce (optimizers.DataParallelOptimizer.all_reduce), so its sum over
 all replicas arrives on every process at the same step, with the gradients,
 at no extra collective. Its `record` keeps that sum for the hook; a positive
 sum stops every process after that step.

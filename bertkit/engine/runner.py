@@ -42,12 +42,12 @@ from bertkit.engine import checkpoints
 from bertkit.engine import distribution
 from bertkit.engine import horovod_engine
 from bertkit.engine import input_pipeline
+from bertkit.engine import optimizers
 from bertkit.engine import preemption
 from bertkit.engine import throughput
 from bertkit.engine import train_step
 from bertkit.engine import training_hooks
 from bertkit.engine import training_setup
-import optimization
 
 TRAIN = tf.estimator.ModeKeys.TRAIN
 EVAL = tf.estimator.ModeKeys.EVAL
@@ -106,7 +106,7 @@ def define_flags():
                        "Graph-level seed; also makes the input order "
                        "deterministic (no sloppy interleave, no shuffle).")
   flags.DEFINE_bool("use_xla", False, "XLA JIT compilation (level ON_1).")
-  flags.DEFINE_enum("optimizer", "adamw", optimization.OPTIMIZERS,
+  flags.DEFINE_enum("optimizer", "adamw", optimizers.OPTIMIZERS,
                     "adamw: upstream's Adam with decoupled weight decay; "
                     "lamb: LAMB (layer-wise trust ratio, arXiv:1904.00962).")
   flags.DEFINE_bool("lamb_bias_correction", False,
@@ -195,7 +195,7 @@ def model_fn_builder(task, init_checkpoint, learning_rate, num_train_steps,
   """The Estimator model_fn of `task`.
 
   TRAIN: one update from the summed gradients of num_accumulation_steps
-  micro-batches (optimization.create_accumulating_optimizer), handed to the
+  micro-batches (optimizers.create_accumulating_optimizer), handed to the
   hooks through train_step.register_step_metrics; EVAL and PREDICT: the
   task's outputs on one unreplicated batch. Every mode starts from
   `init_checkpoint` when given.
@@ -219,7 +219,7 @@ def model_fn_builder(task, init_checkpoint, learning_rate, num_train_steps,
     if mode == TRAIN:
       if task.batch_counts is not None:
         train_step.register_batch_counts(*task.batch_counts(features))
-      step = optimization.create_accumulating_optimizer(
+      step = optimizers.create_accumulating_optimizer(
           task.train_loss_fns(features, num_accumulation_steps),
           learning_rate, num_train_steps, num_warmup_steps,
           replicas=replicas, **optimizer_options)

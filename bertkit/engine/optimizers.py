@@ -1,0 +1,514 @@
+"""Optimizers for BERT pretraining and fine-tuning, correct under data parallelism.
+
+Upstream's users reach them as `import optimization` (the root module keeps
+upstream's names); the engine uses them from here.
+
+Upstream's AdamWeightDecayOptimizer overrides `apply_gradients` with a loop of
+its own, which bypasses tf.distribute: under MirroredStrategy every replica
+updates its own copy of the weights from its own gradient and the copies drift
+apart. Here the optimizers are ordinary `tf.compat.v1.train.Optimizer`
+subclasses (`_create_slots` / `_apply_dense` / `_resource_apply_dense`) and
+share one data-parallel `apply_gradients`:
+
+  1. every replica computes the gradient of its share of the global-batch
+     mean loss (its own mean loss divided by the number of replicas);
+  2. ONE batched all-reduce (SUM) turns the shares into the gradient of the
+     global-batch mean loss, identical on every replica;
+  3. the reduced gradient is clipped to global norm 1.0, once;
+  4. every replica applies the same update to its copy of the weights;
+  5. global_step is incremented exactly once.
+
+The math is therefore that of one device with the global batch, whatever the
+number of replicas. Slot variables keep upstream's names (`<var>/adam_m`,
+`<var>/adam_v`) so checkpoints load both ways with Google's; LAMB keeps them
+too, since its two moments are Adam's.
+
+Two optimizers: upstream's AdamW (`--optimizer=adamw`) and LAMB
+(`--optimizer=lamb`, arXiv:1904.00962). Gradient accumulation
+(`create_accumulating_optimizer`) sums the gradients of K micro-batches
+before step 2, so one update still costs one all-reduce.
+
+What the all-reduce sums over is handed in: a distribution.Replicas (the
+runner's knows horovod's processes and carries the stop vote of
+preemption.py). Without one, the optimizer sums over the replicas of the
+tf.distribute strategy in scope, if any, as a single-process user of
+upstream's `create_optimizer` expects. The precision (loss scaling) is
+handed in the same way, as one precision.Precision.
+"""
+
+import re
+
+import tensorflow.compat.v1 as tf
+from tensorflow.python.ops import resource_variable_ops
+
+from bertkit.engine import distribution
+from bertkit.engine import train_step
+
+DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
+OPTIMIZERS = ("adamw", "lamb")
+
+
+def learning_rate_schedule(init_lr, num_train_steps, num_warmup_steps,
+                           global_step=None):
+  """Upstream's schedule: linear warm-up, then linear decay to 0.
+
+  Args:
+    init_lr: peak learning rate, reached at the end of warm-up.
+    num_train_steps: step at which the rate reaches 0.
+    num_warmup_steps: steps of linear warm-up from 0.
+    global_step: the step tensor; defaults to the graph's global step.
+
+  Returns:
+    A scalar float32 tensor.
+  """
+  if global_step is None:
+    global_step = tf.train.get_or_create_global_step()
+  step = tf.cast(global_step, tf.float32)
+  decayed = tf.train.polynomial_decay(
+      tf.constant(init_lr, dtype=tf.float32), global_step, num_train_steps,
+      end_learning_rate=0.0, power=1.0, cycle=False)
+  if not num_warmup_steps:
+    return decayed
+  warmup = init_lr * step / float(num_warmup_steps)
+  return tf.where(step < float(num_warmup_steps), warmup, decayed)
+
+
+class DataParallelOptimizer(tf.train.Optimizer):
+  """Base class: all-reduce, clip once, apply the same update on every replica.
+
+  Subclasses implement `_create_slots` and `_apply_update(grad, var)`, which
+  returns the op updating `var` (and its slots) from the reduced gradient.
+  """
+
+  def __init__(self, learning_rate, weight_decay_rate=0.0,
+               exclude_from_weight_decay=DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY,
+               clip_norm=1.0, name="Optimizer", reduced_by_caller=False,
+               replicas=None):
+    """Args:
+      learning_rate: float or scalar tensor.
+      weight_decay_rate: decoupled weight decay (AdamW style).
+      exclude_from_weight_decay: regexes; matching variable names get none.
+      clip_norm: global-norm clip on the reduced gradient; None disables it.
+      name: name scope of the update ops.
+      reduced_by_caller: whether the caller sums the gradients with
+        `all_reduce` before passing them to `apply_gradients`, which then
+        applies them as they are; otherwise `apply_gradients` sums them.
+      replicas: the distribution.Replicas that `all_reduce` sums over;
+        None: distribution.Replicas(), the replicas of the strategy in
+        scope (one without a strategy), with no stop vote.
+    """
+    super().__init__(use_locking=False, name=name)
+    self._global_step = None
+    self.reduced_by_caller = reduced_by_caller
+    self.replicas = distribution.Replicas() if replicas is None else replicas
+    self.learning_rate = learning_rate
+    self.weight_decay_rate = weight_decay_rate
+    self.exclude_from_weight_decay = tuple(exclude_from_weight_decay or ())
+    self.clip_norm = clip_norm
+
+  def compute_gradients(self, loss, var_list=None, **unused_kwargs):
+    """Plain gradients of `loss`: no hidden rescaling by the replica count.
+
+    The caller passes each replica's share of the global mean loss (see
+    `distribution.replica_share`), so a SUM all-reduce yields the gradient of
+    the global mean.
+    """
+    if var_list is None:
+      var_list = tf.trainable_variables()
+    grads = tf.gradients(loss, var_list)
+    return list(zip(grads, var_list))
+
+  def all_reduce(self, grads_and_vars, scalars=()):
+    """Sums gradients and scalars over every replica in ONE batched all-reduce.
+
+    The stop vote that `self.replicas` carries (preemption.py) rides in it
+    too, so every process learns of a stop request at the same step for
+    free, and so do `scalars` (the step's loss). It serves a caller that
+    needs the sums whether or not the update is then applied (the fp16
+    wrapper skips the update of a step whose gradients overflow, and that
+    step still reports its loss); such a caller builds the optimizer with
+    `reduced_by_caller=True`.
+
+    Args:
+      grads_and_vars: (gradient or None, variable) pairs of this replica.
+      scalars: float32 scalar tensors of this replica to sum.
+
+    Returns:
+      (summed (gradient, variable) pairs, the list of summed scalars, the op
+      recording the stop votes, which the step must run).
+    """
+    grads_and_vars = [(g, v) for g, v in grads_and_vars if g is not None]
+    if not grads_and_vars:
+      raise ValueError("No gradients provided for any variable.")
+    # Dense before the all-reduce: BERT's embedding gradients are dense anyway
+    # (tied MLM output weights), and dense tensors batch into one all-reduce.
+    grads = [tf.convert_to_tensor(g) for g, _ in grads_and_vars]
+    reduced, votes_recorded = self.replicas.sum_with_stop_vote(
+        grads + list(scalars))
+    num_grads = len(grads)
+    return (list(zip(reduced[:num_grads], [v for _, v in grads_and_vars])),
+            reduced[num_grads:], votes_recorded)
+
+  def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+    """All-reduces (unless `reduced_by_caller`), clips and applies; called
+    in a replica context.
+
+    Args:
+      grads_and_vars: (gradient, variable) pairs of this replica.
+      global_step: variable incremented once after the update, or None.
+      name: name of the returned op.
+
+    Returns:
+      The op that applies the update (and increments global_step).
+    """
+    if self.reduced_by_caller:
+      grads_and_vars = [(g, v) for g, v in grads_and_vars if g is not None]
+      votes_recorded = tf.no_op()
+    else:
+      grads_and_vars, _, votes_recorded = self.all_reduce(grads_and_vars)
+    grads = [g for g, _ in grads_and_vars]
+    tvars = [v for _, v in grads_and_vars]
+    if self.clip_norm is not None:
+      grads, _ = tf.clip_by_global_norm(grads, clip_norm=self.clip_norm)
+    # Every gradient before any update: the gradient of one variable reads
+    # others, which an early update would already have changed. (The global
+    # norm orders them too, but clipping may be off.)
+    with tf.control_dependencies([tf.group(*grads), votes_recorded]):
+      grads = [tf.identity(g) for g in grads]
+    replica_context = tf.distribute.get_replica_context()
+    return replica_context.merge_call(
+        self._apply_reduced,
+        args=(list(zip(grads, tvars)), global_step, name))
+
+  def _apply_reduced(self, strategy, grads_and_vars, global_step, name):
+    """Cross-replica part: each device updates its copy from its (identical)
+    reduced gradient. Unlike the base class, no second reduction happens."""
+    var_list = [v for _, v in grads_and_vars]
+    with tf.init_scope():
+      self._create_slots(var_list)
+    # Read inside the per-device updates, before the increment below.
+    self._global_step = global_step
+    with tf.name_scope(name or self._name):
+      self._prepare()
+      update_ops = []
+      for grad, var in grads_and_vars:
+        update_ops.extend(strategy.extended.update(
+            var, self._apply_update, args=(grad,), group=False))
+      if global_step is None:
+        return strategy.group(update_ops)
+      with tf.control_dependencies(update_ops):
+        return strategy.extended.update(
+            global_step, lambda step: step.assign_add(1), group=True)
+
+  def _apply_update(self, var, grad):
+    raise NotImplementedError
+
+  def _apply_dense(self, grad, var):
+    return self._apply_update(var, grad)
+
+  def _resource_apply_dense(self, grad, handle):
+    return self._apply_update(handle, grad)
+
+  def _apply_sparse(self, grad, var):
+    raise NotImplementedError("Gradients are densified before the update.")
+
+  def _resource_apply_sparse(self, grad, handle, indices):
+    raise NotImplementedError("Gradients are densified before the update.")
+
+  def _do_use_weight_decay(self, param_name):
+    if not self.weight_decay_rate:
+      return False
+    return not any(re.search(r, param_name)
+                   for r in self.exclude_from_weight_decay)
+
+  @staticmethod
+  def _variable_name(var):
+    """`bert/.../kernel` for a variable, a replica's copy or a resource."""
+    name = var.op.name if hasattr(var, "op") else var.name
+    return re.sub(r"(/replica_\d+)?(:\d+)?$", "", name)
+
+
+class AdamWeightDecayOptimizer(DataParallelOptimizer):
+  """Upstream's AdamW: Adam without bias correction, decoupled weight decay.
+
+  update = m / (sqrt(v) + epsilon) + weight_decay_rate * w;  w -= lr * update
+  """
+
+  def __init__(self, learning_rate, weight_decay_rate=0.0, beta_1=0.9,
+               beta_2=0.999, epsilon=1e-6,
+               exclude_from_weight_decay=DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY,
+               clip_norm=1.0, name="AdamWeightDecayOptimizer",
+               reduced_by_caller=False, replicas=None):
+    super().__init__(learning_rate, weight_decay_rate,
+                     exclude_from_weight_decay, clip_norm, name,
+                     reduced_by_caller, replicas)
+    self.beta_1 = beta_1
+    self.beta_2 = beta_2
+    self.epsilon = epsilon
+
+  def _create_slots(self, var_list):
+    for v in var_list:
+      self._zeros_slot(v, "adam_m", "adam_m")
+      self._zeros_slot(v, "adam_v", "adam_v")
+
+  def _apply_update(self, var, grad):
+    """TF's fused Adam kernel, after the weight decay.
+
+    With both beta powers 0 the kernel's bias-corrected rate is the rate
+    itself, so it computes upstream's moments and m / (sqrt(v) + epsilon)
+    in one multi-threaded pass over the variable and its slots, where the
+    same update as separate ops makes a dozen. Decaying first is upstream's
+    `w - lr * (adam + decay * w)` regrouped: the Adam term does not read w.
+    """
+    m = self.get_slot(var, "adam_m")
+    v = self.get_slot(var, "adam_v")
+    decayed = []
+    if self._do_use_weight_decay(self._variable_name(var)):
+      decay = tf.cast(self.learning_rate * self.weight_decay_rate, var.dtype)
+      # After the gradient: every gradient must read the weights before any
+      # of them changes, and nothing else orders this write.
+      with tf.control_dependencies([grad]):
+        decayed = [var.assign_sub(decay * var)]
+    hyper = dict(beta1_power=0.0, beta2_power=0.0,
+                 lr=tf.cast(self.learning_rate, var.dtype), beta1=self.beta_1,
+                 beta2=self.beta_2, epsilon=self.epsilon, grad=grad)
+    with tf.control_dependencies(decayed):
+      if resource_variable_ops.is_resource_variable(var):
+        return tf.raw_ops.ResourceApplyAdam(
+            var=var.handle, m=m.handle, v=v.handle, **hyper)
+      return tf.raw_ops.ApplyAdam(var=var, m=m, v=v, **hyper).op
+
+
+class LambOptimizer(AdamWeightDecayOptimizer):
+  """LAMB: AdamW with a layer-wise trust ratio (arXiv:1904.00962).
+
+  update = m_hat / (sqrt(v_hat) + epsilon) + weight_decay_rate * w
+  w -= lr * (||w|| / ||update||) * update
+
+  The ratio is 1 when either norm is 0 (fresh zero biases, a zero update).
+  Every variable gets the ratio, as in gluon-nlp's and NVIDIA's BERT LAMB;
+  LayerNorm and bias variables are only exempt from weight decay. Without
+  bias correction (gluon-nlp's LAMB BERT setting) m_hat = m and v_hat = v;
+  with it they are divided by 1 - beta**t, t = global_step + 1 counting
+  updates.
+  """
+
+  # Size: upstream's AdamW keywords in upstream's order, LAMB's bias
+  # correction and the data-parallel options; all but the rate have defaults.
+  def __init__(self, learning_rate, weight_decay_rate=0.0, beta_1=0.9,
+               beta_2=0.999, epsilon=1e-6, bias_correction=False,
+               exclude_from_weight_decay=DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY,
+               clip_norm=1.0, name="LambOptimizer", reduced_by_caller=False,
+               replicas=None):
+    super().__init__(learning_rate, weight_decay_rate, beta_1, beta_2,
+                     epsilon, exclude_from_weight_decay, clip_norm, name,
+                     reduced_by_caller, replicas)
+    self.bias_correction = bias_correction
+
+  def _apply_update(self, var, grad):
+    m = self.get_slot(var, "adam_m")
+    v = self.get_slot(var, "adam_v")
+    next_m = self.beta_1 * m + (1.0 - self.beta_1) * grad
+    next_v = self.beta_2 * v + (1.0 - self.beta_2) * tf.square(grad)
+    update = self._direction(var, next_m, next_v)
+    next_var = var - self._step_size(var, update) * update
+    return tf.group(var.assign(next_var), m.assign(next_m), v.assign(next_v))
+
+  def _direction(self, var, m, v):
+    """The update before the learning rate, weight decay included."""
+    if self.bias_correction:
+      if self._global_step is None:
+        raise ValueError("LAMB bias correction counts updates with "
+                         "global_step; pass it to apply_gradients.")
+      t = tf.cast(self._global_step, tf.float32) + 1.0
+      m = m / (1.0 - tf.pow(self.beta_1, t))
+      v = v / (1.0 - tf.pow(self.beta_2, t))
+    update = m / (tf.sqrt(v) + self.epsilon)
+    if self._do_use_weight_decay(self._variable_name(var)):
+      update += self.weight_decay_rate * var
+    return update
+
+  def _step_size(self, var, update):
+    w_norm = tf.norm(var)
+    update_norm = tf.norm(update)
+    both_positive = tf.logical_and(w_norm > 0.0, update_norm > 0.0)
+    # The ratio is computed in both branches; a 0/0 in the unused one is fine.
+    trust_ratio = tf.where(both_positive, w_norm / update_norm, 1.0)
+    return self.learning_rate * trust_ratio
+
+
+def build_optimizer(optimizer_name, learning_rate, lamb_bias_correction=False,
+                    reduced_by_caller=False, replicas=None):
+  """Upstream's hyperparameters (decay 0.01, betas 0.9/0.999, epsilon 1e-6).
+
+  Args:
+    optimizer_name: one of OPTIMIZERS.
+    learning_rate: float or scalar tensor.
+    lamb_bias_correction: LAMB only: Adam's bias correction of the moments.
+    reduced_by_caller: see DataParallelOptimizer.
+    replicas: see DataParallelOptimizer.
+
+  Returns:
+    A DataParallelOptimizer.
+  """
+  if optimizer_name == "adamw":
+    if lamb_bias_correction:
+      raise ValueError("Bias correction is a LAMB option; upstream's AdamW "
+                       "has none.")
+    return AdamWeightDecayOptimizer(
+        learning_rate=learning_rate, weight_decay_rate=0.01, beta_1=0.9,
+        beta_2=0.999, epsilon=1e-6, reduced_by_caller=reduced_by_caller,
+        replicas=replicas)
+  if optimizer_name == "lamb":
+    return LambOptimizer(
+        learning_rate=learning_rate, weight_decay_rate=0.01, beta_1=0.9,
+        beta_2=0.999, epsilon=1e-6, bias_correction=lamb_bias_correction,
+        reduced_by_caller=reduced_by_caller, replicas=replicas)
+  raise ValueError("Unknown optimizer %r; expected one of %s" %
+                   (optimizer_name, ", ".join(OPTIMIZERS)))
+
+
+def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
+                     use_tpu=False, **options):
+  """Builds the train op, as upstream's `create_optimizer` does.
+
+  Args:
+    loss: this replica's share of the global-batch mean loss
+      (`distribution.replica_share(mean_loss)`); equal to the mean loss
+      with one replica.
+    init_lr: peak learning rate.
+    num_train_steps: total optimizer updates; the rate decays to 0 there.
+    num_warmup_steps: linear warm-up steps.
+    use_tpu: accepted for upstream compatibility; must be False.
+    **options: keyword arguments of `create_accumulating_optimizer`
+      (precision, optimizer_name, replicas, ...).
+
+  Returns:
+    The train op: one optimizer update and one global_step increment (none of
+    either when fp16 gradients overflow).
+  """
+  return create_accumulating_optimizer(
+      [lambda: loss], init_lr, num_train_steps, num_warmup_steps, use_tpu,
+      **options).train_op
+
+
+def create_accumulating_optimizer(
+    micro_batch_loss_fns, init_lr, num_train_steps, num_warmup_steps,
+    use_tpu=False, precision=None, optimizer_name="adamw",
+    lamb_bias_correction=False, replicas=None):
+  """One update from the summed gradients of K micro-batches.
+
+  Args:
+    micro_batch_loss_fns: K functions without arguments, each building the
+      graph of one micro-batch and returning its part of this replica's loss
+      share (the K parts add up to the share); see `accumulate_gradients`.
+    init_lr: peak learning rate.
+    num_train_steps: total optimizer updates; the rate decays to 0 there.
+    num_warmup_steps: linear warm-up steps.
+    use_tpu: accepted for upstream compatibility; must be False.
+    precision: the run's precision.Precision, or None (float32). With its
+      loss_scale (--use_fp16) the optimizer is wrapped in the mixed-precision
+      graph rewrite with dynamic loss scaling (fp16 kernels on GPU; no
+      effect on CPU); a non-finite gradient in any micro-batch then skips
+      the whole update.
+    optimizer_name: "adamw" (upstream) or "lamb".
+    lamb_bias_correction: see LambOptimizer.
+    replicas: the distribution.Replicas to sum over; see
+      DataParallelOptimizer.
+
+  Returns:
+    A TrainStep; its op makes one all-reduce (gradients, the loss and the
+    stop vote), one update and one global_step increment, whatever K is.
+  """
+  if use_tpu:
+    raise ValueError("TPUs are not supported by this fork.")
+  global_step = tf.train.get_or_create_global_step()
+  learning_rate = learning_rate_schedule(init_lr, num_train_steps,
+                                         num_warmup_steps, global_step)
+  optimizer = build_optimizer(optimizer_name, learning_rate,
+                              lamb_bias_correction, reduced_by_caller=True,
+                              replicas=replicas)
+  # What computes and applies the gradients: the optimizer, or its fp16
+  # wrapper (scaled loss, unscaled gradients, update skipped on overflow).
+  applier, loss_scale = optimizer, None
+  if precision is not None and precision.loss_scale is not None:
+    applier, loss_scale = wrap_for_mixed_precision(optimizer,
+                                                   precision.loss_scale)
+  grads_and_vars, losses = accumulate_gradients(applier,
+                                                micro_batch_loss_fns)
+  loss_share = tf.add_n(losses)
+  # Reduced before the fp16 wrapper decides whether to apply them: its skip
+  # branch runs no all-reduce, and an overflowing step still has a loss.
+  grads_and_vars, (loss,), votes_recorded = optimizer.all_reduce(
+      grads_and_vars, [loss_share])
+  train_op = tf.group(
+      applier.apply_gradients(grads_and_vars, global_step=global_step),
+      votes_recorded)
+  return train_step.TrainStep(
+      train_op=train_op, loss_share=loss_share, loss=loss,
+      learning_rate=learning_rate,
+      loss_scale=loss_scale() if loss_scale else None)
+
+
+def accumulate_gradients(optimizer, micro_batch_loss_fns, var_list=None):
+  """Sums the gradients of micro-batches built and differentiated in turn.
+
+  Each micro-batch's graph is built under a control dependency on the
+  running sum, so its forward pass starts only once the previous
+  micro-batch's gradients are added up: the activations held at any time are
+  about those of one micro-batch, while the whole update runs in one
+  session.run (one Estimator step). The gradients come from
+  `optimizer.compute_gradients`, so a loss-scale wrapper scales and unscales
+  each micro-batch's.
+
+  Args:
+    optimizer: a DataParallelOptimizer, possibly wrapped for fp16.
+    micro_batch_loss_fns: functions without arguments returning scalar losses.
+      The first one may create the variables; the others must reuse them.
+    var_list: variables to differentiate; default: every trainable variable
+      once the first micro-batch is built.
+
+  Returns:
+    (list of (summed gradient or None, variable), list of the K losses).
+  """
+  summed, losses = None, []
+  for loss_fn in micro_batch_loss_fns:
+    if summed is None:
+      loss = loss_fn()
+    else:
+      with tf.control_dependencies([tf.group(*[g for g in summed
+                                               if g is not None])]):
+        loss = loss_fn()
+    if var_list is None:
+      var_list = tf.trainable_variables()
+    grads = [None if g is None else tf.convert_to_tensor(g)
+             for g, _ in optimizer.compute_gradients(loss, var_list)]
+    summed = grads if summed is None else [
+        None if a is None else a + b for a, b in zip(summed, grads)]
+    losses.append(loss)
+  return list(zip(summed, var_list)), losses
+
+
+def wrap_for_mixed_precision(optimizer, loss_scale):
+  """`enable_mixed_precision_graph_rewrite` on the optimizer, as the
+  multi-GPU BERT forks do; returns (the wrapped optimizer, its dynamic loss
+  scale, started and grown as the precision.LossScale `loss_scale` says).
+
+  The wrapper multiplies the loss by a dynamic loss scale, divides the
+  gradients by it, and skips the whole update (weights, slots and
+  global_step) when any replica's gradient is not finite, halving the scale.
+  Grappler's auto_mixed_precision pass then runs eligible GPU kernels in
+  float16; it has nothing to rewrite on a CPU-only machine.
+
+  The wrapper's `apply_gradients` must get the gradients summed over every
+  replica and process (`optimizer.all_reduce`, with the optimizer built
+  `reduced_by_caller`): a non-finite gradient anywhere then makes every
+  sum non-finite, so all horovod ranks skip the same steps without a
+  collective of their own.
+  """
+  dynamic = tf.mixed_precision.DynamicLossScale(
+      initial_loss_scale=loss_scale.initial_scale,
+      increment_period=loss_scale.growth_steps, multiplier=2.0)
+  return (tf.train.experimental.enable_mixed_precision_graph_rewrite(
+      optimizer, loss_scale=dynamic), dynamic)
+
