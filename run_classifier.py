@@ -72,8 +72,7 @@ from bertkit.engine import runner
 from bertkit.tasks.classifier import (classifier_task, input_fn_maker,
                                       write_inputs, write_predictions)
 from bertkit.tasks.classifier_data import RerankProcessor, make_processor
-from bertkit.tasks.fine_tuning import check_case, train_steps
-import modeling
+from bertkit.tasks.fine_tuning import load_checked_config, train_steps
 import tokenization
 
 # Upstream's API of this module: google-research/bert's run_classifier.py
@@ -143,20 +142,15 @@ def validate_flags():
     if getattr(FLAGS, name) < 1:
       raise UserError("--%s must be >= 1, got %d" %
                       (name, getattr(FLAGS, name)))
-  if FLAGS.num_train_epochs <= 0:
-    raise UserError("--num_train_epochs must be > 0")
-  if not 0.0 <= FLAGS.warmup_proportion <= 1.0:
-    raise UserError("--warmup_proportion must be in [0, 1]")
+  shared_flags.check_fine_tuning(FLAGS)
   if FLAGS.max_seq_length < 3:
     raise UserError("--max_seq_length must be >= 3 ([CLS] and two [SEP])")
   if FLAGS.pack_sequences and FLAGS.max_sequences_per_pack < 1:
     raise UserError("--max_sequences_per_pack=%d must be at least 1" %
                     FLAGS.max_sequences_per_pack)
-  bert_config = modeling.BertConfig.from_json_file(FLAGS.bert_config_file)
-  modeling.check_seq_length_fits(bert_config, FLAGS.max_seq_length)
-  tokenization.check_vocab_fits_config(FLAGS.vocab_file,
-                                       bert_config.vocab_size)
-  check_case(FLAGS.do_lower_case, FLAGS.init_checkpoint)
+  bert_config = load_checked_config(
+      FLAGS.bert_config_file, FLAGS.max_seq_length, FLAGS.vocab_file,
+      FLAGS.do_lower_case, FLAGS.init_checkpoint)
   if not tf.io.gfile.isdir(FLAGS.data_dir):
     raise UserError("--data_dir %s is not a directory" % FLAGS.data_dir)
   processor = make_processor(FLAGS.task_name, FLAGS.data_dir, FLAGS)

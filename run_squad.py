@@ -52,12 +52,11 @@ from bertkit.common.errors import UserError, main_with_user_errors
 from bertkit.common import shared_flags
 from bertkit.engine import checkpoints
 from bertkit.engine import runner
-from bertkit.tasks.fine_tuning import check_case, train_steps
+from bertkit.tasks.fine_tuning import load_checked_config, train_steps
 from bertkit.tasks import squad_data
 from bertkit.tasks.squad_io import answers, input_fn_maker, write_inputs
 from bertkit.tasks import squad_task
 from bertkit.tasks.squad_task import question_answering_task
-import modeling
 import tokenization
 
 # Upstream's API of this module: google-research/bert's run_squad.py defines
@@ -150,17 +149,12 @@ def validate_flags():
     if getattr(FLAGS, name) < 1:
       raise UserError("--%s must be >= 1, got %d" %
                       (name, getattr(FLAGS, name)))
-  if FLAGS.num_train_epochs <= 0:
-    raise UserError("--num_train_epochs must be > 0")
-  if not 0.0 <= FLAGS.warmup_proportion <= 1.0:
-    raise UserError("--warmup_proportion must be in [0, 1]")
+  shared_flags.check_fine_tuning(FLAGS)
   check_window_flags(FLAGS.max_seq_length, FLAGS.max_query_length,
                      FLAGS.doc_stride)
-  bert_config = modeling.BertConfig.from_json_file(FLAGS.bert_config_file)
-  modeling.check_seq_length_fits(bert_config, FLAGS.max_seq_length)
-  tokenization.check_vocab_fits_config(FLAGS.vocab_file,
-                                       bert_config.vocab_size)
-  check_case(FLAGS.do_lower_case, FLAGS.init_checkpoint)
+  bert_config = load_checked_config(
+      FLAGS.bert_config_file, FLAGS.max_seq_length, FLAGS.vocab_file,
+      FLAGS.do_lower_case, FLAGS.init_checkpoint)
   train_examples = predict_examples = None
   if FLAGS.do_train:
     train_examples, _ = squad_data.read_squad_examples(

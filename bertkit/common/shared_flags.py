@@ -76,6 +76,15 @@ def define_fine_tuning():
                      "Fraction of the training steps with linear warm-up.")
 
 
+def check_fine_tuning(flag_values):
+  """Raises UserError for a --num_train_epochs or --warmup_proportion that no
+  schedule can follow (define_fine_tuning's flags)."""
+  if flag_values.num_train_epochs <= 0:
+    raise UserError("--num_train_epochs must be > 0")
+  if not 0.0 <= flag_values.warmup_proportion <= 1.0:
+    raise UserError("--warmup_proportion must be in [0, 1]")
+
+
 def require(flag_values, names):
   """Raises UserError naming the first of `names` that is not set.
 

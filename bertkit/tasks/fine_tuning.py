@@ -4,7 +4,22 @@
 from bertkit.common.errors import UserError
 from bertkit.engine import checkpoint_formats
 from bertkit.engine import checkpoints
+import modeling
 import tokenization
+
+
+def load_checked_config(bert_config_file, max_seq_length, vocab_file,
+                        do_lower_case, init_checkpoint):
+  """The BertConfig, once the sequence length, the vocab and the casing fit it.
+
+  Raises:
+    UserError: one of them does not fit the model (or its checkpoint).
+  """
+  bert_config = modeling.BertConfig.from_json_file(bert_config_file)
+  modeling.check_seq_length_fits(bert_config, max_seq_length)
+  tokenization.check_vocab_fits_config(vocab_file, bert_config.vocab_size)
+  check_case(do_lower_case, init_checkpoint)
+  return bert_config
 
 
 def check_case(do_lower_case, init_checkpoint):
