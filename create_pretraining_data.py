@@ -20,12 +20,13 @@ text), but not the instances: each is serialized as soon as it is made
 final shuffle, so memory does not grow with --dupe_factor.
 
 Sharded (--num_workers, --output_dir or --dask_scheduler): for corpora of
-any size, on every core or on a Dask cluster; see pretraining_shards.py.
+any size, on every core or on a Dask cluster; see
+bertkit/data/pretraining_shards.py.
 Each shard is upstream's algorithm over that shard, so the records differ
 from faithful mode's.
 
 Both modes read local paths and URLs (through fsspec), in upstream's text
-format, JSONL or Parquet (see corpus_input.py).
+format, JSONL or Parquet (see bertkit/data/corpus_input.py).
 
 --tokenizer_backend=fast (the default) tokenizes with
 fast_tokenization.FastTokenizer, which gives exactly
@@ -101,7 +102,7 @@ def _define_tokenizer_flags():
   shared_flags.define_do_lower_case()
   flags.DEFINE_enum(
       "tokenizer_backend", "fast", ["fast", "python"],
-      "fast: fast_tokenization.FastTokenizer. python: tokenization.py "
+      "fast: bertkit/data/fast_tokenization.py. python: tokenization.py "
       "(upstream's code). Same tokens, so the same records.")
 
 
@@ -129,10 +130,11 @@ def _define_instance_flags():
   flags.DEFINE_bool(
       "pack_sequences", False,
       "Pack the instances into rows of --max_seq_length, at most "
-      "--max_sequences_per_pack to a row (packing.py: shortest-pack-first "
-      "histogram packing), so that training computes little padding. The "
-      "records then also say which sequence each token belongs to, its "
-      "position in it, and each sequence's [CLS] index and next-sentence "
+      "--max_sequences_per_pack to a row (bertkit/data/packing.py: "
+      "shortest-pack-first histogram packing), so that training computes "
+      "little padding. The records then also say which sequence each "
+      "token belongs to, its position in it, and each sequence's [CLS] "
+      "index and next-sentence "
       "label; run_pretraining.py recognises them. With --masking=dynamic "
       "the rows hold no masks and run_pretraining.py draws each sequence's "
       "masks.")
@@ -145,8 +147,9 @@ def _define_sharded_mode_flags():
   """The job of sharded mode (`pretraining_shards.ShardedJob`)."""
   flags.DEFINE_integer(
       "num_workers", None,
-      "Sharded mode (see pretraining_shards.py): number of local worker "
-      "processes (default when --output_dir is given: one per core).")
+      "Sharded mode (see bertkit/data/pretraining_shards.py): number of "
+      "local worker processes (default when --output_dir is given: one per "
+      "core).")
   flags.DEFINE_string(
       "dask_scheduler", None,
       "Sharded mode on a Dask cluster: the scheduler's address, "

@@ -241,7 +241,7 @@ class BertModel(object):
                cls_positions=None):
     """Builds the model in the default graph.
 
-    Packed rows (several sequences in one row, see packing.py) pass
+    Packed rows (several sequences in one row, see bertkit/data/packing.py) pass
     `sequence_ids`, `position_ids` and `cls_positions`: a token then attends
     only to the tokens of its own sequence, its position embedding is that of
     its position within its sequence, and the pooler reads each sequence's

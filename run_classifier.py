@@ -2,8 +2,9 @@
 """BERT fine-tuning for sentence (pair) classification with tf.estimator.
 
 Upstream's flags, processors and files (TPU flags dropped), run by the task
-runner (runner.py) as run_pretraining.py is: one device, MirroredStrategy,
-MultiWorkerMirroredStrategy, CentralStorageStrategy or horovod ranks, fp16,
+runner (bertkit/engine/runner.py) as run_pretraining.py is: one device,
+MirroredStrategy, MultiWorkerMirroredStrategy, CentralStorageStrategy or
+horovod ranks, fp16,
 gradient accumulation, preemption, throughput logs, a run summary.
 `--train_batch_size` is the global batch over all replicas.
 
@@ -118,9 +119,9 @@ def define_flags():
   flags.DEFINE_bool(
       "pack_sequences", False,
       "Pack up to --max_sequences_per_pack examples into each row of "
-      "--max_seq_length tokens (classifier_packing.py): no compute spent on "
-      "padding, the same logits per example. --*_batch_size then count "
-      "rows.")
+      "--max_seq_length tokens (bertkit/tasks/classifier_packing.py): no "
+      "compute spent on padding, the same logits per example. "
+      "--*_batch_size then count rows.")
   flags.DEFINE_integer(
       "max_sequences_per_pack", 3,
       "With --pack_sequences: the most examples in one row.")

@@ -1,7 +1,7 @@
 """Masked LM and next-sentence pretraining of BERT with tf.estimator.
 
 Upstream's flags (TPU ones dropped) plus the distribution flags of
-distribution.py: the Estimator gets a MirroredStrategy,
+bertkit/engine/distribution.py: the Estimator gets a MirroredStrategy,
 MultiWorkerMirroredStrategy or CentralStorageStrategy through its RunConfig,
 runs on one device, or runs as one horovod rank of several
 (--distribution_strategy=horovod, launched by horovodrun).
