@@ -340,8 +340,8 @@ class Replicas(collections.namedtuple("Replicas",
     stop_vote: a preemption.StopVote that rides in the step's all-reduce, or
       None for no vote.
 
-  `Replicas()` is what a single-process user of upstream's optimization API gets: the
-  replicas of the strategy in scope, if any, and no stop vote.
+  `Replicas()` is what a single-process user of upstream's optimization API
+  gets: the replicas of the strategy in scope, if any, and no stop vote.
   """
   __slots__ = ()
 
