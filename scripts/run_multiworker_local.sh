@@ -20,7 +20,7 @@ Environment:
 
 If one worker fails, the others are stopped and the script exits with that
 worker's exit code. For several machines, set TF_CONFIG on each machine
-yourself (see README, "Several machines").
+yourself (see docs/distributed.md, "Several machines").
 USAGE
 }
 

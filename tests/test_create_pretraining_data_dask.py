@@ -2,7 +2,7 @@
 """create_pretraining_data.py --dask_scheduler on a real Dask cluster.
 
 Each test starts `dask scheduler` and two `dask worker` processes on
-127.0.0.1 (random ports, this repository on their PYTHONPATH, as the README
+127.0.0.1 (random ports, this repository on their PYTHONPATH, as docs/data.md
 tells users), runs the program as a user types it, and stops every process
 it started in a fixture teardown, also when the test fails.
 
