@@ -24,10 +24,17 @@ it.
 Without GPUs every replica is a logical CPU device (--cpu_replicas N); the
 replicas then share the same cores, and the tables say so.
 
-Example:
+With --report=RUN_DIRS it runs nothing: it writes the results table of
+finished runs (bertkit/perf/accuracy_reports.py: configuration, held-out
+masked-LM accuracy and time to target, throughput, train time) as
+results_accuracy.md/.csv/.json.
+
+Examples:
   python benchmark.py --output_dir=/tmp/bench --replicas=1,2 \
     --precisions=fp32,fp16 --per_replica_batches=8 \
     --bert_config_files=configs/bert_mini.json --seq_lengths=128
+  python benchmark.py --output_dir=/tmp/table --report=/tmp/run_a,/tmp/run_b \
+    --report_target=0.3
 """
 
 import json
@@ -44,8 +51,9 @@ from absl import app
 from absl import flags
 from absl import logging
 
-from bertkit.common.errors import main_with_user_errors
+from bertkit.common.errors import main_with_user_errors, parse_flags
 from bertkit.common import shared_flags
+from bertkit.perf import accuracy_reports
 from bertkit.perf import cpu_peak
 from bertkit.perf import model_flops
 from bertkit.perf import profiles
@@ -106,6 +114,17 @@ def define_flags():
   flags.DEFINE_bool("measure_peak_only", False,
                     "Print the CPU float32 matmul peak as JSON and exit (what "
                     "the benchmark runs in its peak subprocess).")
+  flags.DEFINE_list("report", None,
+                    "Run directories of run_pretraining.py "
+                    "(--eval_every_n_steps): write their results table "
+                    "(model, replicas, precision, recipe; held-out accuracy "
+                    "and time to target; examples/sec, real tokens/sec; "
+                    "train time) as results_accuracy.md/.csv/.json in "
+                    "--output_dir, and exit.")
+  flags.DEFINE_float("report_target", None,
+                     "--report: the masked_lm_accuracy whose time is "
+                     "reported (default: each run's "
+                     "--target_masked_lm_accuracy).")
 
 
 def main(argv):
@@ -121,6 +140,10 @@ def main(argv):
         profiles.op_totals(profiles.trace_events(path)), FLAGS.top_ops))
     return
   shared_flags.require(FLAGS, ("output_dir",))
+  if FLAGS.report:
+    print(accuracy_reports.write_report(FLAGS.output_dir, FLAGS.report,
+                                        FLAGS.report_target))
+    return
   cells = sweep.parse_axes(
       FLAGS.strategies, FLAGS.bert_config_files, FLAGS.seq_lengths,
       FLAGS.xla, FLAGS.precisions, FLAGS.per_replica_batches, FLAGS.replicas,
@@ -156,4 +179,4 @@ def main(argv):
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main_with_user_errors(main))
+  app.run(main_with_user_errors(main), flags_parser=parse_flags)

@@ -5,6 +5,8 @@ Input: plain text, one sentence per line, a blank line between documents.
 Output: `tf.train.Example` records with the features `run_pretraining.py`
 reads (input_ids, input_mask, segment_ids, masked_lm_positions,
 masked_lm_ids, masked_lm_weights, next_sentence_labels).
+--next_sentence_prediction=false writes single segments of consecutive
+sentences instead (RoBERTa's FULL-SENTENCES), without next_sentence_labels.
 
 Two modes:
 
@@ -35,8 +37,9 @@ faster; --tokenizer_backend=python runs tokenization.py itself.
 
 TensorFlow is imported only to write non-local paths (gs://...).
 Unlike upstream, bad input (a glob matching nothing, a file that is not
-UTF-8 or a JSONL line that is not JSON, an unusable vocab or flag value, an
-unwritable output directory, an unreachable Dask scheduler) ends
+UTF-8 or a JSONL line that is not JSON, a truncated or damaged compressed
+or Parquet file, an unusable vocab or flag value, an unwritable output
+directory, an unreachable Dask scheduler) ends
 the program with one `error:` line, and output files only appear under
 their final names once completely written.
 """
@@ -80,17 +83,7 @@ def _define_input_and_output_flags():
                       "Each item may be a glob, a directory (sharded mode) or "
                       "a URL fsspec serves (s3://, gs://, hdfs://, ... with "
                       "the matching fsspec package installed).")
-  flags.DEFINE_string(
-      "input_format", "auto",
-      "auto: by file name (.jsonl/.ndjson[.gz|.zst]: jsonl, .parquet: "
-      "parquet, else text). text: one sentence per line, a blank line "
-      "between documents. jsonl: one JSON object per line holding a "
-      "document in --text_field. parquet: one document per row in column "
-      "--text_field. JSONL/Parquet documents are split into sentences by "
-      "blingfire.")
-  flags.DEFINE_string(
-      "text_field", corpus_input.DEFAULT_TEXT_FIELD,
-      "The JSON field (jsonl) or column (parquet) holding a document's text.")
+  corpus_input.define_flags()  # --input_format, --text_field
   flags.DEFINE_string(
       "output_file", None,
       "Output TF example file (or comma-separated list of files).")
@@ -123,6 +116,14 @@ def _define_instance_flags():
       "dynamic: records without masks (input_ids, input_mask, segment_ids, "
       "next_sentence_labels), of the same token pairs; run_pretraining.py "
       "draws new masks every epoch.")
+  flags.DEFINE_bool(
+      "next_sentence_prediction", True,
+      "true: upstream's segment pairs with next-sentence labels. false: "
+      "RoBERTa's FULL-SENTENCES: each record is one segment of consecutive "
+      "sentences filling --max_seq_length, across documents (an extra [SEP] "
+      "between two), without the next_sentence_labels feature; "
+      "run_pretraining.py then trains the masked LM alone. "
+      "--short_seq_prob does not apply to it.")
   flags.DEFINE_float(
       "short_seq_prob", 0.1,
       "Probability of creating sequences which are shorter than the "
@@ -283,8 +284,7 @@ def run_faithful_mode(corpus, output_file, recipe):
   output_files = file_patterns.split_file_list(output_file, "output_file")
   check_output_files(output_files)
   vocab = pretraining_instances.load_checked_vocab(recipe.vocab_file)
-  input_files = corpus_input.expand_inputs(
-      corpus.input_file, corpus.input_format, read_directories=False)
+  input_files = corpus_input.expand_corpus(corpus, read_directories=False)
   logging.info("*** Reading from input files ***")
   for f in input_files:
     logging.info("  %s (%s)", f.path, f.format)
@@ -314,7 +314,8 @@ def recipe_from_flags():
   """The `pretraining_instances.RecordRecipe` the flags ask for.
 
   Raises:
-    errors.UserError: --pack_sequences with --max_sequences_per_pack < 1.
+    errors.UserError: --pack_sequences with --max_sequences_per_pack < 1
+      or with --next_sentence_prediction=false.
   """
   params = pretraining_instances.InstanceParams(
       max_seq_length=FLAGS.max_seq_length,
@@ -322,11 +323,17 @@ def recipe_from_flags():
       masked_lm_prob=FLAGS.masked_lm_prob,
       max_predictions_per_seq=FLAGS.max_predictions_per_seq,
       do_whole_word_mask=FLAGS.do_whole_word_mask,
-      masking=FLAGS.masking)
+      masking=FLAGS.masking,
+      next_sentence_prediction=FLAGS.next_sentence_prediction)
   dupe_factor = FLAGS.dupe_factor
   if dupe_factor is None:
     dupe_factor = 1 if FLAGS.masking == pretraining_instances.DYNAMIC else 10
   max_sequences_per_pack = None
+  if FLAGS.pack_sequences and not FLAGS.next_sentence_prediction:
+    raise errors.UserError(
+        "--pack_sequences with --next_sentence_prediction=false: its "
+        "sequences already fill --max_seq_length, there is nothing to pack; "
+        "drop --pack_sequences")
   if FLAGS.pack_sequences:
     if FLAGS.max_sequences_per_pack < 1:
       raise errors.UserError(
@@ -370,4 +377,5 @@ if __name__ == "__main__":
   define_flags()
   flags.mark_flag_as_required("input_file")
   flags.mark_flag_as_required("vocab_file")
-  app.run(errors.main_with_user_errors(main))
+  app.run(errors.main_with_user_errors(main),
+          flags_parser=errors.parse_flags)

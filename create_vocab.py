@@ -1,8 +1,11 @@
 # coding=utf-8
-"""Trains a WordPiece vocab.txt for BERT from plain text files.
+"""Trains a WordPiece vocab.txt for BERT from the corpus of the records.
 
-Input: text files with one sentence per line (blank lines, which separate
-documents for create_pretraining_data.py, are ignored here). Training uses the
+Input: what create_pretraining_data.py reads, read by the same code
+(bertkit/data/corpus_input.py): text files with one sentence per line (blank
+lines, which separate documents there, are ignored here), JSONL or Parquet
+documents (--input_format, --text_field), compressed or not, local paths,
+directories or URLs fsspec serves. Training uses the
 `tokenizers` library's BertWordPieceTokenizer, whose normalisation and
 pre-tokenization mirror tokenization.BasicTokenizer, so the learned pieces are
 the ones tokenization.FullTokenizer will look up.
@@ -32,7 +35,6 @@ Example:
     --output_file=/tmp/vocab.txt --vocab_size=3000
 """
 
-import codecs
 import os
 import sys
 
@@ -45,13 +47,12 @@ console.quiet_native_logs(sys.argv)
 from absl import app
 from absl import flags
 from absl import logging
-import tensorflow.compat.v1 as tf
 import tokenizers
 
 from bertkit.common import atomic_io
 from bertkit.common import errors
-from bertkit.common import file_patterns
 from bertkit.common import shared_flags
+from bertkit.data import corpus_input
 import tokenization
 
 FLAGS = flags.FLAGS
@@ -59,7 +60,6 @@ FLAGS = flags.FLAGS
 GOOGLE_LAYOUT_MIN_VOCAB_SIZE = 1000
 NUM_UNUSED_TOKENS = 99
 SPECIAL_TOKENS = tokenization.SPECIAL_TOKENS
-_READ_CHUNK_BYTES = 1 << 20
 _LINES_PER_BATCH = 1000
 
 
@@ -68,8 +68,10 @@ def define_flags():
   """Defines the flags (only when run as a program)."""
   flags.DEFINE_string(
       "input_file", None,
-      "Input text file(s): a glob or a comma-separated list of globs. One "
-      "sentence per line; blank lines are ignored.")
+      "The corpus, as create_pretraining_data.py reads it: comma-separated "
+      "files, globs, directories or URLs fsspec serves. Text: one sentence "
+      "per line; blank lines are ignored.")
+  corpus_input.define_flags()  # --input_format, --text_field
   flags.DEFINE_string("output_file", None, "Where to write vocab.txt.")
   flags.DEFINE_integer(
       "vocab_size", 30522,
@@ -101,52 +103,31 @@ def special_tokens(vocab_size):
   return [tokenization.PAD_TOKEN] + unused + list(SPECIAL_TOKENS[1:])
 
 
-def iter_text(path):
-  """Yields the decoded text of a UTF-8 file chunk by chunk.
-
-  Raises:
-    errors.UserError: the file cannot be read or is not valid UTF-8 (the
-      message names the file and the offset of the first bad byte).
-  """
-  decoder = codecs.getincrementaldecoder("utf-8")()
-  consumed = 0
-  try:
-    with tf.io.gfile.GFile(path, "rb") as f:
-      while True:
-        chunk = f.read(_READ_CHUNK_BYTES)
-        try:
-          text = decoder.decode(chunk, final=not chunk)
-        except UnicodeDecodeError as e:
-          # e.object is the decoder's buffered tail of the previous chunk
-          # followed by this chunk, so it starts before `consumed`.
-          start = consumed - (len(e.object) - len(chunk))
-          raise errors.UserError(
-              "input file %s is not valid UTF-8: bad byte 0x%02x at byte "
-              "offset %d" % (path, e.object[e.start], start + e.start)
-          ) from None
-        consumed += len(chunk)
-        if text:
-          yield text
-        if not chunk:
-          return
-  except tf.errors.OpError as e:
-    raise errors.UserError(
-        "cannot read input file %s: %s" % (path, e.message)) from None
-
-
 class CorpusReader(object):
-  """Streams non-blank lines of the input files in batches, counting them."""
+  """Streams the sentences of a corpus in batches, counting them.
 
-  def __init__(self, paths):
-    self.paths = paths
+  Attributes:
+    files: the `corpus_input.InputFile`s, read in order.
+    text_field: the JSON field / Parquet column of JSONL/Parquet files.
+    num_lines: sentences yielded so far.
+  """
+
+  def __init__(self, files, text_field=corpus_input.DEFAULT_TEXT_FIELD):
+    self.files = files
+    self.text_field = text_field
     self.num_lines = 0
 
   def batches(self):
-    """Yields lists of non-blank lines (without their newlines)."""
+    """Yields lists of sentences (non-blank, stripped lines).
+
+    Raises:
+      errors.UserError: a file is unreadable or malformed (names it).
+    """
     batch = []
-    for path in self.paths:
-      for line in self._lines(path):
-        if line.strip():
+    for f in self.files:
+      piece = corpus_input.ShardPiece(f.path, 0, f.size, f.format)
+      for line, _ in corpus_input.iter_piece_lines(piece, self.text_field):
+        if line:
           batch.append(line)
           self.num_lines += 1
           if len(batch) == _LINES_PER_BATCH:
@@ -154,15 +135,6 @@ class CorpusReader(object):
             batch = []
     if batch:
       yield batch
-
-  def _lines(self, path):
-    tail = ""
-    for text in iter_text(path):
-      lines = (tail + text).split("\n")
-      tail = lines.pop()
-      yield from lines
-    if tail:
-      yield tail
 
 
 def train_wordpieces(reader, num_learned, do_lower_case, min_frequency,
@@ -217,8 +189,10 @@ def build_vocab(vocab_size, learned, limit_alphabet):
 def write_vocab(tokens, output_file):
   """Writes one token per line, atomically."""
   directory = os.path.dirname(output_file)
-  if directory:
-    tf.io.gfile.makedirs(directory)
+  if atomic_io.is_url(directory):
+    atomic_io.gfile().makedirs(directory)
+  elif directory:
+    os.makedirs(directory, exist_ok=True)
   with atomic_io.atomic_open(output_file, "w") as f:
     f.write("".join(token + "\n" for token in tokens))
 
@@ -241,10 +215,11 @@ def check_flags(vocab_size, min_frequency, limit_alphabet):
 def main(argv):
   del argv  # Unused.
   check_flags(FLAGS.vocab_size, FLAGS.min_frequency, FLAGS.limit_alphabet)
-  paths = file_patterns.expand_file_patterns(FLAGS.input_file)
+  files = corpus_input.expand_corpus(corpus_input.Corpus(
+      FLAGS.input_file, FLAGS.input_format, FLAGS.text_field))
   logging.info("Training a %d-token vocab on %d file(s)", FLAGS.vocab_size,
-               len(paths))
-  reader = CorpusReader(paths)
+               len(files))
+  reader = CorpusReader(files, FLAGS.text_field)
   num_reserved = len(special_tokens(FLAGS.vocab_size))
   learned = train_wordpieces(reader, FLAGS.vocab_size - num_reserved,
                              FLAGS.do_lower_case, FLAGS.min_frequency,
@@ -252,7 +227,7 @@ def main(argv):
   if reader.num_lines == 0:
     raise errors.UserError(
         "--input_file %s holds no text (only empty or blank lines)"
-        % ",".join(paths))
+        % ",".join(f.path for f in files))
   tokens = build_vocab(FLAGS.vocab_size, learned, FLAGS.limit_alphabet)
   write_vocab(tokens, FLAGS.output_file)
   print("Wrote %d tokens (%d reserved, %d learned) to %s"
@@ -263,4 +238,5 @@ if __name__ == "__main__":
   define_flags()
   flags.mark_flag_as_required("input_file")
   flags.mark_flag_as_required("output_file")
-  app.run(errors.main_with_user_errors(main))
+  app.run(errors.main_with_user_errors(main),
+          flags_parser=errors.parse_flags)

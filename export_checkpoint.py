@@ -1,8 +1,10 @@
 """Exports a trained model for use outside this toolkit.
 
 From a checkpoint of run_pretraining.py, run_classifier.py or run_squad.py
-(the head is read from its variables), writes each requested format to its
-own sub-directory of --output_dir:
+(the head is read from its variables), or from a Hugging Face BERT directory
+(its config.json stands for --bert_config_file; a BertModel, with no head,
+is exported as the encoder alone), writes each requested format to its own
+sub-directory of --output_dir:
 
   google/        bert_model.ckpt.{index,data-*} with the model's weights only
                  (no optimizer slots, loss scale or step counter),
@@ -11,8 +13,9 @@ own sub-directory of --output_dir:
                  Hugging Face's load_tf_weights_in_bert.
   huggingface/   config.json, model.safetensors, vocab.txt and the tokenizer
                  files: `from_pretrained` loads it as BertForPreTraining,
-                 BertForSequenceClassification or BertForQuestionAnswering,
-                 no conversion step.
+                 BertForSequenceClassification or BertForQuestionAnswering
+                 (BertForMaskedLM for a model pretrained without
+                 next-sentence prediction), no conversion step.
   saved_model/   a TF SavedModel whose `serving_default` signature takes int32
                  input_ids, input_mask, segment_ids [B, S] and returns
                  pooled_output [B, H] + sequence_output [B, S, H]
@@ -29,28 +32,23 @@ import shutil
 import uuid
 import sys
 
-from bertkit.common import console
-from bertkit.common import cpu_kernels
-
-# Before TensorFlow is imported: its C++ runtime reads its log level and its
-# choice of CPU kernels then.
-console.quiet_native_logs(sys.argv)
-cpu_kernels.prefer_onednn()
-# pylint: disable=g-import-not-at-top,wrong-import-position
-
 from absl import app
 from absl import flags
 from absl import logging
-import tensorflow.compat.v1 as tf
 
-from bertkit.common.errors import UserError, main_with_user_errors
+from bertkit.common import console
+from bertkit.common import cpu_kernels
+from bertkit.common.errors import UserError, main_with_user_errors, parse_flags
 from bertkit.common import shared_flags
-from bertkit.engine import checkpoint_formats
-from bertkit.engine import checkpoints
-from bertkit.tasks import classifier
-from bertkit.tasks import squad_task
-import modeling
 import tokenization
+
+# Nothing above imports TensorFlow: the flags and files are checked (main)
+# before it is, in the functions that need it, so that a bad flag is refused
+# at once. Before it is imported: its C++ runtime reads its log level and its
+# choice of CPU kernels then.
+console.quiet_native_logs(sys.argv)
+cpu_kernels.prefer_onednn()
+# pylint: disable=g-import-not-at-top
 
 FORMATS = ("google", "huggingface", "saved_model")
 SPECIAL_TOKENS = {"unk_token": tokenization.UNK_TOKEN,
@@ -64,8 +62,10 @@ FLAGS = flags.FLAGS
 
 def define_flags():
   flags.DEFINE_string("checkpoint", None,
-                      "A training --output_dir (its latest checkpoint) or a "
-                      "checkpoint prefix.")
+                      "A training --output_dir (its latest checkpoint), a "
+                      "checkpoint prefix, or a Hugging Face BERT directory "
+                      "(config.json, model.safetensors), whose config.json "
+                      "stands for --bert_config_file.")
   # --vocab_file is needed by the google and huggingface formats;
   # --do_lower_case is written to the Hugging Face tokenizer config.
   shared_flags.define_bert_config_file()
@@ -101,6 +101,7 @@ def class_labels(labels, head, num_labels):
   Raises:
     UserError: --labels given for a pretraining model, or of the wrong count.
   """
+  from bertkit.engine import checkpoint_formats
   if head != checkpoint_formats.CLASSIFIER:
     if labels:
       raise UserError("--labels is for classifier checkpoints; this one has "
@@ -126,13 +127,23 @@ def check_output_dir(output_dir, overwrite):
                     output_dir)
 
 
-def write_google(directory, weights, bert_config_file, vocab_file):
-  """google/: bert_model.ckpt, bert_config.json, vocab.txt."""
+def write_google(directory, weights, bert_config_file, bert_config,
+                 vocab_file):
+  """google/: bert_model.ckpt, bert_config.json, vocab.txt.
+
+  bert_config.json is a copy of `bert_config_file`, or `bert_config` written
+  out when there is no file (a Hugging Face --checkpoint's config).
+  """
+  from bertkit.engine import checkpoint_formats
   os.makedirs(directory)
   checkpoint_formats.write_checkpoint(
       os.path.join(directory, "bert_model.ckpt"), weights)
-  shutil.copyfile(bert_config_file, os.path.join(directory,
-                                                 "bert_config.json"))
+  config_path = os.path.join(directory, "bert_config.json")
+  if bert_config_file:
+    shutil.copyfile(bert_config_file, config_path)
+  else:
+    with open(config_path, "w", encoding="utf-8") as f:
+      f.write(bert_config.to_json_string())
   shutil.copyfile(vocab_file, os.path.join(directory, "vocab.txt"))
 
 
@@ -145,7 +156,8 @@ def write_json(path, value):
 def write_huggingface(directory, weights, table, bert_config, head, labels,
                       vocab_file, do_lower_case):
   """huggingface/: what `from_pretrained` and `AutoTokenizer` read."""
-  from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
+  from safetensors.numpy import save_file
+  from bertkit.engine import checkpoint_formats
   os.makedirs(directory)
   save_file(checkpoint_formats.to_hf_state(weights, table),
             os.path.join(directory, checkpoint_formats.HF_WEIGHTS),
@@ -170,6 +182,11 @@ def write_huggingface(directory, weights, table, bert_config, head, labels,
 
 def write_saved_model(directory, weights, bert_config, head, num_labels):
   """saved_model/: the serving_default signature over modeling.BertModel."""
+  import tensorflow.compat.v1 as tf
+  from bertkit.engine import checkpoint_formats
+  from bertkit.tasks import classifier
+  from bertkit.tasks import squad_task
+  import modeling
   with tf.Graph().as_default(), tf.Session() as sess:
     inputs = {name: tf.placeholder(tf.int32, [None, None], name=name)
               for name in ("input_ids", "input_mask", "segment_ids")}
@@ -208,24 +225,33 @@ def export(checkpoint, bert_config_file, vocab_file, do_lower_case,
   """Exports `checkpoint` in `formats` to sub-directories of `output_dir`.
 
   Args:
-    checkpoint: a training output directory or a checkpoint prefix.
-    bert_config_file: path of bert_config.json.
+    checkpoint: a training output directory, a checkpoint prefix or a
+      Hugging Face BERT directory.
+    bert_config_file: path of bert_config.json; None for a Hugging Face
+      `checkpoint`, whose config.json then describes the model.
     vocab_file: path of vocab.txt (None only for saved_model alone).
     do_lower_case: whether the model is uncased.
     output_dir: the directory to create (or replace, with `overwrite`).
     formats: a list from FORMATS.
     labels: class names of a classifier, or None (labels.txt next to the
-      checkpoint, else LABEL_i).
+      checkpoint or a Hugging Face config's id2label, else LABEL_i).
     overwrite: replace a non-empty output_dir.
 
   Returns:
-    (checkpoint prefix, head): what was exported.
+    (checkpoint prefix or Hugging Face directory, head): what was exported.
 
   Raises:
     UserError: any input does not fit; nothing is written then.
   """
-  prefix = checkpoints.resolve(checkpoint, "checkpoint")
-  bert_config = modeling.BertConfig.from_json_file(bert_config_file)
+  import tensorflow.compat.v1 as tf
+  from bertkit.engine import checkpoint_formats
+  from bertkit.engine import checkpoints
+  from bertkit.tasks import classifier
+  from bertkit.tasks import fine_tuning
+  hf_dir = checkpoint if checkpoint_formats.is_hf_dir(checkpoint) else None
+  prefix = None if hf_dir else checkpoints.resolve(checkpoint, "checkpoint")
+  bert_config = checkpoints.resolve_bert_config(bert_config_file, hf_dir,
+                                                "checkpoint")
   if {"google", "huggingface"} & set(formats):
     if not vocab_file:
       raise UserError("--vocab_file is required for the google and "
@@ -233,30 +259,27 @@ def export(checkpoint, bert_config_file, vocab_file, do_lower_case,
     tokenization.check_vocab_fits_config(vocab_file, bert_config.vocab_size)
   output_dir = os.path.abspath(output_dir)
   check_output_dir(output_dir, overwrite)
+  if hf_dir:
+    fine_tuning.check_case(do_lower_case, hf_dir)
+    prefix = checkpoint_formats.converted_hf_checkpoint(hf_dir)
   shapes = dict(tf.train.list_variables(prefix))
   head, num_labels = checkpoint_formats.detect_head(shapes)
   if not labels and head == checkpoint_formats.CLASSIFIER:
-    labels = classifier.read_labels(os.path.dirname(prefix))
+    labels = (checkpoint_formats.hf_labels(hf_dir) if hf_dir else
+              classifier.read_labels(os.path.dirname(prefix)))
   labels = class_labels(labels, head, num_labels)
   table = checkpoint_formats.weight_table(bert_config, head, num_labels)
   weights = checkpoint_formats.model_weights(prefix, table)
-  logging.info("Exporting %s (%s head, %d weights) to %s: %s", prefix,
+  source = hf_dir or prefix
+  logging.info("Exporting %s (%s head, %d weights) to %s: %s", source,
                head, len(weights), output_dir, ", ".join(formats))
 
-  parent = os.path.dirname(output_dir)
-  os.makedirs(parent, exist_ok=True)
-  # Not "*.partial-*": the training programs delete those as stale files
-  # from their output_dir, and run_pre.sh exports into it.
-  stale_prefix = os.path.basename(output_dir) + ".building-"
-  for name in os.listdir(parent):
-    if name.startswith(stale_prefix):  # left by a killed export
-      shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
-  building = os.path.join(parent, stale_prefix + uuid.uuid4().hex[:8])
+  building = _building_dir(output_dir)
   try:
     os.makedirs(building)
     if "google" in formats:
       write_google(os.path.join(building, "google"), weights,
-                   bert_config_file, vocab_file)
+                   bert_config_file, bert_config, vocab_file)
       logging.info("Wrote google/ (bert_model.ckpt, bert_config.json, "
                    "vocab.txt)")
     if "huggingface" in formats:
@@ -272,7 +295,21 @@ def export(checkpoint, bert_config_file, vocab_file, do_lower_case,
   except BaseException:
     shutil.rmtree(building, ignore_errors=True)
     raise
-  return prefix, head
+  return source, head
+
+
+def _building_dir(output_dir):
+  """A fresh name next to `output_dir` to build the export in; removes those
+  a killed export left."""
+  parent = os.path.dirname(output_dir)
+  os.makedirs(parent, exist_ok=True)
+  # Not "*.partial-*": the training programs delete those as stale files
+  # from their output_dir, and run_pre.sh exports into it.
+  stale_prefix = os.path.basename(output_dir) + ".building-"
+  for name in os.listdir(parent):
+    if name.startswith(stale_prefix):  # left by a killed export
+      shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+  return os.path.join(parent, stale_prefix + uuid.uuid4().hex[:8])
 
 
 def _replace_dir(new, target):
@@ -288,9 +325,12 @@ def _replace_dir(new, target):
 
 def main(argv):
   del argv
-  shared_flags.require(FLAGS, ("checkpoint", "bert_config_file",
-                               "output_dir"))
+  # --bert_config_file: checked by export, which takes the config of a
+  # Hugging Face --checkpoint instead.
+  shared_flags.require(FLAGS, ("checkpoint", "output_dir"))
   formats = parse_formats(FLAGS.format)
+  shared_flags.check_local_files(FLAGS, ("bert_config_file", "vocab_file"))
+  check_output_dir(os.path.abspath(FLAGS.output_dir), FLAGS.overwrite)
   prefix, head = export(FLAGS.checkpoint, FLAGS.bert_config_file,
                         FLAGS.vocab_file, FLAGS.do_lower_case,
                         FLAGS.output_dir, formats, FLAGS.labels,
@@ -302,4 +342,4 @@ def main(argv):
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main_with_user_errors(main))
+  app.run(main_with_user_errors(main), flags_parser=parse_flags)

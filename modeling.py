@@ -365,8 +365,14 @@ class BertModel(object):
 def gelu(x):
   """Gaussian Error Linear Unit, tanh approximation (as BERT was trained).
 
-  gelu(x) = 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))); see
-  https://arxiv.org/abs/1606.08415.
+  gelu(x) = 0.5 x (1 + tanh(z)), z = sqrt(2 / pi) (x + 0.044715 x^3); see
+  https://arxiv.org/abs/1606.08415. Hugging Face calls it "gelu_new".
+  Computed as x * sigmoid(2 z), the same function since
+  0.5 (1 + tanh(z)) = sigmoid(2 z), with 2 z = x (a + b x^2): 6 elementwise
+  ops where upstream's form takes 9 (benchmarks/gelu_speed.py). The values
+  agree with upstream's form to 1e-6 over [-8, 8] (an ulp of x); for
+  x < -1 the sigmoid form is the closer of the two to the function, because
+  upstream's 1 + tanh(z) cancels there in float32.
 
   Args:
     x: float Tensor.
@@ -375,13 +381,29 @@ def gelu(x):
     `x` with the activation applied.
   """
   square = x * x
-  t = tf.tanh(_GELU_SCALE * (x + _GELU_CUBIC * (square * x)))
-  cdf = 0.5 * (1.0 + t)
-  return _with_gradient(_GELU_GRADIENT, x * cdf, [x, square, t, cdf])
+  cdf = tf.sigmoid(x * (_GELU_LINEAR + _GELU_CUBIC * square))
+  return _with_gradient(_GELU_GRADIENT, x * cdf, [x, square, cdf])
 
 
-_GELU_SCALE = math.sqrt(2.0 / math.pi)
-_GELU_CUBIC = 0.044715
+def gelu_exact(x):
+  """Gaussian Error Linear Unit, exact: x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)).
+
+  What Hugging Face's "gelu" (and PyTorch's default GELU) computes: models
+  trained there with "gelu" need this one, not the tanh approximation
+  `gelu`, which differs from it by up to 4.7e-4 (at x = -2.7).
+
+  Args:
+    x: float Tensor.
+
+  Returns:
+    `x` with the activation applied.
+  """
+  return 0.5 * x * (1.0 + tf.math.erf(x * math.sqrt(0.5)))
+
+
+# 2 z = x (_GELU_LINEAR + _GELU_CUBIC x^2), z the tanh GELU's argument.
+_GELU_LINEAR = 2.0 * math.sqrt(2.0 / math.pi)
+_GELU_CUBIC = _GELU_LINEAR * 0.044715
 # Gradient registry names, one per loaded copy of this module
 # (benchmarks/paired_steps.py loads several checkouts' modeling.py at once).
 _GELU_GRADIENT = __name__ + "/tanh_gelu"
@@ -419,18 +441,15 @@ def _with_gradient(gradient_name, output, saved):
 def _tanh_gelu_gradient(op, dy, *unused_dsaved):
   """`gelu`'s derivative written out.
 
-  The forward pass is upstream's op for op (x * x * x rather than pow(x, 3):
-  a generic pow is several times slower on CPU). The gradient is
-  dy * (cdf + 0.5 x (1 - t^2) sqrt(2 / pi) (1 + 3 * 0.044715 x^2)) with t the
-  forward's tanh, reusing the forward's x * x: 8 elementwise ops on the
-  [B*S, I] activations where autodiff's graph, after grappler's arithmetic
-  simplifications, keeps 9 (each a full pass over memory on a CPU, a kernel
-  launch on a GPU).
+  With s = sigmoid(u) the forward's cdf and u = x (a + b x^2), the gradient
+  is dy * (s + x s (1 - s) (a + 3 b x^2)), reusing the forward's x * x and
+  s: 8 elementwise ops on the [B*S, I] activations (each a full pass over
+  memory on a CPU, a kernel launch on a GPU).
   """
-  _, x, square, t, cdf = op.inputs
-  slope = _GELU_SCALE + (3.0 * _GELU_SCALE * _GELU_CUBIC) * square
-  dx = dy * (cdf + (0.5 * x) * (1.0 - t * t) * slope)
-  return [None, dx, None, None, None]
+  _, x, square, cdf = op.inputs
+  slope = _GELU_LINEAR + (3.0 * _GELU_CUBIC) * square
+  dx = dy * (cdf + x * (cdf - cdf * cdf) * slope)
+  return [None, dx, None, None]
 
 
 # Activation names accepted in bert_config.json's "hidden_act".
@@ -438,6 +457,7 @@ _ACTIVATIONS = {
     "linear": None,
     "relu": tf.nn.relu,
     "gelu": gelu,
+    "gelu_exact": gelu_exact,
     "tanh": tf.tanh,
 }
 
@@ -445,9 +465,14 @@ _ACTIVATIONS = {
 def get_activation(activation_string):
   """Maps an activation name to its function.
 
+  "gelu" is upstream's meaning, the tanh approximation Google's checkpoints
+  were trained with (Hugging Face's "gelu_new"); "gelu_exact" is the erf form
+  (Hugging Face's "gelu"), for models trained with it.
+
   Args:
-    activation_string: a name ("linear", "relu", "gelu", "tanh", any case),
-      an empty value (meaning linear), or already a function.
+    activation_string: a name ("linear", "relu", "gelu", "gelu_exact",
+      "tanh", any case), an empty value (meaning linear), or already a
+      function.
 
   Returns:
     The function, or None for a linear activation. A non-string argument is

@@ -51,40 +51,50 @@ Outputs in --output_dir (besides checkpoints and throughput logs):
 """
 
 import functools
+import importlib
+import os
 import sys
-
-from bertkit.common import console
-from bertkit.common import cpu_kernels
-
-# Before TensorFlow is imported: its C++ runtime reads its log level and its
-# choice of CPU kernels then.
-console.quiet_native_logs(sys.argv)
-cpu_kernels.prefer_onednn()
-# pylint: disable=g-import-not-at-top,wrong-import-position
 
 from absl import app
 from absl import flags
 from absl import logging
-import tensorflow.compat.v1 as tf
 
-from bertkit.common.errors import UserError, main_with_user_errors
+from bertkit.common import atomic_io
+from bertkit.common import console
+from bertkit.common import cpu_kernels
+from bertkit.common.errors import UserError, main_with_user_errors, parse_flags
 from bertkit.common import shared_flags
-from bertkit.engine import runner
-from bertkit.tasks.classifier import (classifier_task, input_fn_maker,
-                                      write_inputs, write_predictions)
-from bertkit.tasks.classifier_data import RerankProcessor, make_processor
-from bertkit.tasks.fine_tuning import load_checked_config, train_steps
+from bertkit.common import training_flags
 import tokenization
 
+# Nothing above imports TensorFlow: the flags and files are checked
+# (check_flags) before it is, in the functions that need it, so that a bad
+# flag is refused at once. Before it is imported: its C++ runtime reads its
+# log level and its choice of CPU kernels then.
+console.quiet_native_logs(sys.argv)
+cpu_kernels.prefer_onednn()
+# pylint: disable=g-import-not-at-top
+
 # Upstream's API of this module: google-research/bert's run_classifier.py
-# defines these names, and code written for it imports them from here.
-# pylint: disable=unused-import
-from bertkit.tasks.classifier import create_model, model_fn_builder
-from bertkit.tasks.classifier_data import (
-    ColaProcessor, DataProcessor, InputExample, InputFeatures, MnliProcessor,
-    MrpcProcessor, PaddingInputExample, XnliProcessor, convert_single_example,
-    file_based_convert_examples_to_features)
-# pylint: enable=unused-import
+# defines these names, and code written for it imports them from here
+# (from the bertkit/tasks module named, on first use: they import
+# TensorFlow).
+UPSTREAM_API = dict(
+    [(name, "bertkit.tasks.classifier")
+     for name in ("create_model", "model_fn_builder")] +
+    [(name, "bertkit.tasks.classifier_data")
+     for name in ("ColaProcessor", "DataProcessor", "InputExample",
+                  "InputFeatures", "MnliProcessor", "MrpcProcessor",
+                  "PaddingInputExample", "XnliProcessor",
+                  "convert_single_example",
+                  "file_based_convert_examples_to_features")])
+
+
+def __getattr__(name):
+  if name not in UPSTREAM_API:
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
+  return getattr(importlib.import_module(UPSTREAM_API[name]), name)
+
 
 FLAGS = flags.FLAGS
 
@@ -95,7 +105,7 @@ def define_flags():
   Called by the program only: importing this module (e.g. in tests next to
   run_pretraining) defines no flags.
   """
-  runner.define_flags()
+  training_flags.define_runner_flags()
   flags.DEFINE_string(
       "data_dir", None,
       "Directory with the task's .tsv files (see --task_name).")
@@ -127,33 +137,48 @@ def define_flags():
       "With --pack_sequences: the most examples in one row.")
 
 
-def validate_flags():
-  """Checks flags and reads the data before any long work.
-
-  Returns:
-    (bert_config, processor, label_list, examples): examples maps "train",
-    "dev", "test" to the InputExamples of the requested steps.
-  """
+def check_flags():
+  """The checks that need no TensorFlow, made before it is imported: the
+  flags, their ranges and the files and directory named."""
   if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict):
     raise UserError("At least one of --do_train, --do_eval or --do_predict "
                     "must be True")
-  shared_flags.require(FLAGS, ("data_dir", "bert_config_file", "task_name",
-                               "vocab_file", "output_dir"))
+  # --bert_config_file: checked by load_checked_config, which takes the
+  # config of a Hugging Face --init_checkpoint instead.
+  shared_flags.require(FLAGS, ("data_dir", "task_name", "vocab_file",
+                               "output_dir"))
   for name in ("eval_batch_size", "predict_batch_size"):
     if getattr(FLAGS, name) < 1:
       raise UserError("--%s must be >= 1, got %d" %
                       (name, getattr(FLAGS, name)))
   shared_flags.check_fine_tuning(FLAGS)
+  training_flags.check_optimizer_flags(FLAGS)
   if FLAGS.max_seq_length < 3:
     raise UserError("--max_seq_length must be >= 3 ([CLS] and two [SEP])")
   if FLAGS.pack_sequences and FLAGS.max_sequences_per_pack < 1:
     raise UserError("--max_sequences_per_pack=%d must be at least 1" %
                     FLAGS.max_sequences_per_pack)
+  shared_flags.check_local_files(FLAGS, ("bert_config_file", "vocab_file"))
+  if not (atomic_io.gfile().isdir(FLAGS.data_dir)
+          if atomic_io.is_url(FLAGS.data_dir)
+          else os.path.isdir(FLAGS.data_dir)):
+    raise UserError("--data_dir %s is not a directory" % FLAGS.data_dir)
+
+
+def validate_flags():
+  """Checks the rest of the flags (with TensorFlow) and reads the data before
+  any long work.
+
+  Returns:
+    (bert_config, processor, label_list, examples): examples maps "train",
+    "dev", "test" to the InputExamples of the requested steps.
+  """
+  import tensorflow.compat.v1 as tf
+  from bertkit.tasks.classifier_data import make_processor
+  from bertkit.tasks.fine_tuning import load_checked_config
   bert_config = load_checked_config(
       FLAGS.bert_config_file, FLAGS.max_seq_length, FLAGS.vocab_file,
       FLAGS.do_lower_case, FLAGS.init_checkpoint)
-  if not tf.io.gfile.isdir(FLAGS.data_dir):
-    raise UserError("--data_dir %s is not a directory" % FLAGS.data_dir)
   processor = make_processor(FLAGS.task_name, FLAGS.data_dir, FLAGS)
   examples = {}
   for split, wanted, read in (
@@ -172,6 +197,12 @@ def validate_flags():
 
 def main(argv):
   del argv
+  check_flags()
+  from bertkit.engine import runner
+  from bertkit.tasks.classifier import (classifier_task, input_fn_maker,
+                                        write_inputs, write_predictions)
+  from bertkit.tasks.classifier_data import RerankProcessor
+  from bertkit.tasks.fine_tuning import train_steps
   bert_config, processor, label_list, examples = validate_flags()
   logging.info("Task %s, labels %s", FLAGS.task_name, label_list)
   run = runner.prepare(FLAGS, classifier_task(bert_config, len(label_list)))
@@ -210,4 +241,4 @@ def main(argv):
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main_with_user_errors(main))
+  app.run(main_with_user_errors(main), flags_parser=parse_flags)

@@ -15,56 +15,66 @@ hold and how they are masked; the model, its heads and losses live in
 bertkit/tasks/pretraining.py.
 """
 
+import collections
 import sys
-
-from bertkit.common import console
-from bertkit.common import cpu_kernels
-
-# Before TensorFlow is imported: its C++ runtime reads its log level and its
-# choice of CPU kernels then.
-console.quiet_native_logs(sys.argv)
-cpu_kernels.prefer_onednn()
-# pylint: disable=g-import-not-at-top,wrong-import-position
 
 from absl import app
 from absl import flags
 from absl import logging
-import tensorflow.compat.v1 as tf
 
-from bertkit.common.errors import UserError, main_with_user_errors
+from bertkit.common import console
+from bertkit.common import cpu_kernels
+from bertkit.common.errors import UserError, main_with_user_errors, parse_flags
 from bertkit.common import file_patterns
 from bertkit.common import shared_flags
+from bertkit.common import training_flags
 from bertkit.data import pretraining_instances
 from bertkit.data import pretraining_records
-from bertkit.engine import dynamic_masking
-from bertkit.engine import input_pipeline
-from bertkit.engine import runner
-from bertkit.tasks.pretraining import pretraining_task
-import modeling
 import tokenization
 
+# Nothing above imports TensorFlow: the flags and files are checked
+# (check_flags) before it is, in the functions that need it, so that a bad
+# flag is refused at once. Before it is imported: its C++ runtime reads its
+# log level and its choice of CPU kernels then.
+console.quiet_native_logs(sys.argv)
+cpu_kernels.prefer_onednn()
+# pylint: disable=g-import-not-at-top
+
 # Upstream's API of this module: google-research/bert's run_pretraining.py
-# defines these names, and code written for it imports them from here.
-# pylint: disable=unused-import
-from bertkit.tasks.pretraining import (gather_indexes, get_masked_lm_output,
-                                       get_next_sentence_output,
-                                       model_fn_builder)
-# pylint: enable=unused-import
+# defines these names, and code written for it imports them from here
+# (from bertkit/tasks/pretraining.py, on first use: it imports TensorFlow).
+UPSTREAM_API = ("gather_indexes", "get_masked_lm_output",
+                "get_next_sentence_output", "model_fn_builder")
+
+
+def __getattr__(name):
+  if name not in UPSTREAM_API:
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
+  from bertkit.tasks import pretraining  # pylint: disable=g-import-not-at-top
+  return getattr(pretraining, name)
+
 
 FLAGS = flags.FLAGS
 
 # --masking: create_pretraining_data's two kinds, or whichever the records
 # need.
 MASKING_AUTO = "auto"
+# The masking rate of evaluated records without masks of their own: BERT's,
+# whatever the training recipe masks, so recipes answer the same questions
+# (Wettig et al. train at 30 % and evaluate at 15 %).
+EVAL_MASKED_LM_PROB = 0.15
+# Warm-up share of a time budget when --warmup_proportion is not given.
+DEFAULT_BUDGET_WARMUP_PROPORTION = 0.01
 
 
 def define_flags():
-  """Upstream's pretraining flags beyond the runner's (runner.define_flags).
+  """Upstream's pretraining flags beyond the runner's
+  (training_flags.define_runner_flags).
 
   Called by the program only: importing this module (e.g. for upstream's
   names above) defines no flags.
   """
-  runner.define_flags()
+  training_flags.define_runner_flags()
   flags.DEFINE_string("input_file", None,
                       "Input TFRecord file(s): comma-separated globs.")
   flags.DEFINE_enum(
@@ -81,8 +91,38 @@ def define_flags():
   shared_flags.define_max_seq_length(128)
   shared_flags.define_evaluation()
   flags.DEFINE_integer("num_train_steps", 100000, "Number of training steps.")
-  flags.DEFINE_integer("num_warmup_steps", 10000, "Number of warm-up steps.")
+  flags.DEFINE_integer("num_warmup_steps", 10000,
+                       "Number of warm-up steps; wins over "
+                       "--warmup_proportion when given.")
+  flags.DEFINE_float("warmup_proportion", None,
+                     "Warm-up as a share of --num_train_steps (or of "
+                     "--train_time_budget_hours), so that a recipe's warm-up "
+                     "scales with the run.")
+  flags.DEFINE_float("train_time_budget_hours", None,
+                     "Train for this much training time (evaluation left "
+                     "out; a resumed run continues the clock): the "
+                     "learning-rate schedule runs over it and training stops "
+                     "when it is spent (or at --num_train_steps).")
   flags.DEFINE_integer("max_eval_steps", 100, "Maximum number of eval steps.")
+  flags.DEFINE_string("eval_input_file", None,
+                      "Held-out records to evaluate (comma-separated globs); "
+                      "without it, --input_file as upstream. Their masks do "
+                      "not depend on the training flags: masked records keep "
+                      "theirs, others get masks drawn once at 15%% with a "
+                      "fixed seed.")
+  flags.DEFINE_integer("eval_every_n_steps", None,
+                       "Evaluate --max_eval_steps batches every N global "
+                       "steps during training and at the end, inside the "
+                       "training session; each evaluation is a line of "
+                       "output_dir/eval_history.jsonl.")
+  flags.DEFINE_float("target_masked_lm_accuracy", None,
+                     "Stop training at the first evaluation whose held-out "
+                     "masked_lm_accuracy reaches this (0 < A <= 1); "
+                     "output_dir/time_to_target.json says when.")
+  flags.DEFINE_float("hidden_dropout_prob", None,
+                     "Overrides the config's hidden_dropout_prob.")
+  flags.DEFINE_float("attention_probs_dropout_prob", None,
+                     "Overrides the config's attention_probs_dropout_prob.")
 
 
 def masking_for_records(masking, record_kind, vocab_file, max_seq_length,
@@ -104,7 +144,8 @@ def masking_for_records(masking, record_kind, vocab_file, max_seq_length,
     UserError: --masking=static on records without masks, a masked_lm_prob
       the masks cannot follow, or no --vocab_file to draw masks with.
   """
-  if record_kind is not pretraining_records.MASKED:
+  from bertkit.engine import dynamic_masking
+  if not pretraining_records.holds_masks(record_kind):
     if masking == pretraining_instances.STATIC:
       raise UserError(
           "--masking=static but the --input_file records are %s: they hold "
@@ -122,7 +163,7 @@ def masking_for_records(masking, record_kind, vocab_file, max_seq_length,
         "--vocab_file is required to draw masks (%s records%s): the ids of "
         "[CLS], [SEP], [MASK] come from it" % (
             record_kind.name, ", --masking=dynamic"
-            if record_kind is pretraining_records.MASKED else ""))
+            if pretraining_records.holds_masks(record_kind) else ""))
   return dynamic_masking.masking_params_from_vocab(
       pretraining_instances.load_checked_vocab(vocab_file), max_seq_length,
       max_predictions_per_seq, masked_lm_prob, do_whole_word_mask)
@@ -141,19 +182,23 @@ def describe_masking(record_kind, masking):
               else "per wordpiece"))
 
 
-def validate_flags():
-  """Checks flags and inputs before any long work; returns what they load.
+# What check_flags found before TensorFlow is imported: whether the run
+# evaluates, the training records, and the records evaluated with the flag
+# naming them (--eval_input_file, else --input_file).
+Checked = collections.namedtuple(
+    "Checked", ["evaluate", "input_files", "eval_flag", "eval_files"])
 
-  Returns:
-    (bert_config, input_files, record kind, masking params or None, N: the
-    sequence slots of packed rows or None for unpacked records).
-  """
-  if not FLAGS.do_train and not FLAGS.do_eval:
-    raise UserError("At least one of --do_train or --do_eval must be True")
-  shared_flags.require(FLAGS, ("bert_config_file", "input_file",
-                               "output_dir"))
-  bert_config = modeling.BertConfig.from_json_file(FLAGS.bert_config_file)
-  modeling.check_seq_length_fits(bert_config, FLAGS.max_seq_length)
+# What validate_flags found: the model's config, the training records and
+# their input_pipeline.PretrainingInput, the records evaluated and theirs
+# (eval_files None: no evaluation), and the learning-rate schedule.
+Plan = collections.namedtuple(
+    "Plan", ["bert_config", "input_files", "train_input", "eval_files",
+             "eval_input", "schedule"])
+
+
+def check_ranges():
+  """The numeric flags' ranges and combinations, before anything is read."""
+  training_flags.check_optimizer_flags(FLAGS)
   for name in ("eval_batch_size", "num_train_steps",
                "max_predictions_per_seq"):
     if getattr(FLAGS, name) < 1:
@@ -161,10 +206,56 @@ def validate_flags():
                       % (name, getattr(FLAGS, name)))
   if FLAGS.num_warmup_steps < 0:
     raise UserError("--num_warmup_steps must be >= 0")
-  if FLAGS.vocab_file:
-    tokenization.check_vocab_fits_config(FLAGS.vocab_file,
-                                         bert_config.vocab_size)
-  input_files = file_patterns.expand_file_patterns(FLAGS.input_file)
+  if FLAGS.eval_every_n_steps is not None and FLAGS.eval_every_n_steps < 1:
+    raise UserError("--eval_every_n_steps must be >= 1, got %d" %
+                    FLAGS.eval_every_n_steps)
+  target = FLAGS.target_masked_lm_accuracy
+  if target is not None and not 0.0 < target <= 1.0:
+    raise UserError("--target_masked_lm_accuracy=%r is out of range; "
+                    "expected 0 < A <= 1" % target)
+  budget = FLAGS.train_time_budget_hours
+  if budget is not None and budget <= 0.0:
+    raise UserError("--train_time_budget_hours must be > 0, got %r" % budget)
+  if budget is not None and FLAGS["num_warmup_steps"].present:
+    raise UserError(
+        "--num_warmup_steps counts steps but --train_time_budget_hours "
+        "runs the schedule over training time; give the warm-up as "
+        "--warmup_proportion of the budget")
+  for name in ("warmup_proportion", "hidden_dropout_prob",
+               "attention_probs_dropout_prob"):
+    value = getattr(FLAGS, name)
+    if value is not None and not 0.0 <= value < 1.0:
+      raise UserError("--%s=%r is out of range; expected 0 <= %s < 1" % (
+          name, value, name))
+
+
+def learning_rate_schedule_of_flags():
+  """The runner.Schedule of the step, warm-up and time-budget flags.
+
+  --num_warmup_steps, when given, wins over --warmup_proportion; with
+  --train_time_budget_hours (which check_ranges keeps apart from
+  --num_warmup_steps) the warm-up is a share of the budget
+  (--warmup_proportion, 0.01 if not given: upstream's 10k of 1M steps).
+  """
+  from bertkit.engine import runner
+  if FLAGS.train_time_budget_hours is not None:
+    seconds = FLAGS.train_time_budget_hours * 3600.0
+    proportion = (DEFAULT_BUDGET_WARMUP_PROPORTION
+                  if FLAGS.warmup_proportion is None
+                  else FLAGS.warmup_proportion)
+    return runner.Schedule(FLAGS.num_train_steps, 0,
+                           time_budget_seconds=seconds,
+                           warmup_seconds=proportion * seconds)
+  warmup_steps = FLAGS.num_warmup_steps
+  if (FLAGS.warmup_proportion is not None and
+      not FLAGS["num_warmup_steps"].present):
+    warmup_steps = int(round(FLAGS.warmup_proportion * FLAGS.num_train_steps))
+  return runner.Schedule(FLAGS.num_train_steps, warmup_steps)
+
+
+def training_input(bert_config, input_files):
+  """The PretrainingInput of the training records, from the flags."""
+  from bertkit.engine import input_pipeline
   record_kind, max_sequences_per_pack = (
       input_pipeline.check_pretraining_records(
           input_files, FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
@@ -181,30 +272,128 @@ def validate_flags():
         FLAGS.masking, record_kind, FLAGS.vocab_file, FLAGS.max_seq_length,
         FLAGS.max_predictions_per_seq, FLAGS.masked_lm_prob,
         FLAGS.do_whole_word_mask)
-  return (bert_config, input_files, record_kind, masking,
-          max_sequences_per_pack)
+  return input_pipeline.PretrainingInput(
+      FLAGS.max_seq_length, FLAGS.max_predictions_per_seq, record_kind,
+      max_sequences_per_pack, masking, masking_seed=FLAGS.tf_random_seed)
 
 
-def input_fn_maker(max_seq_length, max_predictions_per_seq, record_kind,
-                   masking, max_sequences_per_pack, seed, output_dir):
+def evaluation_input(bert_config, eval_files, flag_name):
+  """The PretrainingInput of the evaluated records: the same questions
+  whatever the training recipe.
+
+  Masked records keep their own masks (and their own
+  max_predictions_per_seq); records without masks get masks drawn at
+  EVAL_MASKED_LM_PROB, per wordpiece, with the eval seed, once.
+  """
+  from bertkit.engine import dynamic_masking
+  from bertkit.engine import input_pipeline
+  predictions = input_pipeline.predictions_per_record(eval_files[0])
+  unmasked = predictions is None
+  if unmasked:
+    predictions = max(1, int(round(EVAL_MASKED_LM_PROB *
+                                   FLAGS.max_seq_length)))
+  record_kind, max_sequences_per_pack = (
+      input_pipeline.check_pretraining_records(
+          eval_files, FLAGS.max_seq_length, predictions,
+          vocab_size=bert_config.vocab_size, flag_name=flag_name))
+  masking = None
+  if unmasked:
+    if not FLAGS.vocab_file:
+      raise UserError(
+          "--vocab_file is required to draw the masks of the %s records "
+          "(%s, without masks): the ids of [CLS], [SEP], [MASK] come from "
+          "it" % (flag_name, record_kind.name))
+    masking = dynamic_masking.masking_params_from_vocab(
+        pretraining_instances.load_checked_vocab(FLAGS.vocab_file),
+        FLAGS.max_seq_length, predictions, EVAL_MASKED_LM_PROB,
+        do_whole_word_mask=False)
+  return input_pipeline.PretrainingInput(
+      FLAGS.max_seq_length, predictions, record_kind,
+      max_sequences_per_pack, masking)
+
+
+def check_flags():
+  """The checks that need no TensorFlow, made before it is imported: the
+  flags, their ranges, the files named and the input globs.
+
+  Returns:
+    A Checked.
+  """
+  evaluate = bool(FLAGS.do_eval or FLAGS.eval_input_file or
+                  FLAGS.eval_every_n_steps or FLAGS.target_masked_lm_accuracy)
+  if not FLAGS.do_train and not evaluate:
+    raise UserError("At least one of --do_train or --do_eval must be True")
+  shared_flags.require(FLAGS, ("input_file", "output_dir"))
+  check_ranges()
+  shared_flags.check_local_files(FLAGS, ("bert_config_file", "vocab_file"))
+  input_files = file_patterns.expand_file_patterns(FLAGS.input_file)
+  # Built whatever the flags: a TF_CONFIG cluster's train_and_evaluate
+  # is handed an eval input_fn even when nothing evaluates.
+  flag_name = "eval_input_file" if FLAGS.eval_input_file else "input_file"
+  eval_files = file_patterns.expand_file_patterns(
+      getattr(FLAGS, flag_name), flag_name)
+  return Checked(evaluate, input_files, flag_name, eval_files)
+
+
+def validate_flags(checked):
+  """Checks the rest of the flags and the inputs (with TensorFlow) before
+  any long work; returns what they load.
+
+  Args:
+    checked: what check_flags returned.
+
+  Returns:
+    A Plan.
+  """
+  from bertkit.engine import checkpoints
+  from bertkit.engine import runner
+  import modeling
+  bert_config = checkpoints.resolve_bert_config(FLAGS.bert_config_file,
+                                                FLAGS.init_checkpoint)
+  for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+    if getattr(FLAGS, name) is not None:
+      setattr(bert_config, name, getattr(FLAGS, name))
+  modeling.check_seq_length_fits(bert_config, FLAGS.max_seq_length)
+  if FLAGS.vocab_file:
+    tokenization.check_vocab_fits_config(FLAGS.vocab_file,
+                                         bert_config.vocab_size)
+  schedule = learning_rate_schedule_of_flags()
+  train_input = training_input(bert_config, checked.input_files)
+  flag_name = checked.eval_flag
+  eval_input = evaluation_input(bert_config, checked.eval_files,
+                                "--" + flag_name)
+  if (pretraining_records.has_next_sentence(eval_input.record_kind) !=
+      pretraining_records.has_next_sentence(train_input.record_kind)):
+    raise UserError(
+        "--%s holds %s but --input_file holds %s: evaluate records made "
+        "with the same --next_sentence_prediction as the training ones" % (
+            flag_name, eval_input.record_kind.description,
+            train_input.record_kind.description))
+  return Plan(bert_config, checked.input_files, train_input,
+              checked.eval_files if checked.evaluate else None, eval_input,
+              schedule)
+
+
+def input_fn_maker(train_input, eval_input, seed, output_dir):
   """The runner's make_input_fn over pretraining records.
 
   Args:
-    max_seq_length, max_predictions_per_seq: S and P of the records.
-    record_kind, masking, max_sequences_per_pack: see validate_flags.
+    train_input, eval_input: the PretrainingInputs of training and of
+      evaluation (see validate_flags).
     seed: --tf_random_seed: deterministic training input and its masks'
       seed; None: upstream's sloppy, shuffled reading.
     output_dir: where training resumes from (the chief's directory: horovod's
       other ranks keep a scratch one).
   """
-  spec = input_pipeline.PretrainingInput(
-      max_seq_length, max_predictions_per_seq, record_kind,
-      max_sequences_per_pack, masking, masking_seed=seed)
+
+  import tensorflow.compat.v1 as tf
+  from bertkit.engine import input_pipeline
 
   def make_input_fn(files, mode, global_batch_size, num_replicas):
     is_training = mode == tf.estimator.ModeKeys.TRAIN
     return input_pipeline.pretraining_input_fn_builder(
-        files, spec, is_training, global_batch_size, num_replicas,
+        files, train_input if is_training else eval_input, is_training,
+        global_batch_size, num_replicas,
         deterministic=not is_training or seed is not None,
         start_step_fn=(lambda: input_pipeline.checkpoint_step(output_dir))
         if is_training else None)
@@ -213,25 +402,39 @@ def input_fn_maker(max_seq_length, max_predictions_per_seq, record_kind,
 
 def main(argv):
   del argv
-  (bert_config, input_files, record_kind, masking,
-   max_sequences_per_pack) = validate_flags()
-  run = runner.prepare(FLAGS, pretraining_task(bert_config))
-  logging.info("Input files: %d, first %s", len(input_files), input_files[0])
-  if max_sequences_per_pack is not None:
+  checked = check_flags()
+  from bertkit.engine import runner
+  from bertkit.tasks.pretraining import pretraining_task
+  plan = validate_flags(checked)
+  train_input = plan.train_input
+  run = runner.prepare(FLAGS, pretraining_task(
+      plan.bert_config,
+      pretraining_records.has_next_sentence(train_input.record_kind)))
+  logging.info("Input files: %d, first %s", len(plan.input_files),
+               plan.input_files[0])
+  if train_input.max_sequences_per_pack is not None:
     logging.info("packed records: up to %d sequences per row; "
-                 "--train_batch_size counts rows", max_sequences_per_pack)
-  logging.info("%s", describe_masking(record_kind, masking))
+                 "--train_batch_size counts rows",
+                 train_input.max_sequences_per_pack)
+  logging.info("%s", describe_masking(train_input.record_kind,
+                                      train_input.masking))
+  if plan.eval_files and FLAGS.eval_input_file:
+    logging.info("held-out evaluation: %d file(s), first %s; %s",
+                 len(plan.eval_files), plan.eval_files[0],
+                 describe_masking(plan.eval_input.record_kind,
+                                  plan.eval_input.masking))
   runner.run(
-      run, input_fn_maker(FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
-                          record_kind, masking, max_sequences_per_pack,
-                          FLAGS.tf_random_seed, FLAGS.output_dir),
-      runner.Schedule(FLAGS.num_train_steps, FLAGS.num_warmup_steps),
-      train_files=input_files if FLAGS.do_train else None,
+      run, input_fn_maker(train_input, plan.eval_input, FLAGS.tf_random_seed,
+                          FLAGS.output_dir),
+      plan.schedule,
+      train_files=plan.input_files if FLAGS.do_train else None,
       evaluation=runner.EvalStage(
-          files=input_files if FLAGS.do_eval else None,
-          batch_size=FLAGS.eval_batch_size, steps=FLAGS.max_eval_steps))
+          files=plan.eval_files, batch_size=FLAGS.eval_batch_size,
+          steps=FLAGS.max_eval_steps, during_training=True,
+          every_n_steps=FLAGS.eval_every_n_steps,
+          target=FLAGS.target_masked_lm_accuracy))
 
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main_with_user_errors(main))
+  app.run(main_with_user_errors(main), flags_parser=parse_flags)

@@ -33,32 +33,28 @@ Outputs in --output_dir (besides checkpoints and throughput logs):
 """
 
 import functools
+import importlib
 import sys
-
-from bertkit.common import console
-from bertkit.common import cpu_kernels
-
-# Before TensorFlow is imported: its C++ runtime reads its log level and its
-# choice of CPU kernels then.
-console.quiet_native_logs(sys.argv)
-cpu_kernels.prefer_onednn()
-# pylint: disable=g-import-not-at-top,wrong-import-position
 
 from absl import app
 from absl import flags
 from absl import logging
-import tensorflow.compat.v1 as tf
 
-from bertkit.common.errors import UserError, main_with_user_errors
+from bertkit.common import console
+from bertkit.common import cpu_kernels
+from bertkit.common.errors import UserError, main_with_user_errors, parse_flags
 from bertkit.common import shared_flags
-from bertkit.engine import checkpoints
-from bertkit.engine import runner
-from bertkit.tasks.fine_tuning import load_checked_config, train_steps
+from bertkit.common import training_flags
 from bertkit.tasks import squad_data
-from bertkit.tasks.squad_io import answers, input_fn_maker, write_inputs
-from bertkit.tasks import squad_task
-from bertkit.tasks.squad_task import question_answering_task
 import tokenization
+
+# Nothing above imports TensorFlow: the flags and files are checked
+# (check_flags) before it is, in the functions that need it, so that a bad
+# flag is refused at once. Before it is imported: its C++ runtime reads its
+# log level and its choice of CPU kernels then.
+console.quiet_native_logs(sys.argv)
+cpu_kernels.prefer_onednn()
+# pylint: disable=g-import-not-at-top
 
 # Upstream's API of this module: google-research/bert's run_squad.py defines
 # these names, and code written for it imports them from here.
@@ -66,20 +62,31 @@ import tokenization
 from bertkit.tasks.squad_data import (InputFeatures, SquadExample,
                                       convert_examples_to_features,
                                       read_squad_examples)
-from bertkit.tasks.squad_io import input_fn_builder
 from bertkit.tasks.squad_predictions import RawResult
-from bertkit.tasks.squad_task import create_model, model_fn_builder
 # pylint: enable=unused-import
+# The rest come from the bertkit/tasks module named, on first use: they
+# import TensorFlow.
+UPSTREAM_API = {"input_fn_builder": "bertkit.tasks.squad_io",
+                "create_model": "bertkit.tasks.squad_task",
+                "model_fn_builder": "bertkit.tasks.squad_task"}
+
+
+def __getattr__(name):
+  if name not in UPSTREAM_API:
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
+  return getattr(importlib.import_module(UPSTREAM_API[name]), name)
+
 
 FLAGS = flags.FLAGS
 
 
 def define_flags():
-  """Upstream's run_squad flags beyond the runner's (runner.define_flags).
+  """Upstream's run_squad flags beyond the runner's
+  (training_flags.define_runner_flags).
 
   Called by the program only: importing this module defines no flags.
   """
-  runner.define_flags()
+  training_flags.define_runner_flags()
   flags.DEFINE_string("train_file", None,
                       "SQuAD json for training, e.g. train-v1.1.json.")
   flags.DEFINE_string("predict_file", None,
@@ -131,17 +138,15 @@ def check_window_flags(max_seq_length, max_query_length, doc_stride):
         "longer one would skip context tokens" % (doc_stride, room))
 
 
-def validate_flags():
-  """Checks flags and reads the SQuAD files before any long work.
-
-  Returns:
-    (bert_config, train_examples or None, predict_examples or None).
-  """
+def check_flags():
+  """The checks that need no TensorFlow, made before it is imported: the
+  flags, their ranges and the files named."""
   if not (FLAGS.do_train or FLAGS.do_predict):
     raise UserError("At least one of --do_train or --do_predict must be "
                     "True")
-  shared_flags.require(FLAGS, ("bert_config_file", "vocab_file",
-                               "output_dir"))
+  # --bert_config_file: checked by load_checked_config, which takes the
+  # config of a Hugging Face --init_checkpoint instead.
+  shared_flags.require(FLAGS, ("vocab_file", "output_dir"))
   if FLAGS.do_train and not FLAGS.train_file:
     raise UserError("--do_train needs --train_file")
   if FLAGS.do_predict and not FLAGS.predict_file:
@@ -151,8 +156,26 @@ def validate_flags():
       raise UserError("--%s must be >= 1, got %d" %
                       (name, getattr(FLAGS, name)))
   shared_flags.check_fine_tuning(FLAGS)
+  training_flags.check_optimizer_flags(FLAGS)
   check_window_flags(FLAGS.max_seq_length, FLAGS.max_query_length,
                      FLAGS.doc_stride)
+  files = ["bert_config_file", "vocab_file"]
+  if FLAGS.do_train:
+    files.append("train_file")
+  if FLAGS.do_predict:
+    files.append("predict_file")
+  shared_flags.check_local_files(FLAGS, files)
+
+
+def validate_flags():
+  """Checks the rest of the flags (with TensorFlow) and reads the SQuAD files
+  before any long work.
+
+  Returns:
+    (bert_config, train_examples or None, predict_examples or None).
+  """
+  import tensorflow.compat.v1 as tf
+  from bertkit.tasks.fine_tuning import load_checked_config
   bert_config = load_checked_config(
       FLAGS.bert_config_file, FLAGS.max_seq_length, FLAGS.vocab_file,
       FLAGS.do_lower_case, FLAGS.init_checkpoint)
@@ -185,6 +208,9 @@ def check_fine_tuned(init_checkpoint, output_dir):
   Raises:
     UserError: there is no --init_checkpoint, or it has no SQuAD head.
   """
+  import tensorflow.compat.v1 as tf
+  from bertkit.engine import checkpoints
+  from bertkit.tasks import squad_task
   if not init_checkpoint:
     raise UserError("--do_predict without --do_train needs a fine-tuned "
                     "checkpoint in --output_dir %s (there is none) or a "
@@ -203,6 +229,11 @@ def main(argv):
   # to the original words (squad_predictions.final_text's debug lines).
   if FLAGS.verbose_logging:
     logging.set_verbosity(logging.DEBUG)
+  check_flags()
+  from bertkit.engine import runner
+  from bertkit.tasks.fine_tuning import train_steps
+  from bertkit.tasks.squad_io import answers, input_fn_maker, write_inputs
+  from bertkit.tasks.squad_task import question_answering_task
   bert_config, train_examples, predict_examples = validate_flags()
   num_train_steps, num_warmup_steps = 0, 0
   if FLAGS.do_train:
@@ -238,4 +269,4 @@ def main(argv):
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main_with_user_errors(main))
+  app.run(main_with_user_errors(main), flags_parser=parse_flags)

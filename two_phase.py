@@ -35,7 +35,7 @@ import math
 from absl import app
 from absl import flags
 
-from bertkit.common.errors import UserError, main_with_user_errors
+from bertkit.common.errors import UserError, main_with_user_errors, parse_flags
 from bertkit.common import shared_flags
 
 FLAGS = flags.FLAGS
@@ -164,4 +164,4 @@ def main(argv):
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main_with_user_errors(main))
+  app.run(main_with_user_errors(main), flags_parser=parse_flags)

@@ -50,11 +50,12 @@ import torch
 import transformers
 
 
-def build_model(bert_config_path):
-  """BertForPreTraining from our config file; returns (model, its config)."""
+def hf_config(bert_config_path, **overrides):
+  """transformers.BertConfig of our config file (tanh GELU, LayerNorm
+  epsilon 1e-12), with `overrides` (e.g. hidden_dropout_prob=0.0) applied."""
   with open(bert_config_path) as f:
     ours = json.load(f)
-  config = transformers.BertConfig(
+  values = dict(
       vocab_size=ours["vocab_size"], hidden_size=ours["hidden_size"],
       num_hidden_layers=ours["num_hidden_layers"],
       num_attention_heads=ours["num_attention_heads"],
@@ -66,6 +67,13 @@ def build_model(bert_config_path):
       type_vocab_size=ours["type_vocab_size"],
       initializer_range=ours["initializer_range"],
       layer_norm_eps=1e-12)
+  values.update(overrides)
+  return transformers.BertConfig(**values)
+
+
+def build_model(bert_config_path):
+  """BertForPreTraining from our config file; returns (model, its config)."""
+  config = hf_config(bert_config_path)
   model = transformers.BertForPreTraining._from_config(
       config, attn_implementation="eager")
   return model, config
@@ -179,16 +187,19 @@ def pretraining_loss(model, batch):
   return mlm_loss + nsp_loss
 
 
-def adamw(model, learning_rate):
-  """Upstream's AdamW groups: no decay for LayerNorm weights and biases."""
+def adamw(model, learning_rate, betas=(0.9, 0.999), eps=1e-6,
+          weight_decay=0.01):
+  """Upstream's AdamW groups: no decay for LayerNorm weights and biases.
+
+  The defaults are upstream's hyperparameters."""
   decay, no_decay = [], []
   for name, param in model.named_parameters():
     (no_decay if "LayerNorm" in name or name.endswith("bias")
      else decay).append(param)
   return torch.optim.AdamW(
-      [{"params": decay, "weight_decay": 0.01},
+      [{"params": decay, "weight_decay": weight_decay},
        {"params": no_decay, "weight_decay": 0.0}],
-      lr=learning_rate, betas=(0.9, 0.999), eps=1e-6)
+      lr=learning_rate, betas=betas, eps=eps)
 
 
 def train(args):

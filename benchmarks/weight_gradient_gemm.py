@@ -16,7 +16,6 @@ import argparse
 import os
 import statistics
 import sys
-import time
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
@@ -29,6 +28,7 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 from bertkit.engine import training_setup
+from bertkit.perf import profiles
 import modeling
 
 # (M, fan_in, fan_out): BERT-mini's QKV, attention output, intermediate and
@@ -61,19 +61,9 @@ def main(argv=None):
   args = parser.parse_args(argv)
   tf.disable_eager_execution()
   fetches = build(SHAPES)
-  seconds = {key: [] for key in fetches}
   with tf.Session() as sess:
     sess.run(tf.global_variables_initializer())
-    for fetch in fetches.values():
-      sess.run(fetch)
-    for round_index in range(args.rounds):
-      order = list(fetches.items())
-      if round_index % 2:
-        order.reverse()
-      for key, fetch in order:
-        start = time.perf_counter()
-        sess.run(fetch)
-        seconds[key].append(time.perf_counter() - start)
+    seconds = profiles.time_in_turns(sess, fetches, args.rounds)
   print("kernels: %s" % ("oneDNN" if training_setup.onednn_enabled()
                           else "Eigen"))
   print("M | in x out | form | ms | GFLOP/s")

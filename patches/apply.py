@@ -448,4 +448,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(errors.main_with_user_errors(main))
+  app.run(errors.main_with_user_errors(main),
+          flags_parser=errors.parse_flags)

@@ -226,11 +226,14 @@ def test_the_train_step_reaches_the_hooks_only_through_register_step_metrics(
     train_step.step_metrics()
   assert train_step.register_step_metrics(step) is step.loss_share
   metrics = train_step.step_metrics()
+  # Without a time budget no step carries training seconds.
+  assert metrics.train_seconds is None
+  fetches = metrics._replace(train_seconds=tf.constant(0.0))
   with tf.Session() as sess:
     sess.run(tf.global_variables_initializer())
-    before = sess.run(metrics)
+    before = sess.run(fetches)
     sess.run(step.train_op)
-    after = sess.run(metrics)
+    after = sess.run(fetches)
   assert before.loss == pytest.approx(5.0)
   assert before.learning_rate == 0.0
   assert after.learning_rate == pytest.approx(0.05)

@@ -123,9 +123,8 @@ def test_a_hugging_face_init_checkpoint_of_another_size_is_named_as_given(
   line = expect_user_error(
       run_program(pretrain_args(workdir, workdir / "hf_init",
                                 "--init_checkpoint=" + hf_dir)),
-      "--init_checkpoint %s does not fit --bert_config_file" % hf_dir,
-      "first bert/encoder/layer_0/intermediate/dense/bias: [48] in the "
-      "checkpoint but [64] in the model")
+      "says intermediate_size 64, but the config.json of the Hugging Face "
+      "--init_checkpoint %s says 48" % hf_dir)
   assert "hf-init-checkpoint" not in line
 
 
@@ -153,3 +152,41 @@ def test_horovod_launcher_ends_with_the_ranks_error_line_and_code(workdir):
   assert error_lines[0] == (
       "error: --train_batch_size=8 (the global batch per update) must divide "
       "by 2 replicas x --num_accumulation_steps=3 = 6")
+
+
+# Runs a program as `python PROGRAM ARGS` would, then says on its last stdout
+# line whether TensorFlow was imported by the time it exited.
+_RUN_AND_REPORT_TENSORFLOW = """
+import runpy, sys
+sys.argv = sys.argv[1:]
+sys.path.insert(0, '.')
+try:
+  runpy.run_path(sys.argv[0], run_name='__main__')
+finally:
+  print('tensorflow imported:', 'tensorflow' in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("program,args,expected", [
+    ("run_pretraining.py", ["--do_train", "--input_file={tmp}/none-*.tfrecord",
+                            "--output_dir={tmp}/out"],
+     "--input_file pattern {tmp}/none-*.tfrecord matches no file"),
+    ("run_classifier.py", ["--do_train", "--task_name=cola",
+                           "--data_dir={tmp}", "--vocab_file={tmp}/vocab.txt",
+                           "--output_dir={tmp}/out", "--max_seq_length=2"],
+     "--max_seq_length must be >= 3"),
+    ("run_squad.py", ["--do_train", "--train_file={tmp}/train.json",
+                      "--vocab_file={tmp}/no-vocab.txt",
+                      "--output_dir={tmp}/out"],
+     "--vocab_file {tmp}/no-vocab.txt: no such file"),
+    ("export_checkpoint.py", ["--checkpoint={tmp}", "--output_dir={tmp}/out",
+                              "--format=google,onnx"],
+     "unknown format onnx"),
+])
+def test_a_bad_flag_is_refused_before_tensorflow_is_imported(
+    tmp_path, program, args, expected):
+  result = run_program(
+      ["-c", _RUN_AND_REPORT_TENSORFLOW, program] +
+      [arg.format(tmp=tmp_path) for arg in args])
+  expect_user_error(result, expected.format(tmp=tmp_path))
+  assert result.stdout.splitlines()[-1] == "tensorflow imported: False"

@@ -1,17 +1,22 @@
 """What the programs print: their own lines, TensorFlow's detail on request.
 
 By default a program shows what it is doing, its progress, the warnings that
-concern the user, errors and its summary. TensorFlow's INFO lines (the
-RunConfig it built, "Calling model_fn", every hook it creates), the
-deprecation notices TensorFlow and Keras address to this toolkit's code, and
-the C++ runtime's start-up lines come back with absl's `--verbosity=1`
-(`-v 1`), together with the programs' own DEBUG lines; `-v -1` leaves
-warnings and errors.
+concern the user, errors and its summary, each as a line of its own in the
+style of the scripts: `[run_pretraining] message`, `[run_pretraining]
+warning: message`. TensorFlow's INFO lines (the RunConfig it built, "Calling
+model_fn", every hook it creates), the deprecation notices TensorFlow and
+Keras address to this toolkit's code, and the C++ runtime's start-up lines
+come back with absl's `--verbosity=1` (`-v 1`), together with the programs'
+own DEBUG lines and absl's line format (level, date, time, thread, file and
+line: `I1125 23:58:17.588982 140632555826048 training_setup.py:237] ...`);
+`-v -1` leaves warnings and errors.
 """
 
 import logging
 import os
 import warnings
+
+from absl import logging as absl_logging
 
 # absl's verbosity (0 = INFO, 1 = DEBUG) from which TensorFlow's detail shows.
 DETAIL_VERBOSITY = 1
@@ -99,3 +104,54 @@ def configure(verbosity):
   tf_logger.addFilter(_is_for_the_user)
   warnings.filterwarnings("ignore", module=r"(tensorflow|tf_keras|keras)\.")
   warnings.filterwarnings("ignore", message=r"`tf\.layers\.\w+` is deprecated")
+
+
+def program_name(path):
+  """The name a program's lines start with: its file name without `.py`.
+
+  Args:
+    path: the program's path as run (argv[0]).
+
+  Returns:
+    e.g. "run_pretraining" for "/repo/run_pretraining.py".
+  """
+  return os.path.splitext(os.path.basename(path))[0]
+
+
+class ProgramFormatter(logging.Formatter):
+  """A log record as one of the program's own lines.
+
+  `[name] message` for INFO and below; above INFO the level comes first,
+  lowercase, as in the `error:` lines: `[name] warning: message`. An
+  exception's traceback, if the record carries one, follows on the next
+  lines as logging.Formatter writes it.
+  """
+
+  def __init__(self, name):
+    super().__init__()
+    self.name = name
+
+  def format(self, record):
+    text = super().format(record)
+    if record.levelno > logging.INFO:
+      text = "%s: %s" % (record.levelname.lower(), text)
+    return "[%s] %s" % (self.name, text)
+
+
+def use_program_format(program, verbosity):
+  """Sets how absl's handler writes the lines of every logger.
+
+  Below DETAIL_VERBOSITY, as the program's own lines (ProgramFormatter);
+  from it, in absl's format, whose file and line point at the code. Every
+  record reaches the console through absl's handler only (`configure`), so
+  this is the one place that decides the look of a line.
+
+  Args:
+    program: the program's path as run (argv[0]).
+    verbosity: absl's --verbosity value.
+  """
+  if verbosity >= DETAIL_VERBOSITY:
+    formatter = absl_logging.PythonFormatter()
+  else:
+    formatter = ProgramFormatter(program_name(program))
+  absl_logging.get_absl_handler().setFormatter(formatter)

@@ -3,6 +3,7 @@ never a traceback; every log line once (console.py)."""
 
 import sys
 
+from absl import flags
 from absl import logging
 
 from bertkit.common import console
@@ -48,7 +49,9 @@ def main_with_user_errors(main):
   """
 
   def wrapped(argv):
-    console.configure(logging.get_verbosity())
+    verbosity = logging.get_verbosity()
+    console.configure(verbosity)
+    console.use_program_format(argv[0], verbosity)
     try:
       return main(argv)
     except UserError as e:
@@ -77,3 +80,15 @@ def op_error_reason(text):
       return lines[i + 1]
   lines = [l for l in lines if l != "Graph execution error:"]
   return lines[0] if lines else ""
+
+
+def parse_flags(argv):
+  """absl's flag parser for `app.run(..., flags_parser=parse_flags)`: a
+  value absl refuses (an enum outside its choices, a number that is not
+  one, an unknown flag) gives one `error:` line and exit 2, as every other
+  bad input does, instead of absl's FATAL line and usage hint."""
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as e:
+    print("error: %s" % e, file=sys.stderr, flush=True)
+    sys.exit(EXIT_USER_ERROR)

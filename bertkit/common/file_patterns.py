@@ -3,13 +3,18 @@
 Every program reads its input files through `expand_file_patterns`: a
 comma-separated list whose items are file names or globs, each expanded to
 its sorted matches, item after item. Local paths use the glob module (no
-TensorFlow); other paths (gs://...) tf.io.gfile, imported only then.
-create_pretraining_data's corpora go through `expand_corpus_files`, the same
-expansion with sizes, whose URLs are served by fsspec (s3://, gs://,
-hdfs://, memory://, ... whatever fsspec package is installed).
+TensorFlow); other paths tf.io.gfile, imported only then: TensorFlow reads
+gs:// itself, and s3:// (hdfs://, az://, ...) once the tensorflow-io package
+is imported, which happens here when such a URL needs it. A URL TensorFlow
+cannot read is one error line naming what would read it.
+The corpora of create_pretraining_data and create_vocab go through
+`expand_corpus_files`, the same expansion with sizes, whose URLs are served
+by fsspec (s3://, gs://, hdfs://, memory://, ... whatever fsspec package is
+installed).
 """
 
 import glob
+import importlib
 import os
 
 from bertkit.common import atomic_io
@@ -131,11 +136,51 @@ def expand_corpus_files(value, flag_name="input_file", read_directories=True):
   return found
 
 
-def _glob(pattern):
+def _load_tensorflow_io():
+  """Imports tensorflow-io, whose import adds TensorFlow's file systems for
+  s3://, hdfs://, az://, ...; returns whether it is installed."""
+  try:
+    importlib.import_module("tensorflow_io")
+  except ImportError:
+    return False
+  return True
+
+
+def _glob_url(pattern, flag_name):
+  """(match, is a directory) of a URL glob, through tf.io.gfile.
+
+  Raises:
+    errors.UserError: TensorFlow has no file system for the URL's scheme,
+      even with tensorflow-io, or cannot list the URL.
+  """
+  tf = importlib.import_module("tensorflow")
+  gfile = atomic_io.gfile()
+  scheme = pattern.split("://", 1)[0]
+  try:
+    try:
+      matches = sorted(gfile.glob(pattern))
+    except tf.errors.UnimplementedError:
+      if not _load_tensorflow_io():
+        raise
+      matches = sorted(gfile.glob(pattern))
+    return [(match, gfile.isdir(match)) for match in matches]
+  except tf.errors.UnimplementedError:
+    raise errors.UserError(
+        "--%s %s: TensorFlow cannot read %s:// URLs (it reads local paths "
+        "and gs://; s3://, hdfs:// and az:// with the tensorflow-io package "
+        "installed: pip install tensorflow-io); expected a path or URL "
+        "TensorFlow reads" % (flag_name, pattern, scheme)) from None
+  except tf.errors.OpError as e:
+    raise errors.UserError("--%s %s: cannot list it: %s" % (
+        flag_name, pattern, errors.op_error_reason(e.message))) from None
+
+
+def _glob(pattern, flag_name):
+  """(match, is a directory) of a local or URL glob, matches sorted."""
   if atomic_io.is_url(pattern):
-    gfile = atomic_io.gfile()
-    return sorted(gfile.glob(pattern)), gfile.isdir
-  return sorted(glob.glob(pattern)), os.path.isdir
+    return _glob_url(pattern, flag_name)
+  return [(match, os.path.isdir(match))
+          for match in sorted(glob.glob(pattern))]
 
 
 def expand_file_patterns(value, flag_name="input_file",
@@ -154,16 +199,16 @@ def expand_file_patterns(value, flag_name="input_file",
   Raises:
     errors.UserError: an item is empty or matches no file, or a match is a
       directory (which would silently read as empty) and read_directories
-      is off, or holds no file.
+      is off, or holds no file; or a URL TensorFlow cannot read.
   """
   paths = []
   for pattern in split_file_list(value, flag_name):
-    matches, isdir = _glob(pattern)
+    matches = _glob(pattern, flag_name)
     if not matches:
       raise errors.UserError(
           "--%s pattern %s matches no file" % (flag_name, pattern))
-    for match in matches:
-      if not isdir(match):
+    for match, isdir in matches:
+      if not isdir:
         paths.append(match)
       elif not read_directories:
         raise errors.UserError(

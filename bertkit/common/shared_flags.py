@@ -6,8 +6,11 @@ length's default), never a second definition. `require` is the one check of
 flags without which a program cannot start.
 """
 
+import os
+
 from absl import flags
 
+from bertkit.common import atomic_io
 from bertkit.common.errors import UserError
 
 # BERT's masked LM (Devlin et al. 2018, section 3.1): 15 % of the tokens
@@ -19,7 +22,10 @@ MAX_PREDICTIONS_PER_SEQ = 20
 def define_bert_config_file():
   """--bert_config_file: the model's shape."""
   flags.DEFINE_string("bert_config_file", None,
-                      "bert_config.json of the model.")
+                      "bert_config.json of the model; optional when "
+                      "--init_checkpoint (export_checkpoint: --checkpoint) "
+                      "is a Hugging Face directory, whose config.json stands "
+                      "for it.")
 
 
 def define_vocab_file():
@@ -98,3 +104,22 @@ def require(flag_values, names):
   for name in names:
     if getattr(flag_values, name) in (None, "", []):
       raise UserError("--%s is required" % name)
+
+
+def check_local_files(flag_values, names):
+  """Raises UserError for a flag naming a local file that is not there.
+
+  The programs call it before importing TensorFlow, so a mistyped path is
+  refused at once; a URL is checked when it is read (tf.io.gfile).
+
+  Args:
+    flag_values: the parsed flags (absl's FLAGS).
+    names: names of flags holding one file's path (None or "": not given).
+
+  Raises:
+    UserError: "--NAME PATH: no such file" for the first one missing.
+  """
+  for name in names:
+    path = getattr(flag_values, name)
+    if path and not atomic_io.is_url(path) and not os.path.isfile(path):
+      raise UserError("--%s %s: no such file" % (name, path))

@@ -14,7 +14,9 @@ Formats, from the file name unless --input_format says otherwise:
     text in --text_field;
   * parquet (`.parquet`): one document per row, its text in the column
     --text_field.
-A `.gz`, `.bz2`, `.xz` or `.zst` suffix is decompressed (text and jsonl).
+A `.gz`, `.bz2`, `.xz` (`.lzma`) or `.zst` suffix is decompressed (text and
+jsonl), and a file that ends before its compressed stream does (an
+interrupted copy) or is not of that compression is refused, naming it.
 JSONL and Parquet documents are split into sentences (one per upstream line)
 by blingfire's segmenter (chosen in docs/benchmarks_data.md: 30x faster than
 syntok and pysbd, and 11 of 12 right on hard cases); lines within a document
@@ -25,6 +27,10 @@ the documents after the first blank line at or after `start`, up to the
 first blank line at or after `end`; of a JSONL file the lines, of a Parquet
 file the row groups, that start in [start, end). Consecutive pieces of a file
 thus read each document exactly once. A compressed file is never split.
+
+What a format needs (fsspec, zstandard, pyarrow, blingfire: 2 to 50 MB each)
+is imported when a file needs it, so that the processes of data creation
+stay small (every forked worker holds what its parent imported).
 """
 
 import collections
@@ -32,9 +38,9 @@ import dataclasses
 import io
 import json
 import os
+import zlib
 
-import fsspec
-from fsspec import utils as fsspec_utils
+from absl import flags
 
 from bertkit.common import atomic_io
 from bertkit.common import errors
@@ -42,6 +48,30 @@ from bertkit.common import file_patterns
 
 FORMATS = ("text", "jsonl", "parquet")
 DEFAULT_TEXT_FIELD = "text"
+# File name suffix -> the compression it stands for.
+COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".xz": "xz", ".lzma": "xz",
+                ".zst": "zstd"}
+# Bytes read at a time from a compressed file (and from its decompressor).
+_READ_BYTES = 1 << 16
+# JSON's names of the types a field can hold, for the messages.
+_JSON_TYPES = {bool: "true/false", int: "a number", float: "a number",
+               list: "an array", dict: "an object"}
+
+
+def define_flags():
+  """--input_format and --text_field, the corpus flags of
+  create_pretraining_data and create_vocab."""
+  flags.DEFINE_string(
+      "input_format", "auto",
+      "auto: by file name (.jsonl/.ndjson[.gz|.zst]: jsonl, .parquet: "
+      "parquet, else text). text: one sentence per line, a blank line "
+      "between documents. jsonl: one JSON object per line holding a "
+      "document in --text_field. parquet: one document per row in column "
+      "--text_field. JSONL/Parquet documents are split into sentences by "
+      "blingfire.")
+  flags.DEFINE_string(
+      "text_field", DEFAULT_TEXT_FIELD,
+      "The JSON field (jsonl) or column (parquet) holding a document's text.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +114,7 @@ def format_of(path, input_format="auto"):
           % (input_format, ", ".join(FORMATS)))
     return input_format
   name = path.lower()
-  if fsspec_utils.infer_compression(name):
+  if compression_of(name):
     name = os.path.splitext(name)[0]
   if name.endswith((".jsonl", ".ndjson")):
     return "jsonl"
@@ -117,28 +147,175 @@ def expand_inputs(input_file, input_format="auto", read_directories=True):
               input_file, read_directories=read_directories)]
 
 
+def check_text_field(files, text_field):
+  """Refuses a --text_field that no input file has a use for.
+
+  Args:
+    files: the `InputFile`s.
+    text_field: the --text_field value.
+
+  Raises:
+    errors.UserError: `text_field` is not the default but every file is
+      text, whose lines are the documents' sentences themselves.
+  """
+  if text_field == DEFAULT_TEXT_FIELD or any(
+      f.format != "text" for f in files):
+    return
+  raise errors.UserError(
+      "--text_field=%s names a JSON field or Parquet column, but the "
+      "--input_file files (%s%s) are plain text; drop --text_field, or set "
+      "--input_format=jsonl if they are JSON lines" % (
+          text_field, files[0].path, ", ..." if len(files) > 1 else ""))
+
+
+def expand_corpus(corpus, read_directories=True):
+  """`expand_inputs` of a `Corpus`, its --text_field checked against them.
+
+  Raises:
+    errors.UserError: as `expand_inputs` and `check_text_field`.
+  """
+  files = expand_inputs(corpus.input_file, corpus.input_format,
+                        read_directories)
+  check_text_field(files, corpus.text_field)
+  return files
+
+
+def compression_of(path):
+  """The compression a file name's suffix says ("gzip", ...), or None."""
+  return COMPRESSIONS.get(os.path.splitext(path.lower())[1])
+
+
 def is_splittable(path):
   """Whether a file can be cut into byte ranges (not compressed)."""
-  return fsspec_utils.infer_compression(path) is None
+  return compression_of(path) is None
+
+
+class _ZstdFrames(io.RawIOBase):
+  """The decompressed bytes of a file of zstd frames, one after another.
+
+  The file must end where a frame does (the library tells when a frame is
+  complete): a file cut anywhere else, even where the text decompressed so
+  far ends a line, raises EOFError. Damaged data raises OSError.
+  """
+
+  def __init__(self, raw):
+    super().__init__()
+    import zstandard  # pylint: disable=g-import-not-at-top
+    self._zstd = zstandard
+    self._decompressor = zstandard.ZstdDecompressor()
+    self._raw = raw
+    self._frame = None  # The decompressobj of the frame being read.
+    self._input = b""  # Compressed bytes no frame has taken yet.
+    self._output = memoryview(b"")  # Decompressed bytes not yet read.
+
+  def readable(self):
+    return True
+
+  def readinto(self, buffer):
+    while not self._output:
+      if not self._input:
+        self._input = self._raw.read(_READ_BYTES)
+        if not self._input:
+          if self._frame is not None and not self._frame.eof:
+            raise EOFError("the file ends inside a zstd frame")
+          return 0
+      if self._frame is None or self._frame.eof:
+        self._frame = self._decompressor.decompressobj()
+      data, self._input = self._input, b""
+      try:
+        self._output = memoryview(self._frame.decompress(data))
+      except self._zstd.ZstdError as e:
+        raise OSError(str(e)) from None
+      if self._frame.eof:
+        self._input = self._frame.unused_data
+    size = min(len(buffer), len(self._output))
+    buffer[:size] = self._output[:size]
+    self._output = self._output[size:]
+    return size
+
+
+def _decompressor(compression, raw):
+  """A reader of the decompressed bytes of binary file `raw`, and the
+  exceptions by which it says the data is truncated or damaged."""
+  # Imported here: a corpus in one format loads no other's code.
+  # pylint: disable=g-import-not-at-top
+  if compression == "gzip":
+    import gzip
+    return gzip.GzipFile(fileobj=raw, mode="rb"), (EOFError, OSError,
+                                                  zlib.error)
+  if compression == "bz2":
+    import bz2
+    return bz2.BZ2File(raw), (EOFError, OSError)
+  if compression == "xz":
+    import lzma
+    return lzma.LZMAFile(raw), (EOFError, OSError, lzma.LZMAError)
+  return _ZstdFrames(raw), (EOFError, OSError)
+
+
+class _DecompressedFile(io.RawIOBase):
+  """The decompressed bytes of a compressed input file.
+
+  Data that is truncated or not of the file's compression raises a
+  UserError naming the file; closing closes the file too.
+  """
+
+  def __init__(self, path, raw, compression):
+    super().__init__()
+    self._path = path
+    self._raw = raw
+    self._compression = compression
+    self._stream, self._errors = _decompressor(compression, raw)
+
+  def readable(self):
+    return True
+
+  def readinto(self, buffer):
+    try:
+      return self._stream.readinto(buffer)
+    except EOFError:
+      raise errors.UserError(
+          "input file %s is truncated: its %s data ends before the end of "
+          "its compressed stream (an interrupted download or copy?); "
+          "expected the complete file" % (self._path, self._compression)
+      ) from None
+    except self._errors as e:
+      raise errors.UserError(
+          "input file %s is not valid %s data (%s); expected the "
+          "compression its name says" % (self._path, self._compression, e)
+      ) from None
+
+  def close(self):
+    if not self.closed:
+      self._stream.close()
+      self._raw.close()
+    super().close()
+
+
+def _open_raw(path):
+  """The file at a local path or URL, opened for reading bytes."""
+  if atomic_io.is_url(path):
+    fs, inner = file_patterns.url_filesystem(path)
+    return fs.open(inner, "rb")
+  return open(path, "rb")
 
 
 def open_binary(path):
   """Opens a local path or URL for reading bytes, decompressing by suffix.
 
   Raises:
-    errors.UserError: the file cannot be opened.
+    errors.UserError: the file cannot be opened; or, as it is read, it
+      is truncated or not of the compression its name says.
   """
   try:
-    if not atomic_io.is_url(path) and is_splittable(path):
-      return open(path, "rb")
-    f = fsspec.open(path, "rb", compression="infer").open()
-    if is_splittable(path):
-      return f
-    # Decompressors (zstandard's) may read but not read lines.
-    return io.BufferedReader(f)
+    raw = _open_raw(path)
   except OSError as e:
     raise errors.UserError("cannot read input file %s: %s" % (
         path, e.strerror or e)) from None
+  compression = compression_of(path)
+  if compression is None:
+    return raw
+  return io.BufferedReader(_DecompressedFile(path, raw, compression),
+                           buffer_size=_READ_BYTES)
 
 
 def _line_number(path, offset):
@@ -161,8 +338,10 @@ def _decode_line(raw, path, line_start):
   except UnicodeDecodeError as e:
     raise errors.UserError(
         "input file %s line %d is not valid UTF-8 (bad byte 0x%02x at byte "
-        "%d of the line); expected UTF-8 text" % (
-            path, _line_number(path, line_start), raw[e.start], e.start + 1)
+        "%d of the line, byte offset %d of the %s); expected UTF-8 text" % (
+            path, _line_number(path, line_start), raw[e.start], e.start + 1,
+            line_start + e.start,
+            "file" if is_splittable(path) else "decompressed text")
     ) from None
 
 
@@ -237,11 +416,13 @@ def document_lines(text, split_sentences):
 def _jsonl_text(raw, path, line_start, text_field):
   """The text of one JSONL line, or raises a UserError naming the line."""
   try:
-    record = json.loads(raw)
-  except ValueError as e:
+    record = json.loads(raw.rstrip("\r\n"))
+  except json.JSONDecodeError as e:
+    # The line is the whole JSON text: JSON's own line is always 1.
     raise errors.UserError(
-        "input file %s line %d is not JSON (%s); expected one JSON object "
-        "per line" % (path, _line_number(path, line_start), e)) from None
+        "input file %s line %d is not JSON (%s: column %d); expected one "
+        "JSON object per line" % (path, _line_number(path, line_start),
+                                  e.msg, e.colno)) from None
   if not isinstance(record, dict) or text_field not in record:
     fields = sorted(record) if isinstance(record, dict) else []
     raise errors.UserError(
@@ -254,9 +435,9 @@ def _jsonl_text(raw, path, line_start, text_field):
     return ""
   if not isinstance(text, str):
     raise errors.UserError(
-        "input file %s line %d: field %r is a %s; expected a string" % (
-            path, _line_number(path, line_start), text_field,
-            type(text).__name__))
+        "input file %s line %d: field %r holds %s; expected a string (the "
+        "document's text)" % (path, _line_number(path, line_start),
+                              text_field, _JSON_TYPES[type(text)]))
   return text
 
 
@@ -314,16 +495,24 @@ def _iter_parquet_lines(piece, text_field):
               if piece.start <= start < piece.end]
     if not groups:
       return
-    for batch in parquet.iter_batches(batch_size=1024, row_groups=groups,
-                                      columns=[text_field]):
-      for text in batch.column(0).to_pylist():
-        if not isinstance(text, (str, type(None))):
-          raise errors.UserError(
-              "input file %s: column %r holds %s values; expected strings"
-              % (piece.path, text_field, type(text).__name__))
-        for sentence in document_lines(text or "", split_sentences):
-          yield sentence, 0
-        yield "", 0
+    batches = parquet.iter_batches(batch_size=1024, row_groups=groups,
+                                   columns=[text_field])
+    try:
+      for batch in batches:
+        for text in batch.column(0).to_pylist():
+          if not isinstance(text, (str, type(None))):
+            raise errors.UserError(
+                "input file %s: column %r holds %s values; expected strings"
+                % (piece.path, text_field, type(text).__name__))
+          for sentence in document_lines(text or "", split_sentences):
+            yield sentence, 0
+          yield "", 0
+    except (OSError, pyarrow.ArrowException) as e:
+      # Pages that fail to decompress or decode, under an intact footer.
+      raise errors.UserError(
+          "input file %s is a damaged Parquet file: its column %r cannot be "
+          "read (%s); expected the complete, uncorrupted file" % (
+              piece.path, text_field, str(e).rstrip("."))) from None
 
 
 def iter_piece_lines(piece, text_field=DEFAULT_TEXT_FIELD):

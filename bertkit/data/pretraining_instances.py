@@ -55,8 +55,9 @@ LOG_INTERVAL_SECONDS = 30.0
 
 InstanceParams = collections.namedtuple("InstanceParams", [
     "max_seq_length", "short_seq_prob", "masked_lm_prob",
-    "max_predictions_per_seq", "do_whole_word_mask", "masking"
-], defaults=(STATIC,))
+    "max_predictions_per_seq", "do_whole_word_mask", "masking",
+    "next_sentence_prediction"
+], defaults=(STATIC, True))
 InstanceParams.__doc__ = """How instances are cut and masked (flag values).
 
 Attributes:
@@ -69,6 +70,11 @@ Attributes:
     writes `pretraining_records.UNMASKED` ones, of the same token pairs
     (the masks are still drawn, so that every later choice sees the same
     random numbers, and then left out).
+  next_sentence_prediction: True: upstream's segment pairs with their
+    next-sentence labels. False: RoBERTa's FULL-SENTENCES, single segments
+    filled with consecutive sentences (`InstanceMaker`), written as the
+    `pretraining_records` kinds without next-sentence labels;
+    short_seq_prob is then unused.
 """
 
 
@@ -96,6 +102,18 @@ class RecordRecipe:
   max_sequences_per_pack: Optional[int] = None
 
 
+def masked_lm_prob_out_of_range(masked_lm_prob):
+  """The error message for a --masked_lm_prob outside (0, 1], or None.
+
+  The one rule for the records' masks and for masks drawn in training; 1.0,
+  every candidate up to --max_predictions_per_seq, is upstream's too.
+  """
+  if 0.0 < masked_lm_prob <= 1.0:
+    return None
+  return ("--masked_lm_prob=%r is out of range; expected 0 < masked_lm_prob "
+          "<= 1" % masked_lm_prob)
+
+
 def validate_params(params, dupe_factor):
   """Checks flag values before any work is done.
 
@@ -110,10 +128,9 @@ def validate_params(params, dupe_factor):
     raise errors.UserError(
         "--max_seq_length=%d is out of range; expected %d <= max_seq_length "
         "<= %d" % (params.max_seq_length, MIN_SEQ_LENGTH, MAX_SEQ_LENGTH))
-  if not 0.0 < params.masked_lm_prob <= 1.0:
-    raise errors.UserError(
-        "--masked_lm_prob=%r is out of range; expected 0 < masked_lm_prob <= 1"
-        % params.masked_lm_prob)
+  problem = masked_lm_prob_out_of_range(params.masked_lm_prob)
+  if problem:
+    raise errors.UserError(problem)
   if not 0.0 <= params.short_seq_prob <= 1.0:
     raise errors.UserError(
         "--short_seq_prob=%r is out of range; expected 0 <= short_seq_prob "
@@ -181,7 +198,7 @@ def make_encoder(vocab, params):
   """The `pretraining_records.ExampleEncoder` for a vocab and `params`."""
   return pretraining_records.ExampleEncoder(
       max(vocab.values()) + 1, params.max_seq_length,
-      params.max_predictions_per_seq)
+      params.max_predictions_per_seq, params.next_sentence_prediction)
 
 
 def _concatenate(segments):
@@ -205,6 +222,15 @@ class InstanceMaker(object):
   `tf.train.Example` objects: several times faster, and an instance is
   ~0.5 KB of bytes instead of ~10 KB of Python objects.
 
+  Without next-sentence prediction (`params.next_sentence_prediction`
+  False) the instances are RoBERTa's FULL-SENTENCES instead (Liu et al.
+  2019): the documents, shuffled as upstream shuffles them, are read as one
+  stream of sentences, and each instance is [CLS], as many consecutive
+  sentences as fit, [SEP]; it crosses document boundaries, with an extra
+  [SEP] between two documents. A sentence longer than an instance is cut
+  into instance-sized pieces; nothing of the text is left out. Masks follow
+  upstream's rule, never on a [SEP].
+
   Args:
     rng: the `random.Random` that drives every choice.
     params: an `InstanceParams`.
@@ -220,6 +246,8 @@ class InstanceMaker(object):
     self._params = params
     self._unmasked = params.masking == DYNAMIC
     self._max_num_tokens = params.max_seq_length - 3
+    # FULL-SENTENCES: the tokens between [CLS] and the final [SEP].
+    self._capacity = params.max_seq_length - 2
     self._encoder = encoder
     codes = encoder.token_codes
     self._cls = codes[vocab[tokenization.CLS_TOKEN]]
@@ -274,8 +302,14 @@ class InstanceMaker(object):
     records = []
     num_documents = len(documents)
     for _ in range(dupe_factor):
+      pending = []
       for document_index in range(num_documents):
-        self._document_records(documents, document_index, records)
+        if self._params.next_sentence_prediction:
+          self._document_records(documents, document_index, records)
+        else:
+          self._full_sentences(documents[document_index], pending, records)
+          if document_index == num_documents - 1 and pending:
+            records.append(self._single_segment_record(pending))
         for record in records:
           sink(record)
         num_records += len(records)
@@ -360,7 +394,51 @@ class InstanceMaker(object):
     tokens.append(self._sep)
     tokens += tokens_b[b_start:b_end]
     tokens.append(self._sep)
-    positions = self._masked_positions(tokens, num_a)
+    candidates = list(range(1, num_a + 1))
+    candidates.extend(range(num_a + 2, len(tokens) - 1))
+    return self._masked_record(tokens, num_a, candidates, is_random_next)
+
+  def _full_sentences(self, document, pending, records):
+    """FULL-SENTENCES: appends the instances `document` completes.
+
+    Args:
+      document: a list of sentences (lists of token codes).
+      pending: the tokens of the instance being filled, carried from one
+        document to the next (and extended here).
+      records: where the serialized records of complete instances go.
+    """
+    capacity = self._capacity
+    separate = bool(pending)
+    for sentence in document:
+      for start in range(0, len(sentence), capacity):
+        piece = sentence[start:start + capacity]
+        if len(pending) + separate + len(piece) > capacity:
+          records.append(self._single_segment_record(pending))
+          pending.clear()
+          separate = False
+        if separate:
+          pending.append(self._sep)
+          separate = False
+        pending.extend(piece)
+
+  def _single_segment_record(self, body):
+    """The record of [CLS] `body` [SEP], masked anywhere but on a [SEP]."""
+    sep = self._sep
+    tokens = [self._cls] + body + [sep]
+    candidates = [i for i in range(1, len(tokens) - 1) if tokens[i] != sep]
+    return self._masked_record(tokens, len(body), candidates, False)
+
+  def _masked_record(self, tokens, num_a, candidates, is_random_next):
+    """As the end of `_make_instance` then `instance_to_tf_example`.
+
+    Args:
+      tokens: the instance's token codes, [CLS] and [SEP]s included.
+      num_a: tokens of its first segment (len(tokens) - 2: a single one).
+      candidates: the positions masks may take, ascending.
+      is_random_next: its next-sentence label.
+    """
+    random = self._random
+    positions = self._masked_positions(tokens, candidates)
     if self._unmasked:
       self._draw_replacements(positions)
       return self._encoder.encode_unmasked(tokens, num_a, is_random_next)
@@ -383,14 +461,18 @@ class InstanceMaker(object):
       if random() >= 0.8 and random() >= 0.5:
         self._below(len(self._replacements))
 
-  def _masked_positions(self, tokens, num_a):
-    """As `create_masked_lm_predictions`' choice: positions in draw order."""
+  def _masked_positions(self, tokens, candidates):
+    """As `create_masked_lm_predictions`' choice: positions in draw order.
+
+    Args:
+      tokens: the instance's token codes.
+      candidates: a new list of the positions masks may take, ascending
+        (shuffled here).
+    """
     params = self._params
     num_to_predict = min(params.max_predictions_per_seq,
                          max(1, int(round(len(tokens) *
                                           params.masked_lm_prob))))
-    candidates = list(range(1, num_a + 1))
-    candidates.extend(range(num_a + 2, len(tokens) - 1))
     if params.do_whole_word_mask:
       return self._whole_word_positions(tokens, candidates, num_to_predict)
     # The hot loop: `self._shuffle(candidates)` inlined, with bit lengths

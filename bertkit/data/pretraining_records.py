@@ -125,7 +125,29 @@ PACKED_UNMASKED = RecordKind(
                 "--pack_sequences --masking=dynamic: several sequences per "
                 "row)")
 
-RECORD_KINDS = (MASKED, UNMASKED, PACKED, PACKED_UNMASKED)
+# Single-segment sequences without a next-sentence label
+# (create_pretraining_data.py --next_sentence_prediction=false: RoBERTa's
+# FULL-SENTENCES). The missing next_sentence_labels feature is what marks
+# them: run_pretraining trains the masked LM alone on them.
+MASKED_NO_NSP = RecordKind(
+    name="masked without next sentence",
+    features=MASKED.features[:6],
+    serialized_order=("input_ids", "masked_lm_positions", "masked_lm_ids",
+                      "input_mask", "masked_lm_weights", "segment_ids"),
+    description="masked, one segment, no next-sentence label "
+                "(create_pretraining_data.py --next_sentence_prediction="
+                "false)")
+
+UNMASKED_NO_NSP = RecordKind(
+    name="unmasked without next sentence",
+    features=MASKED.features[:3],
+    serialized_order=("input_mask", "input_ids", "segment_ids"),
+    description="unmasked, one segment, no next-sentence label "
+                "(create_pretraining_data.py --next_sentence_prediction="
+                "false --masking=dynamic)")
+
+RECORD_KINDS = (MASKED, UNMASKED, PACKED, PACKED_UNMASKED, MASKED_NO_NSP,
+                UNMASKED_NO_NSP)
 
 # The kinds whose rows hold several sequences.
 PACKED_KINDS = (PACKED, PACKED_UNMASKED)
@@ -141,6 +163,12 @@ def feature_length(feature, max_seq_length, max_predictions_per_seq,
 def holds_masks(kind):
   """Whether records of `kind` carry their own masked-LM predictions."""
   return any(f.name == "masked_lm_ids" for f in kind.features)
+
+
+def has_next_sentence(kind):
+  """Whether records of `kind` carry next-sentence labels (the model then
+  trains the next-sentence head too)."""
+  return any(f.name == "next_sentence_labels" for f in kind.features)
 
 
 def record_kind_of(feature_names):
@@ -244,9 +272,16 @@ class ExampleEncoder(object):
     vocab_size: one more than the largest token id.
     max_seq_length: S, padded length of input_ids/input_mask/segment_ids.
     max_predictions_per_seq: P, padded length of the masked LM features.
+    next_sentence_prediction: False: the records are `MASKED_NO_NSP` or
+      `UNMASKED_NO_NSP` instead (no next_sentence_labels; callers pass
+      single segments, num_a = len(input_codes) - 2).
   """
 
-  def __init__(self, vocab_size, max_seq_length, max_predictions_per_seq):
+  def __init__(self, vocab_size, max_seq_length, max_predictions_per_seq,
+               next_sentence_prediction=True):
+    self._masked_kind, self._unmasked_kind = (
+        (MASKED, UNMASKED) if next_sentence_prediction
+        else (MASKED_NO_NSP, UNMASKED_NO_NSP))
     self.token_codes = [varint(i) for i in range(vocab_size)]
     self._seq_length = max_seq_length
     self._max_predictions = max_predictions_per_seq
@@ -292,7 +327,8 @@ class ExampleEncoder(object):
 
   def encode(self, input_codes, num_a, masked_positions, masked_codes,
              is_random_next):
-    """The serialized tf.train.Example of one `MASKED` instance.
+    """The serialized tf.train.Example of one `MASKED` (`MASKED_NO_NSP`)
+    instance.
 
     Args:
       input_codes: the instance's (masked) tokens as `token_codes`,
@@ -301,7 +337,8 @@ class ExampleEncoder(object):
       masked_positions: ascending masked positions (at most P).
       masked_codes: the original tokens at those positions, as
         `token_codes`.
-      is_random_next: whether B is a random segment.
+      is_random_next: whether B is a random segment (unused without
+        next-sentence labels).
 
     Returns:
       The bytes of the Example (int64 features padded with 0 to S or P,
@@ -320,23 +357,27 @@ class ExampleEncoder(object):
     entries["masked_lm_positions"] = (
         self._positions_headers[len(positions)] + positions)
     entries["masked_lm_weights"] = self._weights_entries[num_masked]
-    return self._example(MASKED, entries)
+    return self._example(self._masked_kind, entries)
 
   def encode_unmasked(self, input_codes, num_a, is_random_next):
-    """The serialized tf.train.Example of one `UNMASKED` instance.
+    """The serialized tf.train.Example of one `UNMASKED` (`UNMASKED_NO_NSP`)
+    instance.
 
     Args:
       input_codes: the instance's tokens as `token_codes`,
         [CLS] A [SEP] B [SEP]; at most S of them.
       num_a: number of tokens of segment A.
-      is_random_next: whether B is a random segment.
+      is_random_next: whether B is a random segment (unused without
+        next-sentence labels).
 
     Returns:
       The bytes of the Example, as tf.train.Example.SerializeToString()
-      gives them for `UNMASKED.features` inserted in order.
+      gives them for `UNMASKED.features` (or `UNMASKED_NO_NSP.features`)
+      inserted in order.
     """
     return self._example(
-        UNMASKED, self._sequence_entries(input_codes, num_a, is_random_next))
+        self._unmasked_kind,
+        self._sequence_entries(input_codes, num_a, is_random_next))
 
 
 def _read_varint(data, pos):

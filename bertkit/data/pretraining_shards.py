@@ -24,7 +24,9 @@ were the whole corpus, drawing from its own
 `random.Random(shard_seed(random_seed, shard_index))`, written by the worker
 under a temporary name and renamed when complete; so:
   * random next-sentence segments come from documents of the same shard, and
-    instances are shuffled within the shard;
+    instances are shuffled within the shard (without next-sentence
+    prediction, sequences cross the boundaries of the shard's documents
+    only);
   * a document ends at the end of its file (faithful mode, like upstream,
     continues it into the next file when the file lacks a final blank line);
   * the output is deterministic whatever the engine and number of workers,
@@ -50,7 +52,6 @@ under a temporary name and renamed when complete; so:
   * workers never import TensorFlow: they stay small.
 """
 
-import asyncio
 import collections
 import concurrent.futures
 import contextlib
@@ -525,17 +526,44 @@ def _quiet_dask_client_log(package_dir):
     handler.addFilter(from_dask)
 
 
+def check_dask_address(address):
+  """Refuses a --dask_scheduler that is not a TCP address with a port.
+
+  Checked before connecting: distributed's Client, given such an address,
+  fails only after starting, and then spends 20 s and a traceback closing
+  at exit.
+
+  Args:
+    address: the flag's value: tcp://HOST:PORT (or HOST:PORT).
+
+  Raises:
+    errors.UserError: another protocol, no host, or no port number.
+  """
+  expected = "expected the address `dask scheduler` prints, tcp://HOST:PORT"
+  scheme, has_scheme, location = address.partition("://")
+  if has_scheme and scheme != "tcp":
+    raise errors.UserError(
+        "--dask_scheduler=%s: a Dask scheduler does not speak %s://; %s" % (
+            address, scheme, expected))
+  host, has_port, port = (location if has_scheme else address).rpartition(":")
+  if not has_port or not host:
+    raise errors.UserError("--dask_scheduler=%r has no %s; %s" % (
+        address, "port" if host or not has_port else "host", expected))
+  if not port.isdigit() or not 0 < int(port) < 65536:
+    raise errors.UserError(
+        "--dask_scheduler=%s: the port %r is not a number from 1 to 65535; "
+        "%s" % (address, port, expected))
+
+
 def _connect_dask(address):
-  """A distributed.Client of the scheduler at `address`.
+  """A distributed.Client of the scheduler at `address` (checked by
+  `check_dask_address`), its reconnection logs muted.
 
   Raises:
     errors.UserError: the scheduler cannot be reached.
   """
   import distributed  # pylint: disable=g-import-not-at-top
-  if not address:
-    raise errors.UserError(
-        "--dask_scheduler=%r: expected the address `dask scheduler` prints, "
-        "tcp://HOST:PORT" % address)
+  _quiet_dask_client_log(os.path.dirname(distributed.__file__))
   try:
     return distributed.Client(address, timeout=DASK_CONNECT_SECONDS,
                               set_as_default=False)
@@ -578,7 +606,7 @@ def _scheduler_alive(client):
     return False
 
 
-def run_dask(settings, tasks, address, progress):
+def run_dask(settings, tasks, client, address, progress):
   """The Dask engine: `make_shard` over `tasks` on a Dask cluster.
 
   Every worker must import this repository (pretraining_shards and what it
@@ -589,20 +617,22 @@ def run_dask(settings, tasks, address, progress):
   Args:
     settings: the `ShardSettings` (sent to every worker once).
     tasks: (shard index, pieces, output path) tuples.
-    address: the scheduler, tcp://HOST:PORT.
+    client: the `distributed.Client` (`_connect_dask`; closed by the
+      caller).
+    address: the scheduler, tcp://HOST:PORT, for the messages.
     progress: a `pretraining_instances.Progress`.
 
   Yields:
     The `ShardResult`s, in completion order.
 
   Raises:
-    errors.UserError: the scheduler is unreachable, or the workers cannot
-      import this repository, or a task's input is bad.
+    errors.UserError: the workers cannot import this repository, or a
+      task's input is bad.
     errors.TrainingFailed: the scheduler was lost during the run.
   """
-  import distributed  # pylint: disable=g-import-not-at-top
-  _quiet_dask_client_log(os.path.dirname(distributed.__file__))
-  client = _connect_dask(address)
+  # pylint: disable=g-import-not-at-top
+  import asyncio  # 6 MB: only for Dask's exceptions.
+  import distributed
   futures = []
   try:
     logging.info("Dask scheduler %s: %d worker(s)", address,
@@ -634,7 +664,6 @@ def run_dask(settings, tasks, address, progress):
   finally:
     if client.status == "running":
       client.cancel(futures)
-    client.close()
 
 
 def _manifest(settings, shards, shard_bytes):
@@ -749,15 +778,16 @@ class CompletedShards(object):
     self._written = time.monotonic()
 
 
-def _prepare_job(job):
-  """Checks the job's values and creates its output directory.
+def _check_job(job):
+  """Checks the job's values, before anything is read or written.
 
   Returns:
     (local workers, the shard file prefix).
 
   Raises:
-    errors.UserError: a value is out of range, or the output is not one
-      of --output_file and --output_dir, or cannot be created.
+    errors.UserError: a value is out of range, the output is not one of
+      --output_file and --output_dir or is a URL, or --dask_scheduler is
+      not an address.
   """
   num_workers = job.num_workers
   if num_workers is None:
@@ -768,16 +798,69 @@ def _prepare_job(job):
     raise errors.UserError(
         "--shard_size_mb=%r must be positive" % job.shard_size_mb)
   prefix = output_prefix(job.output_file, job.output_dir)
-  if job.output_dir:
-    try:
-      os.makedirs(job.output_dir, exist_ok=True)
-    except OSError as e:
-      raise errors.UserError("cannot create --output_dir %s: %s" % (
-          job.output_dir, e.strerror)) from None
+  if atomic_io.is_url(prefix):
+    raise errors.UserError(
+        "--%s=%s is a URL, but sharded mode writes its shards to a local or "
+        "mounted directory (with Dask, one every worker sees); write them "
+        "there and copy them to %s" % (
+            "output_dir" if job.output_dir else "output_file",
+            job.output_dir or job.output_file,
+            job.output_dir or os.path.dirname(job.output_file)))
+  if job.dask_scheduler is not None:
+    check_dask_address(job.dask_scheduler)
   return num_workers, prefix
 
 
-def _make_shards(settings, tasks, job, num_workers, completed, prefix):
+def _create_output_dir(output_dir):
+  """Creates --output_dir and its missing parents.
+
+  Returns:
+    The outermost directory this created (to remove if the run leaves
+    nothing in it), or None.
+
+  Raises:
+    errors.UserError: it cannot be created.
+  """
+  if not output_dir:
+    return None
+  created = None
+  path = os.path.abspath(output_dir)
+  while not os.path.exists(path):
+    created, path = path, os.path.dirname(path)
+  try:
+    os.makedirs(output_dir, exist_ok=True)
+  except OSError as e:
+    raise errors.UserError("cannot create --output_dir %s: %s" % (
+        output_dir, e.strerror)) from None
+  return created
+
+
+def _remove_created_dirs(directory, created):
+  """Removes `directory` and its parents up to `created` (from
+  `_create_output_dir`; None: nothing), those that are empty."""
+  if created is None:
+    return
+  directory = os.path.abspath(directory)
+  with contextlib.suppress(OSError):  # Not empty: someone else's files.
+    while True:
+      os.rmdir(directory)
+      if directory == created:
+        return
+      directory = os.path.dirname(directory)
+
+
+def _discard_output(prefix, paths, created):
+  """Removes what a run that made no usable shard wrote: the shard files
+  `paths`, their temporary files, the manifest, and the directories it
+  created."""
+  for path in paths + [prefix + ".manifest.json"]:
+    if os.path.exists(path):
+      os.remove(path)
+  remove_partial_files(prefix)
+  _remove_created_dirs(os.path.dirname(prefix), created)
+
+
+def _make_shards(settings, tasks, job, engine, completed, prefix):
   """Runs the `tasks` on the job's engine, shard files and manifest kept
   consistent however the run ends.
 
@@ -785,7 +868,8 @@ def _make_shards(settings, tasks, job, num_workers, completed, prefix):
     settings: the `ShardSettings`.
     tasks: (shard index, pieces, output path) of the shards to make.
     job: the `ShardedJob` (its dask_scheduler picks the engine).
-    num_workers: local workers.
+    engine: the number of local workers, or the connected
+      `distributed.Client` with --dask_scheduler.
     completed: the `CompletedShards` of the manifest.
     prefix: the shard file prefix.
 
@@ -797,9 +881,9 @@ def _make_shards(settings, tasks, job, num_workers, completed, prefix):
       sys.stderr, sum(shard_work(pieces, settings.dupe_factor)
                       for _, pieces, _ in tasks), num_shards=len(tasks))
   if job.dask_scheduler is not None:
-    results = run_dask(settings, tasks, job.dask_scheduler, progress)
+    results = run_dask(settings, tasks, engine, job.dask_scheduler, progress)
   else:
-    results = run_local(settings, tasks, num_workers, progress)
+    results = run_local(settings, tasks, engine, progress)
   finished = []
   try:
     with contextlib.closing(results):
@@ -822,8 +906,34 @@ def _make_shards(settings, tasks, job, num_workers, completed, prefix):
   return finished, progress
 
 
+def _plan_job(corpus, recipe, shard_size_mb):
+  """Reads the vocab and lists the input: what the shards are made of.
+
+  Returns:
+    (the `ShardSettings`, the number of input files, the shards as
+    `plan_shards` gives them, the shard size in bytes).
+
+  Raises:
+    errors.UserError: the vocab or an input item is unusable.
+  """
+  vocab = pretraining_instances.load_checked_vocab(recipe.vocab_file)
+  files = corpus_input.expand_corpus(corpus)
+  shard_bytes = plan_shard_bytes(sum(f.size for f in files),
+                                 max(1, int(shard_size_mb * 1e6)))
+  settings = ShardSettings(vocab, recipe.do_lower_case,
+                           recipe.tokenizer_backend, recipe.params,
+                           recipe.random_seed, recipe.dupe_factor,
+                           corpus.text_field, recipe.max_sequences_per_pack)
+  return settings, len(files), plan_shards(files, shard_bytes), shard_bytes
+
+
 def run_sharded(corpus, recipe, job):
   """Sharded mode: see the module docstring.
+
+  Everything that can be checked (flags, vocab, inputs, the Dask
+  scheduler) is before the output directory or the manifest is written; a
+  run that ends on bad input before any shard is complete, or finds no
+  usable document, leaves no output.
 
   Args:
     corpus: the `corpus_input.Corpus` (its directories are read).
@@ -839,38 +949,47 @@ def run_sharded(corpus, recipe, job):
     errors.TrainingFailed: the Dask scheduler was lost mid-run.
   """
   pretraining_instances.validate_params(recipe.params, recipe.dupe_factor)
-  num_workers, prefix = _prepare_job(job)
-  vocab = pretraining_instances.load_checked_vocab(recipe.vocab_file)
-  files = corpus_input.expand_inputs(corpus.input_file, corpus.input_format)
-  shard_bytes = plan_shard_bytes(sum(f.size for f in files),
-                                 max(1, int(job.shard_size_mb * 1e6)))
-  shards = plan_shards(files, shard_bytes)
-  settings = ShardSettings(vocab, recipe.do_lower_case,
-                           recipe.tokenizer_backend, recipe.params,
-                           recipe.random_seed, recipe.dupe_factor,
-                           corpus.text_field, recipe.max_sequences_per_pack)
-  manifest = _manifest(settings, shards, shard_bytes)
-  todo = prepare_output(prefix, manifest, job.resume)
+  num_workers, prefix = _check_job(job)
+  settings, num_files, shards, shard_bytes = _plan_job(corpus, recipe,
+                                                        job.shard_size_mb)
   paths = shard_paths(prefix, len(shards))
-  logging.info("%d input file(s), %d shard(s) of <= %.2f MB; %d to make, %d "
-               "already complete; %s", len(files), len(shards),
-               shard_bytes / 1e6, len(todo), len(shards) - len(todo),
-               "Dask scheduler %s" % job.dask_scheduler
-               if job.dask_scheduler is not None else
-               "%d local worker(s)" % min(num_workers, max(len(todo), 1)))
   pattern = shard_pattern(prefix, len(shards))
-  if not todo:
-    return ShardedOutput(paths, pattern, 0)
-  completed = CompletedShards(prefix + ".manifest.json", manifest,
-                              set(range(len(shards))) - set(todo))
-  finished, progress = _make_shards(
-      settings, [(i, shards[i], paths[i]) for i in todo], job, num_workers,
-      completed, prefix)
+  with contextlib.ExitStack() as stack:
+    engine = num_workers
+    if job.dask_scheduler is not None:
+      engine = stack.enter_context(_connect_dask(job.dask_scheduler))
+    created = _create_output_dir(job.output_dir)
+    manifest = _manifest(settings, shards, shard_bytes)
+    try:
+      todo = prepare_output(prefix, manifest, job.resume)
+    except errors.UserError:
+      _remove_created_dirs(os.path.dirname(prefix), created)
+      raise
+    logging.info("%d input file(s), %d shard(s) of <= %.2f MB; %d to make, "
+                 "%d already complete; %s", num_files, len(shards),
+                 shard_bytes / 1e6, len(todo), len(shards) - len(todo),
+                 "Dask scheduler %s" % job.dask_scheduler
+                 if job.dask_scheduler is not None else
+                 "%d local worker(s)" % min(num_workers, max(len(todo), 1)))
+    if not todo:
+      return ShardedOutput(paths, pattern, 0)
+    completed = CompletedShards(prefix + ".manifest.json", manifest,
+                                set(range(len(shards))) - set(todo))
+    try:
+      finished, progress = _make_shards(
+          settings, [(i, shards[i], paths[i]) for i in todo], job, engine,
+          completed, prefix)
+    except errors.UserError:
+      if not any(os.path.exists(path) for path in paths):
+        _discard_output(prefix, [], created)
+      raise
   for result in finished:
     if not result.num_documents:
       logging.warning("shard %d (%s) holds no usable document: its file "
                       "has no records", result.index, paths[result.index])
   if not any(r.num_documents for r in finished) and len(todo) == len(shards):
+    # Empty shard files would pass for a finished run on the next one.
+    _discard_output(prefix, paths, created)
     raise errors.UserError(
         "no usable document in --input_file %s: every line is empty or "
         "tokenizes to nothing" % corpus.input_file)

@@ -6,7 +6,10 @@ Face transformers' BERT classes hold (`bert.encoder.layer.0.attention.self.
 query.weight`). export_checkpoint.py reads it one way, and an `--init_checkpoint`
 that is a Hugging Face directory the other way (`hf_dir_to_checkpoint`, used by
 checkpoints.resolve_init_checkpoint). Reading and writing needs NumPy and the
-`safetensors` package, never PyTorch.
+`safetensors` package, never PyTorch. Configs go both ways too (`hf_config`,
+`hf_bert_config`), with the activation names translated so that the same
+function runs: Hugging Face's "gelu" is the exact erf GELU, BERT's the tanh
+one.
 
 Shape notation: V = vocabulary size, H = hidden size, I = intermediate size,
 P = max_position_embeddings, T = type_vocab_size, C = number of classes.
@@ -24,24 +27,36 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 from bertkit.common.errors import UserError
+import modeling
 
 PRETRAINING = "pretraining"
+# Pretrained without next-sentence prediction: the masked-LM head alone.
+MASKED_LM = "masked_lm"
 CLASSIFIER = "classifier"
 SQUAD = "squad"
+# No head: the encoder and its pooler (a Hugging Face BertModel, e.g. a
+# sentence-transformers model).
+ENCODER = "encoder"
 
 # Hugging Face's class for each head.
 HF_ARCHITECTURES = {PRETRAINING: "BertForPreTraining",
+                    MASKED_LM: "BertForMaskedLM",
                     CLASSIFIER: "BertForSequenceClassification",
-                    SQUAD: "BertForQuestionAnswering"}
+                    SQUAD: "BertForQuestionAnswering",
+                    ENCODER: "BertModel"}
 
 HF_CONFIG = "config.json"
 HF_WEIGHTS = "model.safetensors"
 
 # Our bert_config.json "hidden_act" -> the Hugging Face activation computing
 # the same function. BERT's gelu is the tanh approximation: HF's "gelu" is the
-# exact erf form, "gelu_new" the tanh one.
-HF_ACTIVATIONS = {"gelu": "gelu_new", "relu": "relu", "tanh": "tanh",
-                  "linear": "linear"}
+# exact erf form (our "gelu_exact"), "gelu_new" the tanh one.
+HF_ACTIVATIONS = {"gelu": "gelu_new", "gelu_exact": "gelu", "relu": "relu",
+                  "tanh": "tanh", "linear": "linear"}
+# And back: a Hugging Face config.json "hidden_act" -> ours.
+FROM_HF_ACTIVATIONS = {"gelu": "gelu_exact", "gelu_new": "gelu",
+                       "gelu_pytorch_tanh": "gelu", "relu": "relu",
+                       "tanh": "tanh", "linear": "linear"}
 
 # Fields copied unchanged between bert_config.json and HF's config.json.
 _SHARED_CONFIG_FIELDS = (
@@ -67,17 +82,17 @@ def weight_table(config, head, num_labels=None):
 
   Args:
     config: modeling.BertConfig.
-    head: PRETRAINING (masked LM + next sentence, `cls/...`), CLASSIFIER
-      (run_classifier's top-level `output_weights` / `output_bias`), SQUAD
-      (run_squad's `cls/squad/output_weights` [2, H] / `output_bias` [2]),
-      or None for the encoder alone.
+    head: PRETRAINING (masked LM + next sentence, `cls/...`), MASKED_LM (the
+      masked LM alone), CLASSIFIER (run_classifier's `output_weights` /
+      `output_bias`), SQUAD (run_squad's `cls/squad/output_weights` [2, H] /
+      `output_bias` [2]), or ENCODER (or None) for the encoder alone.
     num_labels: C, for CLASSIFIER.
 
   Returns:
     A list of (tf_name, hf_name, tf_shape, transpose) in model order;
     `transpose` says the HF array is the transposed TF array. hf_name is
     None for a weight the Hugging Face class does not have (the pooler of
-    BertForQuestionAnswering).
+    BertForQuestionAnswering and BertForMaskedLM).
   """
   h, i = config.hidden_size, config.intermediate_size
   table = [
@@ -109,13 +124,13 @@ def weight_table(config, head, num_labels=None):
     table += _layer_norm(tf_layer + "/output/LayerNorm",
                          hf_layer + ".output.LayerNorm", h)
   pooler = _dense("bert/pooler/dense", "bert.pooler.dense", h, h)
-  if head == SQUAD:
+  if head in (SQUAD, MASKED_LM):
     # Upstream's SQuAD model has the pooler (BertModel always builds it);
-    # BertForQuestionAnswering has none.
+    # BertForQuestionAnswering and BertForMaskedLM have none.
     pooler = [(tf_name, None, shape, transpose)
               for tf_name, _, shape, transpose in pooler]
   table += pooler
-  if head == PRETRAINING:
+  if head in (PRETRAINING, MASKED_LM):
     table += _dense("cls/predictions/transform/dense",
                     "cls.predictions.transform.dense", h, h)
     table += _layer_norm("cls/predictions/transform/LayerNorm",
@@ -125,6 +140,7 @@ def weight_table(config, head, num_labels=None):
     # cls.predictions.decoder.bias to it.
     table.append(("cls/predictions/output_bias", "cls.predictions.bias",
                   [config.vocab_size], False))
+  if head == PRETRAINING:
     # Our [2, H] and [C, H] output weights are used as matmul(x, w^T):
     # already torch's [out, in] layout.
     table += [("cls/seq_relationship/output_weights",
@@ -150,10 +166,11 @@ def detect_head(checkpoint_shapes):
     checkpoint_shapes: {name: shape} of a checkpoint's variables.
 
   Returns:
-    (PRETRAINING, None), (CLASSIFIER, C) or (SQUAD, None).
+    (PRETRAINING, None), (MASKED_LM, None), (CLASSIFIER, C),
+    (SQUAD, None), or (ENCODER, None) for BERT weights with no head.
 
   Raises:
-    UserError: no head is there.
+    UserError: no head and no BERT encoder is there.
   """
   if "cls/seq_relationship/output_weights" in checkpoint_shapes:
     return PRETRAINING, None
@@ -161,8 +178,13 @@ def detect_head(checkpoint_shapes):
     return SQUAD, None
   if "output_weights" in checkpoint_shapes:
     return CLASSIFIER, int(checkpoint_shapes["output_weights"][0])
+  if "cls/predictions/output_bias" in checkpoint_shapes:
+    return MASKED_LM, None
+  if "bert/embeddings/word_embeddings" in checkpoint_shapes:
+    return ENCODER, None
   raise UserError("the checkpoint has no pretraining head "
-                  "(cls/seq_relationship/output_weights), run_classifier "
+                  "(cls/seq_relationship/output_weights or "
+                  "cls/predictions/output_bias), run_classifier "
                   "head (output_weights) or run_squad head "
                   "(cls/squad/output_weights); it is not a model of this "
                   "toolkit")
@@ -303,6 +325,54 @@ def _read_hf_config(hf_dir):
   return config
 
 
+def hf_bert_config(hf_dir):
+  """The BertConfig of a Hugging Face BERT directory, from its config.json.
+
+  The sizes, dropout probabilities and initializer_range are copied;
+  hidden_act becomes the name of the same function here
+  (FROM_HF_ACTIVATIONS: Hugging Face's "gelu" is the exact erf form,
+  "gelu_exact" here, not BERT's tanh "gelu").
+
+  Args:
+    hf_dir: a directory with config.json (model_type bert).
+
+  Returns:
+    modeling.BertConfig.
+
+  Raises:
+    UserError: config.json describes a model computed otherwise than ours
+      (its activation, its position embeddings) or misses a size; the
+      message names the file, the field and the value.
+  """
+  config = _read_hf_config(hf_dir)
+  path = os.path.join(hf_dir, HF_CONFIG)
+  # Absent fields take Hugging Face's defaults where ours differ.
+  act = config.get("hidden_act", "gelu")
+  if not isinstance(act, str) or act.lower() not in FROM_HF_ACTIVATIONS:
+    raise UserError("%s: hidden_act %r has no equivalent here (known: %s)"
+                    % (path, act, ", ".join(sorted(FROM_HF_ACTIVATIONS))))
+  position = config.get("position_embedding_type", "absolute")
+  if position != "absolute":
+    raise UserError("%s: position_embedding_type %r, but this model has "
+                    "BERT's absolute position embeddings only" %
+                    (path, position))
+  fields = {f: config[f] for f in _SHARED_CONFIG_FIELDS if f in config}
+  fields.setdefault("type_vocab_size", 2)
+  fields["hidden_act"] = FROM_HF_ACTIVATIONS[act.lower()]
+  return modeling.BertConfig.from_dict(fields, source=path)
+
+
+def hf_labels(hf_dir):
+  """A Hugging Face classifier's class names in output order, or None."""
+  id2label = _read_hf_config(hf_dir).get("id2label")
+  if not isinstance(id2label, dict):
+    return None
+  try:
+    return [id2label[str(i)] for i in range(len(id2label))]
+  except KeyError:
+    return None
+
+
 def _hf_key_to_table_name(key):
   """A key of any BERT class's state dict in BertForPreTraining's naming."""
   # BertModel saves without the "bert." prefix; old checkpoints still use
@@ -330,7 +400,8 @@ def read_hf_weights(hf_dir):
   Raises:
     UserError: another model type, no safetensors file, or no BERT weights.
   """
-  from safetensors import safe_open  # pylint: disable=g-import-not-at-top
+  # pylint: disable-next=g-import-not-at-top
+  from safetensors import safe_open, SafetensorError
   config = _read_hf_config(hf_dir)
   path = os.path.join(hf_dir, HF_WEIGHTS)
   if not tf.io.gfile.exists(path):
@@ -358,6 +429,11 @@ def read_hf_weights(hf_dir):
         tf_name, transpose = entry
         value = f.get_tensor(key).astype(np.float32)
         weights[tf_name] = value.T if transpose else value
+  except SafetensorError as e:
+    # The header and the file's size disagree: most often an interrupted
+    # download or copy.
+    raise UserError("%s cannot be read as safetensors (%s): the file is "
+                    "truncated or damaged; copy it again" % (path, e))
   except (OSError, ValueError, TypeError) as e:
     raise UserError("%s cannot be read as safetensors (%s)" % (path, e))
   if "bert/embeddings/word_embeddings" not in weights:

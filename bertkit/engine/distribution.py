@@ -1,8 +1,9 @@
 """Choosing and building the tf.distribute strategy for an Estimator.
 
-Shared by run_pretraining.py and run_classifier.py: the flags are defined once
-here (`define_flags`), turned into a `StrategyPlan` (`plan_from_flags`), and
-the plan builds the strategy passed to `tf.estimator.RunConfig`.
+Shared by the training programs: the flags (defined once, free of
+TensorFlow, in common/training_flags.py) are turned into a `StrategyPlan`
+(`plan_from_flags`), and the plan builds the strategy passed to
+`tf.estimator.RunConfig`.
 
 Strategies (`--distribution_strategy`):
   one_device   one GPU, or the CPU.
@@ -39,38 +40,19 @@ import collections
 import json
 import os
 
-from absl import flags
 import tensorflow as tf2
 import tensorflow.compat.v1 as tf
 
 from bertkit.common.errors import UserError
+from bertkit.common import training_flags
 
-STRATEGIES = ("one_device", "mirrored", "multi_worker", "central_storage",
-              "horovod")
-ALL_REDUCE_ALGS = ("auto", "nccl", "hierarchical_copy", "one_device", "ring")
+STRATEGIES = training_flags.STRATEGIES
 
 
 def define_flags():
-  """Defines the distribution flags shared by the training programs."""
-  flags.DEFINE_bool("multi_gpu", False, "Use every visible GPU (mirrored).")
-  flags.DEFINE_integer("num_gpus", 0,
-                       "Number of GPUs to use (0: all with --multi_gpu, else "
-                       "1 if any).")
-  flags.DEFINE_enum("distribution_strategy", None, STRATEGIES,
-                    "Default: multi_worker when TF_CONFIG names a cluster, "
-                    "mirrored with --multi_gpu, --num_gpus > 1 or "
-                    "--cpu_replicas > 1, else one_device.")
-  flags.DEFINE_enum("all_reduce_alg", "auto", ALL_REDUCE_ALGS,
-                    "mirrored: nccl, hierarchical_copy or one_device; "
-                    "multi_worker: ring or nccl; auto picks per device type.")
-  flags.DEFINE_integer("cpu_replicas", 0,
-                       "Split the CPU into N logical devices and train one "
-                       "replica on each (for machines without GPUs).")
-  flags.DEFINE_integer("collective_timeout_seconds", 600,
-                       "multi_worker: a collective that waits longer than "
-                       "this (e.g. a peer died) fails instead of hanging; "
-                       "with several workers or horovod ranks, also the "
-                       "longest a training step may take.")
+  """Defines the distribution flags shared by the training programs
+  (common/training_flags.py, free of TensorFlow)."""
+  training_flags.define_distribution_flags()
 
 
 StrategyPlan = collections.namedtuple(

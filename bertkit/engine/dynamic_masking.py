@@ -27,6 +27,7 @@ import math
 import tensorflow.compat.v1 as tf
 
 from bertkit.data import packing
+from bertkit.data import pretraining_instances
 import tokenization
 
 # Streams of random numbers: eval masks never equal any training epoch's.
@@ -380,11 +381,13 @@ def check_masked_lm_prob(masked_lm_prob, max_seq_length,
   """The error message for a --masked_lm_prob masks cannot follow, or None.
 
   Upstream silently caps a long sequence's masks at
-  --max_predictions_per_seq, masking less than masked_lm_prob of it.
+  --max_predictions_per_seq, masking less than masked_lm_prob of it. The
+  range is create_pretraining_data's.
   """
-  if not 0.0 < masked_lm_prob < 1.0:
-    return ("--masked_lm_prob=%r is out of range; expected 0 < "
-            "masked_lm_prob < 1" % masked_lm_prob)
+  out_of_range = pretraining_instances.masked_lm_prob_out_of_range(
+      masked_lm_prob)
+  if out_of_range:
+    return out_of_range
   wanted = int(round(max_seq_length * masked_lm_prob))
   if wanted > max_predictions_per_seq:
     return ("--masked_lm_prob=%r masks %d tokens of a %d-token sequence "

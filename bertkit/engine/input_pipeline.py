@@ -241,8 +241,18 @@ def _kind_of_file(path, features):
   return kind
 
 
+def predictions_per_record(path):
+  """P, the masked-LM predictions the first record of `path` holds, or None
+  for records without masks."""
+  features = first_example(path).features.feature
+  if "masked_lm_positions" not in features:
+    return None
+  return len(features["masked_lm_positions"].int64_list.value)
+
+
 def check_pretraining_records(input_files, max_seq_length,
-                              max_predictions_per_seq, vocab_size=None):
+                              max_predictions_per_seq, vocab_size=None,
+                              flag_name="--input_file"):
   """Checks each file's first record against the flags, before training.
 
   Args:
@@ -250,6 +260,7 @@ def check_pretraining_records(input_files, max_seq_length,
     max_seq_length: expected length of input_ids / input_mask / segment_ids.
     max_predictions_per_seq: expected length of the masked_lm features.
     vocab_size: if given, token ids must be below it.
+    flag_name: the flag that named the files, for the messages.
 
   Returns:
     (kind, N): the `pretraining_records.RecordKind` of the records, and the
@@ -264,6 +275,7 @@ def check_pretraining_records(input_files, max_seq_length,
   flags_of = {pretraining_records.SEQ: "--max_seq_length",
               pretraining_records.PRED: "--max_predictions_per_seq"}
   kinds = {}
+  first_records = []
   for path in input_files:
     check_tfrecord_framing(path)
     features = first_example(path).features.feature
@@ -274,11 +286,16 @@ def check_pretraining_records(input_files, max_seq_length,
     else:
       name = "%s rows of up to %d sequences" % (kind.name, slots)
     kinds.setdefault(name, (kind, slots, path))
-    if len(kinds) > 1:
-      raise UserError(
-          "--input_file mixes record kinds: %s; train on one kind at a "
-          "time" % "; ".join(
-              "%s holds %s" % (p, n) for n, (_, _, p) in kinds.items()))
+    first_records.append((path, features))
+  # Every file's kind before any length: a mix is named as such whatever
+  # the flags say (one kind's lengths never fit the other's).
+  if len(kinds) > 1:
+    raise UserError(
+        "%s mixes record kinds: %s; train on one kind at a time" % (
+            flag_name, "; ".join("%s holds %s" % (p, n)
+                                 for n, (_, _, p) in kinds.items())))
+  (kind, slots, _), = kinds.values()
+  for path, features in first_records:
     for feature in kind.features:
       length = pretraining_records.feature_length(
           feature, max_seq_length, max_predictions_per_seq, slots)
@@ -291,7 +308,6 @@ def check_pretraining_records(input_files, max_seq_length,
             "pass %s=%d" % (path, feature.name, len(values), flag, length,
                             flag, len(values)))
     _check_token_ids(path, features, vocab_size)
-  (kind, slots, _), = kinds.values()
   return kind, slots
 
 
@@ -393,9 +409,10 @@ class PretrainingInput:
     max_sequences_per_pack: N, for packed rows (check_pretraining_records
       tells); None for upstream's records.
     masking: a `dynamic_masking.MaskingParams` to draw masks with (the
-      masks of MASKED records are then replaced; PACKED_UNMASKED rows get
-      each sequence's masks, dynamic_masking.mask_packed_batch), or None to
-      use the records' own masks (MASKED and PACKED records only).
+      masks of MASKED and MASKED_NO_NSP records are then replaced;
+      PACKED_UNMASKED rows get each sequence's masks,
+      dynamic_masking.mask_packed_batch), or None to use the records' own
+      masks (the kinds that hold masks only).
     masking_seed: int, the seed of the training masks (None:
       dynamic_masking.DEFAULT_SEED; eval masks use EVAL_SEED whatever it is).
 
@@ -585,7 +602,7 @@ def mask_examples(features, spec):
         original_ids, features["input_mask"], features["sequence_ids"],
         uniforms, random_ids, spec.masking, spec.max_sequences_per_pack))
     return features
-  if spec.record_kind is pretraining_records.MASKED:
+  if pretraining_records.holds_masks(spec.record_kind):
     original_ids = dynamic_masking.restore_original_ids(features)
   features.update(dynamic_masking.mask_batch(
       original_ids, features["input_mask"], uniforms, random_ids,

@@ -36,16 +36,23 @@ upstream's `create_optimizer` expects. The precision (loss scaling) is
 handed in the same way, as one precision.Precision.
 """
 
+import collections
 import re
 
+import numpy as np
 import tensorflow.compat.v1 as tf
 from tensorflow.python.ops import resource_variable_ops
 
+from bertkit.common import training_flags
 from bertkit.engine import distribution
+from bertkit.engine import lr_schedules
 from bertkit.engine import train_step
 
 DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
-OPTIMIZERS = ("adamw", "lamb")
+OPTIMIZERS = training_flags.OPTIMIZERS
+# The update's hyperparameters (common/training_flags.py: the flags' defaults).
+AdamHyperparameters = training_flags.AdamHyperparameters
+UPSTREAM_HYPERPARAMETERS = training_flags.UPSTREAM_HYPERPARAMETERS
 
 
 def learning_rate_schedule(init_lr, num_train_steps, num_warmup_steps,
@@ -338,8 +345,9 @@ class LambOptimizer(AdamWeightDecayOptimizer):
 
 
 def build_optimizer(optimizer_name, learning_rate, lamb_bias_correction=False,
-                    reduced_by_caller=False, replicas=None):
-  """Upstream's hyperparameters (decay 0.01, betas 0.9/0.999, epsilon 1e-6).
+                    reduced_by_caller=False, replicas=None,
+                    hyperparameters=UPSTREAM_HYPERPARAMETERS):
+  """An optimizer with upstream's hyperparameters unless told otherwise.
 
   Args:
     optimizer_name: one of OPTIMIZERS.
@@ -347,25 +355,50 @@ def build_optimizer(optimizer_name, learning_rate, lamb_bias_correction=False,
     lamb_bias_correction: LAMB only: Adam's bias correction of the moments.
     reduced_by_caller: see DataParallelOptimizer.
     replicas: see DataParallelOptimizer.
+    hyperparameters: an AdamHyperparameters.
 
   Returns:
     A DataParallelOptimizer.
   """
+  options = dict(
+      learning_rate=learning_rate,
+      weight_decay_rate=hyperparameters.weight_decay_rate,
+      beta_1=hyperparameters.beta_1, beta_2=hyperparameters.beta_2,
+      epsilon=hyperparameters.epsilon, clip_norm=hyperparameters.clip_norm,
+      reduced_by_caller=reduced_by_caller, replicas=replicas)
   if optimizer_name == "adamw":
     if lamb_bias_correction:
       raise ValueError("Bias correction is a LAMB option; upstream's AdamW "
                        "has none.")
-    return AdamWeightDecayOptimizer(
-        learning_rate=learning_rate, weight_decay_rate=0.01, beta_1=0.9,
-        beta_2=0.999, epsilon=1e-6, reduced_by_caller=reduced_by_caller,
-        replicas=replicas)
+    return AdamWeightDecayOptimizer(**options)
   if optimizer_name == "lamb":
-    return LambOptimizer(
-        learning_rate=learning_rate, weight_decay_rate=0.01, beta_1=0.9,
-        beta_2=0.999, epsilon=1e-6, bias_correction=lamb_bias_correction,
-        reduced_by_caller=reduced_by_caller, replicas=replicas)
+    return LambOptimizer(bias_correction=lamb_bias_correction, **options)
   raise ValueError("Unknown optimizer %r; expected one of %s" %
                    (optimizer_name, ", ".join(OPTIMIZERS)))
+
+
+# --train_time_budget_hours: the schedule runs over `seconds` of training
+# time (warm-up: the first `warmup_seconds`), read from the run's
+# training_clock.TrainingClock. The chief's clock rides in the gradient
+# all-reduce, so every replica and process uses the same rate and sees the
+# budget run out at the same step.
+TimeBudget = collections.namedtuple(
+    "TimeBudget", ["seconds", "warmup_seconds", "clock", "is_chief"])
+
+
+def _synced_train_seconds_share(time_budget):
+  """This replica's part of the chief's training seconds: the parts of
+  every replica and process sum to the chief's clock."""
+  share = (1.0 / distribution.num_local_replicas() if time_budget.is_chief
+           else 0.0)
+
+  def read_clock():
+    return np.float32(time_budget.clock.train_seconds() * share)
+
+  seconds = tf.numpy_function(read_clock, [], tf.float32, stateful=True,
+                              name="training_clock")
+  seconds.set_shape([])
+  return seconds
 
 
 def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
@@ -392,10 +425,15 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
       **options).train_op
 
 
+# Size: upstream's four schedule arguments and use_tpu in upstream's order,
+# then the options every program sets from its flags.
 def create_accumulating_optimizer(
     micro_batch_loss_fns, init_lr, num_train_steps, num_warmup_steps,
     use_tpu=False, precision=None, optimizer_name="adamw",
-    lamb_bias_correction=False, replicas=None):
+    lamb_bias_correction=False, replicas=None,
+    hyperparameters=UPSTREAM_HYPERPARAMETERS, lr_schedule=lr_schedules.LINEAR,
+    lr_decay_proportion=lr_schedules.DEFAULT_DECAY_PROPORTION,
+    time_budget=None):
   """One update from the summed gradients of K micro-batches.
 
   Args:
@@ -415,19 +453,35 @@ def create_accumulating_optimizer(
     lamb_bias_correction: see LambOptimizer.
     replicas: the distribution.Replicas to sum over; see
       DataParallelOptimizer.
+    hyperparameters: an AdamHyperparameters.
+    lr_schedule: one of lr_schedules.SCHEDULES.
+    lr_decay_proportion: warmup_stable_decay's final decay share.
+    time_budget: a TimeBudget to run the schedule over training seconds
+      instead of num_train_steps / num_warmup_steps; None: steps.
 
   Returns:
-    A TrainStep; its op makes one all-reduce (gradients, the loss and the
-    stop vote), one update and one global_step increment, whatever K is.
+    A TrainStep; its op makes one all-reduce (gradients, the loss, the
+    stop vote and, with a time budget, the clock), one update and one
+    global_step increment, whatever K is.
   """
   if use_tpu:
     raise ValueError("TPUs are not supported by this fork.")
   global_step = tf.train.get_or_create_global_step()
-  learning_rate = learning_rate_schedule(init_lr, num_train_steps,
-                                         num_warmup_steps, global_step)
+  if time_budget is None:
+    if lr_schedule == lr_schedules.LINEAR:
+      learning_rate = learning_rate_schedule(init_lr, num_train_steps,
+                                             num_warmup_steps, global_step)
+    else:
+      learning_rate = lr_schedules.rate_tensor(lr_schedules.Schedule(
+          lr_schedule, init_lr, num_train_steps, num_warmup_steps,
+          lr_decay_proportion), global_step)
+  else:
+    # Set once the all-reduce has brought the chief's clock.
+    learning_rate = None
   optimizer = build_optimizer(optimizer_name, learning_rate,
                               lamb_bias_correction, reduced_by_caller=True,
-                              replicas=replicas)
+                              replicas=replicas,
+                              hyperparameters=hyperparameters)
   # What computes and applies the gradients: the optimizer, or its fp16
   # wrapper (scaled loss, unscaled gradients, update skipped on overflow).
   applier, loss_scale = optimizer, None
@@ -437,17 +491,29 @@ def create_accumulating_optimizer(
   grads_and_vars, losses = accumulate_gradients(applier,
                                                 micro_batch_loss_fns)
   loss_share = tf.add_n(losses)
+  scalars = [loss_share]
+  if time_budget is not None:
+    scalars.append(_synced_train_seconds_share(time_budget))
   # Reduced before the fp16 wrapper decides whether to apply them: its skip
   # branch runs no all-reduce, and an overflowing step still has a loss.
-  grads_and_vars, (loss,), votes_recorded = optimizer.all_reduce(
-      grads_and_vars, [loss_share])
+  grads_and_vars, reduced, votes_recorded = optimizer.all_reduce(
+      grads_and_vars, scalars)
+  loss, train_seconds = reduced[0], None
+  if time_budget is not None:
+    train_seconds = reduced[1]
+    learning_rate = lr_schedules.rate_tensor(lr_schedules.Schedule(
+        lr_schedule, init_lr, time_budget.seconds,
+        time_budget.warmup_seconds, lr_decay_proportion, in_seconds=True),
+                                             train_seconds)
+    optimizer.learning_rate = learning_rate
   train_op = tf.group(
       applier.apply_gradients(grads_and_vars, global_step=global_step),
       votes_recorded)
   return train_step.TrainStep(
       train_op=train_op, loss_share=loss_share, loss=loss,
       learning_rate=learning_rate,
-      loss_scale=loss_scale() if loss_scale else None)
+      loss_scale=loss_scale() if loss_scale else None,
+      train_seconds=train_seconds)
 
 
 def accumulate_gradients(optimizer, micro_batch_loss_fns, var_list=None):

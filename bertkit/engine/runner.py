@@ -30,22 +30,23 @@ import os
 import shutil
 import tempfile
 
-from absl import flags
 from absl import logging
 import tensorflow.compat.v1 as tf
 
 from bertkit.common import atomic_io
 from bertkit.common import errors
 from bertkit.common.errors import UserError
-from bertkit.common import shared_flags
+from bertkit.common import training_flags
 from bertkit.engine import checkpoints
 from bertkit.engine import distribution
+from bertkit.engine import evaluation as held_out
 from bertkit.engine import horovod_engine
 from bertkit.engine import input_pipeline
 from bertkit.engine import optimizers
 from bertkit.engine import preemption
 from bertkit.engine import throughput
 from bertkit.engine import train_step
+from bertkit.engine import training_clock
 from bertkit.engine import training_hooks
 from bertkit.engine import training_setup
 
@@ -57,73 +58,11 @@ PREDICT = tf.estimator.ModeKeys.PREDICT
 def define_flags():
   """The flags every training program has; each program adds its task's.
 
-  Called by the programs only, before `app.run`; also enables XLA on CPUs
-  (training_setup.allow_xla_on_cpu), which must happen that early.
+  Defined by common/training_flags.py, free of TensorFlow, so that the
+  programs check them before importing it; kept here for callers of the
+  runner's name.
   """
-  training_setup.allow_xla_on_cpu()
-  distribution.define_flags()
-  shared_flags.define_bert_config_file()
-  shared_flags.define_vocab_file()
-  flags.DEFINE_string("output_dir", None,
-                      "Checkpoints, events, throughput logs and results go "
-                      "here; a rerun with the same directory resumes.")
-  flags.DEFINE_string("init_checkpoint", None,
-                      "Initial weights: a checkpoint prefix or a directory "
-                      "(a training output_dir, Google's .../bert_model.ckpt, "
-                      "or a Hugging Face BERT directory with config.json + "
-                      "model.safetensors); ignored when output_dir already "
-                      "has a checkpoint.")
-  flags.DEFINE_bool("do_train", False, "Whether to run training.")
-  flags.DEFINE_integer("train_batch_size", 32,
-                       "Total batch size for training, over all replicas.")
-  flags.DEFINE_integer("num_accumulation_steps", 1,
-                       "Gradient accumulation: micro-batches per update. Each "
-                       "replica's micro-batch is train_batch_size / (replicas "
-                       "* K); the update and global_step come once per K.")
-  flags.DEFINE_float("learning_rate", 5e-5, "The initial learning rate.")
-  flags.DEFINE_integer("save_checkpoints_steps", 1000,
-                       "How often to save the model checkpoint.")
-  flags.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints to keep.")
-  flags.DEFINE_integer("iterations_per_loop", 1000,
-                       "Accepted for upstream compatibility; unused off TPU.")
-  flags.DEFINE_bool("use_fp16", False,
-                    "Mixed precision: enable_mixed_precision_graph_rewrite "
-                    "with dynamic loss scaling (GPU kernels only).")
-  flags.DEFINE_bool("use_bf16", False,
-                    "Mixed precision: bfloat16 compute, float32 variables, "
-                    "no loss scaling, through TensorFlow's oneDNN bfloat16 "
-                    "graph rewrite (CPUs; fast with avx512_bf16 or amx).")
-  flags.DEFINE_integer("init_loss_scale", 2**15,
-                       "--use_fp16: initial dynamic loss scale.")
-  flags.DEFINE_integer("loss_scale_growth_steps", 2000,
-                       "--use_fp16: finite steps before the scale doubles.")
-  flags.DEFINE_integer("log_every_n_steps", 100,
-                       "Steps between throughput/loss log lines.")
-  flags.DEFINE_integer("throughput_warmup_steps", 10,
-                       "Leading steps left out of the steady-state "
-                       "examples/sec figure.")
-  flags.DEFINE_integer("tf_random_seed", None,
-                       "Graph-level seed; also makes the input order "
-                       "deterministic (no sloppy interleave, no shuffle).")
-  flags.DEFINE_bool("use_xla", False, "XLA JIT compilation (level ON_1).")
-  flags.DEFINE_enum("optimizer", "adamw", optimizers.OPTIMIZERS,
-                    "adamw: upstream's Adam with decoupled weight decay; "
-                    "lamb: LAMB (layer-wise trust ratio, arXiv:1904.00962).")
-  flags.DEFINE_bool("lamb_bias_correction", False,
-                    "--optimizer=lamb: Adam's bias correction of the moments "
-                    "(off in the LAMB paper's BERT recipe).")
-  flags.DEFINE_bool("stop_on_nonfinite_loss", True,
-                    "Without --use_fp16, stop at the first step whose loss "
-                    "is NaN or inf (naming the step) instead of training on.")
-  flags.DEFINE_bool("skip_corrupt_records", False,
-                    "Leave out input records that fail their CRC check "
-                    "(reads every input file once before training; the "
-                    "count is logged and in throughput_summary.json) instead "
-                    "of stopping at the first one.")
-  flags.DEFINE_string("profile_steps", None,
-                      "A,B: write a TensorFlow profiler trace of steps A..B "
-                      "(counted in this run) to output_dir/plugins/profile "
-                      "for TensorBoard's profile tab.")
+  training_flags.define_runner_flags()
 
 
 # What a program tells the runner about its task; every field but the first
@@ -245,13 +184,18 @@ def optimizer_options(values):
   precision joins them once the engine has decided it (`prepare`).
 
   Raises:
-    UserError: --lamb_bias_correction without --optimizer=lamb.
+    UserError: see training_flags.check_optimizer_flags.
   """
-  if values.lamb_bias_correction and values.optimizer != "lamb":
-    raise UserError("--lamb_bias_correction needs --optimizer=lamb; upstream's "
-                    "AdamW has no bias correction")
+  training_flags.check_optimizer_flags(values)
   return {"optimizer_name": values.optimizer,
-          "lamb_bias_correction": values.lamb_bias_correction}
+          "lamb_bias_correction": values.lamb_bias_correction,
+          "hyperparameters": optimizers.AdamHyperparameters(
+              beta_1=values.adam_beta_1, beta_2=values.adam_beta_2,
+              epsilon=values.adam_epsilon,
+              weight_decay_rate=values.weight_decay_rate,
+              clip_norm=values.clip_norm or None),
+          "lr_schedule": values.lr_schedule,
+          "lr_decay_proportion": values.lr_decay_proportion}
 
 
 def micro_batch_size(global_batch_size, num_replicas, num_accumulation_steps):
@@ -318,21 +262,40 @@ def prepare(values, task):
 
 
 # How long training runs: the global step it ends at (the optimizer updates
-# of the whole run) and the warm-up updates of the learning rate.
-Schedule = collections.namedtuple("Schedule",
-                                  ["num_train_steps", "num_warmup_steps"])
-Schedule.__new__.__defaults__ = (0, 0)
+# of the whole run) and the warm-up updates of the learning rate; with a
+# time budget (seconds of training, training_clock.py), the schedule runs
+# over it instead, warming up for its first `warmup_seconds`, and training
+# stops when it is spent (or at num_train_steps, whichever comes first).
+Schedule = collections.namedtuple(
+    "Schedule", ["num_train_steps", "num_warmup_steps", "time_budget_seconds",
+                 "warmup_seconds"])
+Schedule.__new__.__defaults__ = (0, 0, None, 0.0)
 
-# Evaluation, after training:
+# Evaluation:
 #   files: the records to evaluate, or None for no evaluation stage (under a
 #     TF_CONFIG cluster train_and_evaluate evaluates them during training,
 #     or the training records without).
 #   batch_size: its batch (None: the prediction's).
 #   steps: its steps (None: the whole input).
 #   message: logged before evaluating, or None.
-EvalStage = collections.namedtuple("EvalStage",
-                                   ["files", "batch_size", "steps", "message"])
-EvalStage.__new__.__defaults__ = (None,) * 4
+#   during_training: evaluate inside the training session
+#     (evaluation.HeldOutEvaluationHook): every `every_n_steps` global steps
+#     and at the end, with eval_history.jsonl; False: after training, as
+#     upstream does.
+#   every_n_steps: see during_training; None: at the end only.
+#   target: stop training at the first evaluation whose masked_lm_accuracy
+#     reaches it (None: no target).
+EvalStage = collections.namedtuple(
+    "EvalStage", ["files", "batch_size", "steps", "message",
+                  "during_training", "every_n_steps", "target"])
+EvalStage.__new__.__defaults__ = (None, None, None, None, False, None, None)
+
+# What watches training besides the throughput: the run's training clock,
+# the held-out evaluation hook (or None) and the time budget in seconds (or
+# None).
+Watch = collections.namedtuple("Watch", ["clock", "evaluation",
+                                         "time_budget_seconds"])
+Watch.__new__.__defaults__ = (None, None, None)
 
 # Prediction, after evaluation:
 #   files: the records to predict, or None for no prediction stage.
@@ -366,12 +329,20 @@ def run(prepared, make_input_fn, schedule=Schedule(), train_files=None,
     errors.TrainingFailed: training cannot go on (one line says why).
   """
   setup, values = prepared.setup, prepared.values
+  clock = start_clock(setup, values.output_dir)
+  options = dict(prepared.optimizer_options)
+  if schedule.time_budget_seconds:
+    options["time_budget"] = optimizers.TimeBudget(
+        schedule.time_budget_seconds, schedule.warmup_seconds, clock,
+        setup.is_chief)
   estimator = make_estimator(model_fn_builder(
       prepared.task, values.init_checkpoint, values.learning_rate,
       schedule.num_train_steps, schedule.num_warmup_steps,
-      prepared.optimizer_options, values.num_accumulation_steps,
-      prepared.replicas), setup)
+      options, values.num_accumulation_steps, prepared.replicas), setup)
   throughput_summary, result, eval_files = None, None, evaluation.files
+  if train_files and evaluation.target and held_out.reached_before(
+      values.output_dir, evaluation.target):
+    train_files = None
   if train_files:
     cleaned = list(train_files)
     if values.skip_corrupt_records:
@@ -379,15 +350,27 @@ def run(prepared, make_input_fn, schedule=Schedule(), train_files=None,
     # Evaluating the training records reads the cleaned copies too.
     eval_files = [dict(zip(train_files, cleaned)).get(f, f)
                   for f in eval_files or ()] or None
+    eval_input_fn = make_input_fn(
+        eval_files or cleaned, EVAL,
+        evaluation.batch_size or prediction.batch_size, 1)
+    watch = Watch(clock=clock, time_budget_seconds=schedule.time_budget_seconds)
+    if eval_files and evaluation.during_training:
+      watch = watch._replace(evaluation=held_out.HeldOutEvaluationHook(
+          eval_input_fn, prepared.task.eval_outputs, evaluation.every_n_steps,
+          evaluation.steps, values.output_dir, clock,
+          values.train_batch_size, setup.is_chief,
+          setup.run_config.session_config, evaluation.target,
+          summary_info=setup.extra_info))
     throughput_summary = train(
         estimator, setup,
         for_this_process(setup, make_input_fn(
             cleaned, TRAIN, values.train_batch_size,
             setup.plan.num_replicas), cleaned),
-        make_input_fn(eval_files or cleaned, EVAL,
-                      evaluation.batch_size or prediction.batch_size, 1),
-        schedule.num_train_steps, evaluation.steps, input_files=cleaned,
-        stop_vote=prepared.replicas.stop_vote)
+        eval_input_fn, schedule.num_train_steps, evaluation.steps,
+        input_files=cleaned, stop_vote=prepared.replicas.stop_vote,
+        watch=watch)
+    if watch.evaluation is not None and watch.evaluation.last_result:
+      result, eval_files = watch.evaluation.last_result, None
   if eval_files:
     if evaluation.message:
       logging.info("%s", evaluation.message)
@@ -401,6 +384,28 @@ def run(prepared, make_input_fn, schedule=Schedule(), train_files=None,
     if result is not None:
       write_eval_results(values.output_dir, result)
     print_run_summary(values.output_dir, throughput_summary, result)
+
+
+def start_clock(setup, output_dir):
+  """The run's training clock, continued from the checkpoint it resumes.
+
+  The chief also drops the evaluations recorded past that checkpoint
+  (a run killed between an evaluation and the next checkpoint redoes them).
+  """
+  clock = training_clock.TrainingClock()
+  step = input_pipeline.checkpoint_step(output_dir)
+  if not step:
+    return clock
+  recorded = training_clock.read_checkpoint_clock(output_dir, step)
+  if recorded is None:
+    logging.warning("no training clock recorded for checkpoint step %d in "
+                    "%s; training time counts from this run", step,
+                    output_dir)
+  else:
+    clock.resume_from(*recorded)
+  if setup.is_chief:
+    held_out.keep_history_up_to(output_dir, step)
+  return clock
 
 
 def _predict_stage(estimator, setup, make_input_fn, prediction, result):
@@ -512,8 +517,9 @@ def task_name(plan):
   return "local"
 
 
+# Size: the estimator and its inputs, then what the engine hands over.
 def train(estimator, setup, train_input_fn, eval_input_fn, max_steps,
-          eval_steps, input_files=None, stop_vote=None):
+          eval_steps, input_files=None, stop_vote=None, watch=Watch()):
   """Trains to `max_steps` global steps with throughput logging.
 
   SIGTERM/SIGINT stop training after the step in flight (preemption.py).
@@ -529,6 +535,8 @@ def train(estimator, setup, train_input_fn, eval_input_fn, max_steps,
       holding a corrupt record.
     stop_vote: the preemption.StopVote the optimizer sums; with several
       processes it decides when they stop.
+    watch: the run's Watch: its clock (evaluation is left out of the
+      throughput figures), held-out evaluation and time budget.
 
   Returns:
     The throughput summary dict (see throughput.ThroughputHook).
@@ -540,11 +548,16 @@ def train(estimator, setup, train_input_fn, eval_input_fn, max_steps,
   hook = throughput.ThroughputHook(
       setup.output_dir, setup.global_batch_size, setup.plan.num_replicas,
       max_steps, log_every=setup.log_every, warmup_steps=setup.warmup_steps,
-      is_chief=setup.is_chief, extra_info=setup.extra_info)
+      is_chief=setup.is_chief, extra_info=setup.extra_info, clock=watch.clock)
   stop_hook = training_hooks.StopOnSignalHook(
       stop_vote if setup.plan.num_workers > 1 else None)
-  hooks = [hook, training_hooks.WeightsFingerprintHook(
+  # The evaluation hook first: its end() adds the time to target to the
+  # summary the throughput hook's end() writes.
+  hooks = [watch.evaluation] if watch.evaluation is not None else []
+  hooks += [hook, training_hooks.WeightsFingerprintHook(
       setup.output_dir, task_name(setup.plan), setup.strategy), stop_hook]
+  if watch.time_budget_seconds:
+    hooks.append(training_hooks.TimeBudgetHook(watch.time_budget_seconds))
   hooks.append(training_hooks.NonFiniteLossHook(setup.precision))
   if setup.plan.num_workers > 1 and setup.plan.collective_timeout_seconds:
     hooks.append(training_hooks.StallWatchdogHook(
@@ -553,6 +566,8 @@ def train(estimator, setup, train_input_fn, eval_input_fn, max_steps,
     hooks.append(training_hooks.ProfilerHook(setup.output_dir,
                                              *setup.profile_steps))
   listeners = [throughput.CheckpointMarker(hook)]
+  if watch.clock is not None and setup.is_chief:
+    listeners.append(held_out.ClockRecorder(setup.output_dir, watch.clock))
   if setup.plan.name == "horovod":
     # A non-zero rank saves its final weights in its scratch model_dir.
     hooks.append(horovod_engine.broadcast_hook(
@@ -663,6 +678,9 @@ def print_run_summary(output_dir, throughput_summary, eval_result):
   if throughput_summary and "corrupt_records_skipped" in throughput_summary:
     lines.append("corrupt input records skipped: %d" %
                  throughput_summary["corrupt_records_skipped"])
+  if throughput_summary and "time_to_target" in throughput_summary:
+    lines.append(held_out.describe_target(
+        throughput_summary["time_to_target"]))
   for key in sorted(eval_result or {}):
     lines.append("eval %s = %s" % (key, eval_result[key]))
   print("\n".join(lines), flush=True)

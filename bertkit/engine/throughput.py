@@ -74,8 +74,10 @@ class CheckpointMarker(tf.estimator.CheckpointSaverListener):
 class ThroughputHook(tf.train.SessionRunHook):
   """Logs and records examples/sec; see the module docstring."""
 
+  # Size: the run's facts the figures need, each with a default.
   def __init__(self, output_dir, global_batch_size, num_replicas, max_steps,
-               log_every=100, warmup_steps=10, is_chief=True, extra_info=None):
+               log_every=100, warmup_steps=10, is_chief=True, extra_info=None,
+               clock=None):
     """Args:
       output_dir: where throughput.jsonl, the summary and events go.
       global_batch_size: examples per step over all replicas and workers.
@@ -84,7 +86,10 @@ class ThroughputHook(tf.train.SessionRunHook):
       log_every: steps between log lines.
       warmup_steps: steps excluded from the steady-state figure.
       is_chief: only the chief writes files and summaries.
-      extra_info: dict merged into the summary (strategy, fp16, ...).
+      extra_info: dict merged into the summary (strategy, fp16, ...) when
+        training ends: hooks ending before this one may add to it.
+      clock: the run's training_clock.TrainingClock: the seconds it
+        excludes (evaluation) are left out of the step they fall in.
     """
     self._output_dir = output_dir
     self._global_batch = global_batch_size
@@ -93,7 +98,9 @@ class ThroughputHook(tf.train.SessionRunHook):
     self._log_every = max(1, log_every)
     self._warmup_steps = warmup_steps
     self._is_chief = is_chief
-    self._extra_info = dict(extra_info or {})
+    self._extra_info = {} if extra_info is None else extra_info
+    self._clock = clock
+    self._excluded_at_last_step = 0.0
     self.step_records = []
     self._saved_since_last_step = False
 
@@ -134,8 +141,11 @@ class ThroughputHook(tf.train.SessionRunHook):
     # A save requested by the step before happens between its after_run and
     # this step's before_run, so it falls in this step's interval.
     results = run_values.results
+    excluded = self._clock.excluded_seconds if self._clock else 0.0
+    seconds = now - self._last_time - (excluded - self._excluded_at_last_step)
+    self._excluded_at_last_step = excluded
     self.step_records.append(dict(
-        {"examples": self._global_batch, "seconds": now - self._last_time,
+        {"examples": self._global_batch, "seconds": seconds,
          "saved": self._saved_since_last_step},
         **{key: float(results[key]) for key in COUNTED if key in results}))
     self._saved_since_last_step = False

@@ -17,16 +17,21 @@ from bertkit.engine import distribution
 
 # What one training step is built of: the op, this replica's share of the
 # step's loss, the step's loss (the shares summed over every replica and
-# process, in the gradient all-reduce), the learning rate of the step and the
-# dynamic loss scale (None without --use_fp16).
+# process, in the gradient all-reduce), the learning rate of the step, the
+# dynamic loss scale (None without --use_fp16) and, with a time budget, the
+# chief's training seconds the step's rate followed (the same on every
+# process; None without one).
 TrainStep = collections.namedtuple(
     "TrainStep",
-    ["train_op", "loss_share", "loss", "learning_rate", "loss_scale"])
+    ["train_op", "loss_share", "loss", "learning_rate", "loss_scale",
+     "train_seconds"])
+TrainStep.__new__.__defaults__ = (None,)
 
 # What the training hooks watch of a step: the global batch's loss (as the
-# sum of this process's entries), the learning rate, the loss scale or None.
+# sum of this process's entries), the learning rate, the loss scale or None,
+# the synchronised training seconds or None.
 StepMetrics = collections.namedtuple(
-    "StepMetrics", ["loss", "learning_rate", "loss_scale"])
+    "StepMetrics", ["loss", "learning_rate", "loss_scale", "train_seconds"])
 
 # What a step's global batch holds besides its rows: sequences (more than the
 # rows when rows are packed) and real, non-padding tokens.
@@ -69,7 +74,7 @@ def register_step_metrics(step):
       reported = step.loss
   _STEP_METRICS.setdefault(tf.get_default_graph(), []).append(StepMetrics(
       loss=watched, learning_rate=step.learning_rate,
-      loss_scale=step.loss_scale))
+      loss_scale=step.loss_scale, train_seconds=step.train_seconds))
   return reported
 
 
@@ -86,7 +91,8 @@ def step_metrics():
                      "with train_step.register_step_metrics(step).")
   return StepMetrics(loss=tf.add_n([e.loss for e in entries]),
                      learning_rate=entries[0].learning_rate,
-                     loss_scale=entries[0].loss_scale)
+                     loss_scale=entries[0].loss_scale,
+                     train_seconds=entries[0].train_seconds)
 
 
 def register_batch_counts(sequences, real_tokens):

@@ -225,3 +225,36 @@ class StopOnSignalHook(tf.train.SessionRunHook):
     self.final_step = int(session.run(self._global_step))
     if self._stopping:
       self.stopped_at_step = self.final_step
+
+
+class TimeBudgetHook(tf.train.SessionRunHook):
+  """Stops training once --train_time_budget_hours of training time is spent.
+
+  Reads the chief's training seconds that the step's all-reduce brought to
+  every process (train_step.StepMetrics.train_seconds), so that every
+  process stops after the same step; the final checkpoint is that step's.
+
+  Attributes:
+    stopped_at_step: the global step the budget ran out at, or None.
+  """
+
+  def __init__(self, budget_seconds):
+    self._budget = budget_seconds
+    self.stopped_at_step = None
+
+  def begin(self):
+    self._fetches = {"train_seconds": train_step.step_metrics().train_seconds}
+
+  def before_run(self, run_context):
+    del run_context
+    return tf.train.SessionRunArgs(self._fetches)
+
+  def after_run(self, run_context, run_values):
+    results = run_values.results
+    if results["train_seconds"] >= self._budget:
+      self.stopped_at_step = int(run_context.session.run(
+          tf.train.get_global_step()))
+      logging.info("training time budget of %.0f s spent at step %d "
+                   "(%.1f s of training); stopping", self._budget,
+                   self.stopped_at_step, results["train_seconds"])
+      run_context.request_stop()

@@ -31,21 +31,6 @@ from bertkit.engine.precision import (FLOAT32, MIXED_BFLOAT16, MIXED_FLOAT16,
 MIN_FREE_DISK_BYTES = 50 * 1024 * 1024
 
 
-def allow_xla_on_cpu():
-  """Lets --use_xla's global_jit_level cluster CPU ops too.
-
-  TensorFlow auto-clusters only GPU ops for XLA unless TF_XLA_FLAGS has
-  --tf_xla_cpu_global_jit; without it --use_xla would silently do nothing on
-  a CPU. The flag only widens what a session with global_jit_level ON_1
-  compiles, so it changes nothing for runs without --use_xla. TensorFlow reads
-  TF_XLA_FLAGS once, early (absl's app.run already triggers it), hence this
-  runs from runner.define_flags, before app.run.
-  """
-  current = os.environ.get("TF_XLA_FLAGS", "")
-  if "--tf_xla_cpu_global_jit" not in current.split():
-    os.environ["TF_XLA_FLAGS"] = (current + " --tf_xla_cpu_global_jit").strip()
-
-
 # The values `prepare` needs: the flags of runner.define_flags (the
 # distribution ones under the names distribution.plan_from_flags reads) plus
 # the program's output directory and global training batch.

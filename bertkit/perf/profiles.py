@@ -2,12 +2,15 @@
 
 run_pretraining.py --profile_steps A,B writes an XPlane trace under its
 output directory; benchmark.py --top_ops_of reads the newest one with these.
+`time_in_turns` times ops against each other in one session (the op-level
+benchmarks under benchmarks/).
 """
 
 import collections
 import glob
 import os
 import re
+import time
 
 from bertkit.common.errors import UserError
 
@@ -77,3 +80,33 @@ def latest_trace(profile_dir):
                     "plugins/profile/<run>/ (train with --profile_steps A,B)"
                     % profile_dir)
   return max(paths, key=os.path.getmtime)
+
+
+def time_in_turns(session, fetches, rounds):
+  """Seconds of each fetch per round, the fetches run in turns.
+
+  Each fetch runs once untimed, then `rounds` times, in alternating order
+  (forward in even rounds, backward in odd ones) so that neither side
+  always runs after the other (warm caches, turbo states).
+
+  Args:
+    session: a tf.Session holding the fetches' graph, initialised.
+    fetches: dict key -> fetch.
+    rounds: timed runs of each.
+
+  Returns:
+    dict key -> list of `rounds` wall-clock seconds.
+  """
+  for fetch in fetches.values():
+    session.run(fetch)
+  seconds = {key: [] for key in fetches}
+  for round_index in range(rounds):
+    order = list(fetches.items())
+    if round_index % 2:
+      order.reverse()
+    for key, fetch in order:
+      start = time.perf_counter()
+      session.run(fetch)
+      seconds[key].append(time.perf_counter() - start)
+  return seconds
+

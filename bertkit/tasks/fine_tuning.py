@@ -12,10 +12,15 @@ def load_checked_config(bert_config_file, max_seq_length, vocab_file,
                         do_lower_case, init_checkpoint):
   """The BertConfig, once the sequence length, the vocab and the casing fit it.
 
+  The config is --bert_config_file's, or the config.json of a Hugging Face
+  --init_checkpoint (checkpoints.resolve_bert_config).
+
   Raises:
-    UserError: one of them does not fit the model (or its checkpoint).
+    UserError: one of them does not fit the model (or its checkpoint), or
+      no config is given.
   """
-  bert_config = modeling.BertConfig.from_json_file(bert_config_file)
+  bert_config = checkpoints.resolve_bert_config(bert_config_file,
+                                                init_checkpoint)
   modeling.check_seq_length_fits(bert_config, max_seq_length)
   tokenization.check_vocab_fits_config(vocab_file, bert_config.vocab_size)
   check_case(do_lower_case, init_checkpoint)

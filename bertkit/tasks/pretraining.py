@@ -6,8 +6,11 @@ each micro-batch's loss is its share of the global batch's loss, so that
 gradient accumulation, replicas and horovod ranks train as one device would
 on the whole batch. Rows packed with several sequences
 (create_pretraining_data.py --pack_sequences) get one next-sentence
-prediction per sequence. The names are upstream's run_pretraining ones where
-upstream has them.
+prediction per sequence. Without next-sentence prediction (records of
+create_pretraining_data.py --next_sentence_prediction=false) the task has
+the masked LM alone: no next-sentence head, variables or loss, and the
+pooler, which BertModel still builds, gets no gradient. The names are
+upstream's run_pretraining ones where upstream has them.
 """
 
 import functools
@@ -152,33 +155,40 @@ def gather_indexes(sequence_tensor, positions):
   return tf.gather(flat_sequence, flat_positions)
 
 
+def masked_lm_metrics(masked_lm_example_loss, masked_lm_log_probs,
+                      masked_lm_ids, masked_lm_weights):
+  """Upstream's masked_lm_accuracy and masked_lm_loss (weighted means over
+  the real predictions)."""
+  masked_lm_predictions = tf.argmax(masked_lm_log_probs, axis=-1,
+                                    output_type=tf.int32)
+  masked_lm_weights = tf.reshape(masked_lm_weights, [-1])
+  return {
+      "masked_lm_accuracy": tf.metrics.accuracy(
+          labels=tf.reshape(masked_lm_ids, [-1]),
+          predictions=masked_lm_predictions, weights=masked_lm_weights),
+      "masked_lm_loss": tf.metrics.mean(values=masked_lm_example_loss,
+                                        weights=masked_lm_weights),
+  }
+
+
 def pretraining_metrics(masked_lm_example_loss, masked_lm_log_probs,
                         masked_lm_ids, masked_lm_weights,
                         next_sentence_example_loss, next_sentence_log_probs,
                         next_sentence_labels, next_sentence_weights=None):
   """Upstream's four eval metrics (packed rows: `next_sentence_weights` [B, N]
   leaves out the empty sequence slots)."""
-  masked_lm_predictions = tf.argmax(masked_lm_log_probs, axis=-1,
-                                    output_type=tf.int32)
-  masked_lm_ids = tf.reshape(masked_lm_ids, [-1])
-  masked_lm_weights = tf.reshape(masked_lm_weights, [-1])
+  metrics = masked_lm_metrics(masked_lm_example_loss, masked_lm_log_probs,
+                              masked_lm_ids, masked_lm_weights)
   next_sentence_predictions = tf.argmax(next_sentence_log_probs, axis=-1,
                                         output_type=tf.int32)
   if next_sentence_weights is not None:
     next_sentence_weights = tf.reshape(next_sentence_weights, [-1])
-  return {
-      "masked_lm_accuracy": tf.metrics.accuracy(
-          labels=masked_lm_ids, predictions=masked_lm_predictions,
-          weights=masked_lm_weights),
-      "masked_lm_loss": tf.metrics.mean(values=masked_lm_example_loss,
-                                        weights=masked_lm_weights),
-      "next_sentence_accuracy": tf.metrics.accuracy(
-          labels=tf.reshape(next_sentence_labels, [-1]),
-          predictions=next_sentence_predictions,
-          weights=next_sentence_weights),
-      "next_sentence_loss": tf.metrics.mean(values=next_sentence_example_loss,
-                                            weights=next_sentence_weights),
-  }
+  metrics["next_sentence_accuracy"] = tf.metrics.accuracy(
+      labels=tf.reshape(next_sentence_labels, [-1]),
+      predictions=next_sentence_predictions, weights=next_sentence_weights)
+  metrics["next_sentence_loss"] = tf.metrics.mean(
+      values=next_sentence_example_loss, weights=next_sentence_weights)
+  return metrics
 
 
 def is_packed(features):
@@ -188,7 +198,8 @@ def is_packed(features):
 
 def pretraining_model(bert_config, features, is_training,
                       masked_lm_loss_denominator=None,
-                      next_sentence_loss_denominator=None):
+                      next_sentence_loss_denominator=None,
+                      next_sentence_prediction=True):
   """BERT with both pretraining heads on a batch of features.
 
   Packed rows (features with `sequence_ids`, `position_ids`, `cls_positions`
@@ -202,11 +213,14 @@ def pretraining_model(bert_config, features, is_training,
     masked_lm_loss_denominator: see get_masked_lm_output.
     next_sentence_loss_denominator: packed rows only, see
       get_packed_next_sentence_output.
+    next_sentence_prediction: False: no next-sentence head (the features
+      need no next_sentence_labels; any are ignored).
 
   Returns:
     (masked_lm, next_sentence): the (loss, per_example_loss, log_probs)
     triples of get_masked_lm_output and get_next_sentence_output (or
-    get_packed_next_sentence_output).
+    get_packed_next_sentence_output); next_sentence is None without
+    next-sentence prediction.
   """
   packed = is_packed(features)
   # An explicit variable scope: with the default one, the model built again
@@ -222,7 +236,9 @@ def pretraining_model(bert_config, features, is_training,
       bert_config, model.get_sequence_output(), model.get_embedding_table(),
       features["masked_lm_positions"], features["masked_lm_ids"],
       features["masked_lm_weights"], masked_lm_loss_denominator)
-  if packed:
+  if not next_sentence_prediction:
+    next_sentence = None
+  elif packed:
     next_sentence = get_packed_next_sentence_output(
         bert_config, model.get_pooled_output(),
         features["next_sentence_labels"], features["next_sentence_weights"],
@@ -244,7 +260,8 @@ def batch_counts(features):
   return sequences, tf.reduce_sum(features["input_mask"])
 
 
-def micro_batch_loss_fns(bert_config, features, num_micro_batches):
+def micro_batch_loss_fns(bert_config, features, num_micro_batches,
+                         next_sentence_prediction=True):
   """Loss functions of this replica's K micro-batches: its share of the step.
 
   The shares of every micro-batch of every replica, worker and rank add up
@@ -259,22 +276,24 @@ def micro_batch_loss_fns(bert_config, features, num_micro_batches):
       so its mean counts 1/K, divided by the number of replicas
       (`distribution.replica_share`). Packed rows hold varying numbers of
       sequences: each micro-batch divides its sum over its sequences by the
-      global batch's number of sequences, all-reduced with the masked count.
+      global batch's number of sequences, all-reduced with the masked count;
+    - without next-sentence prediction the share is the masked LM's alone.
 
   Args:
     bert_config: BertConfig.
     features: dict of this replica's [B, ...] training features.
     num_micro_batches: K, dividing B.
+    next_sentence_prediction: False: the masked-LM loss only.
 
   Returns:
     K functions without arguments, each building the model on one
     micro-batch and returning its part of this replica's loss share.
   """
-  packed = is_packed(features)
+  per_sequence = is_packed(features) and next_sentence_prediction
   # stop_gradient: a normaliser, not a function of the weights (the
   # all-reduce has no gradient).
   masked_count = tf.stop_gradient(tf.reduce_sum(features["masked_lm_weights"]))
-  if packed:
+  if per_sequence:
     # Packed rows hold varying numbers of sequences: the next-sentence mean
     # is over the global batch's sequences, counted in the same all-reduce.
     masked_count, sequence_count = distribution.sum_across_replicas(
@@ -287,11 +306,16 @@ def micro_batch_loss_fns(bert_config, features, num_micro_batches):
 
   def loss_fn(index, micro_batch):
     with runner.reusing_variables(index):
-      (masked_lm_loss, _, _), (next_sentence_loss, _, _) = pretraining_model(
+      (masked_lm_loss, _, _), next_sentence = pretraining_model(
           bert_config, micro_batch, is_training=True,
           masked_lm_loss_denominator=denominator,
-          next_sentence_loss_denominator=(sequence_count if packed else None))
-    if packed:
+          next_sentence_loss_denominator=(sequence_count if per_sequence
+                                          else None),
+          next_sentence_prediction=next_sentence_prediction)
+    if next_sentence is None:
+      return masked_lm_loss
+    next_sentence_loss = next_sentence[0]
+    if per_sequence:
       return masked_lm_loss + next_sentence_loss
     return masked_lm_loss + distribution.replica_share(
         next_sentence_loss / float(num_micro_batches))
@@ -301,12 +325,19 @@ def micro_batch_loss_fns(bert_config, features, num_micro_batches):
                                                   num_micro_batches))]
 
 
-def eval_outputs(bert_config, features):
-  """(mean loss, upstream's four metrics) of an eval batch."""
-  ((masked_lm_loss, masked_lm_example_loss, masked_lm_log_probs),
-   (next_sentence_loss, next_sentence_example_loss,
-    next_sentence_log_probs)) = pretraining_model(
-        bert_config, features, is_training=False)
+def eval_outputs(bert_config, features, next_sentence_prediction=True):
+  """(mean loss, eval metrics) of an eval batch: upstream's four, or
+  masked_lm_accuracy and masked_lm_loss without next-sentence prediction."""
+  masked_lm, next_sentence = pretraining_model(
+      bert_config, features, is_training=False,
+      next_sentence_prediction=next_sentence_prediction)
+  masked_lm_loss, masked_lm_example_loss, masked_lm_log_probs = masked_lm
+  if next_sentence is None:
+    return masked_lm_loss, masked_lm_metrics(
+        masked_lm_example_loss, masked_lm_log_probs,
+        features["masked_lm_ids"], features["masked_lm_weights"])
+  next_sentence_loss, next_sentence_example_loss, next_sentence_log_probs = (
+      next_sentence)
   metrics = pretraining_metrics(
       masked_lm_example_loss, masked_lm_log_probs,
       features["masked_lm_ids"], features["masked_lm_weights"],
@@ -315,20 +346,32 @@ def eval_outputs(bert_config, features):
   return masked_lm_loss + next_sentence_loss, metrics
 
 
-def pretraining_task(bert_config):
+def pretraining_task(bert_config, next_sentence_prediction=True):
   """Pretraining as a runner.Task: masked LM + next sentence, packed rows
-  included; trains and evaluates, predicts nothing."""
+  included; trains and evaluates, predicts nothing.
+
+  Args:
+    bert_config: BertConfig.
+    next_sentence_prediction: False: the masked LM alone, for records
+      without next-sentence labels
+      (pretraining_records.has_next_sentence(kind) is False).
+  """
   return runner.Task(
-      build_variables=functools.partial(build_pretraining_variables,
-                                        bert_config),
-      train_loss_fns=functools.partial(micro_batch_loss_fns, bert_config),
-      eval_outputs=functools.partial(eval_outputs, bert_config),
+      build_variables=functools.partial(
+          build_pretraining_variables, bert_config,
+          next_sentence_prediction=next_sentence_prediction),
+      train_loss_fns=functools.partial(
+          micro_batch_loss_fns, bert_config,
+          next_sentence_prediction=next_sentence_prediction),
+      eval_outputs=functools.partial(
+          eval_outputs, bert_config,
+          next_sentence_prediction=next_sentence_prediction),
       batch_counts=batch_counts)
 
 
 def model_fn_builder(bert_config, init_checkpoint, learning_rate,
                      num_train_steps, num_warmup_steps, optimizer_options,
-                     num_accumulation_steps=1):
+                     num_accumulation_steps=1, next_sentence_prediction=True):
   """Returns the Estimator model_fn for pretraining.
 
   Args:
@@ -341,15 +384,17 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
       (runner.optimizer_options: optimizer, precision).
     num_accumulation_steps: micro-batches per update; each replica's batch
       must divide by it.
+    next_sentence_prediction: see `pretraining_task`.
   """
   return runner.model_fn_builder(
-      pretraining_task(bert_config), init_checkpoint, learning_rate,
-      num_train_steps, num_warmup_steps, optimizer_options,
-      num_accumulation_steps)
+      pretraining_task(bert_config, next_sentence_prediction),
+      init_checkpoint, learning_rate, num_train_steps, num_warmup_steps,
+      optimizer_options, num_accumulation_steps)
 
 
-def build_pretraining_variables(bert_config):
-  """Creates every trainable variable of the pretraining model (B=1, S=2)."""
+def build_pretraining_variables(bert_config, next_sentence_prediction=True):
+  """Creates every trainable variable of the pretraining model (B=1, S=2);
+  without next-sentence prediction, none of cls/seq_relationship."""
   ids = tf.zeros([1, 2], tf.int32)
   model = modeling.BertModel(config=bert_config, is_training=False,
                              input_ids=ids, input_mask=ids,
@@ -357,5 +402,6 @@ def build_pretraining_variables(bert_config):
   get_masked_lm_output(bert_config, model.get_sequence_output(),
                        model.get_embedding_table(), ids, ids,
                        tf.zeros([1, 2]))
-  get_next_sentence_output(bert_config, model.get_pooled_output(),
-                           tf.zeros([1, 1], tf.int32))
+  if next_sentence_prediction:
+    get_next_sentence_output(bert_config, model.get_pooled_output(),
+                             tf.zeros([1, 1], tf.int32))

@@ -147,7 +147,7 @@ def load_squad_json(input_file):
     raise UserError("%s is not UTF-8 text (byte %d): a SQuAD file is JSON"
                     % (input_file, e.start))
   except json.JSONDecodeError as e:
-    raise UserError("%s is not valid JSON: %s at line %d column %d (char %d)"
+    raise UserError("%s is not valid JSON: %s: line %d column %d (char %d)"
                     % (input_file, e.msg, e.lineno, e.colno, e.pos))
   if not isinstance(document, dict) or not isinstance(
       document.get("data"), list):

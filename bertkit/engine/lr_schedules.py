@@ -1,0 +1,106 @@
+"""Learning-rate schedules, in optimizer steps or in training seconds.
+
+Every schedule warms up linearly from 0 to the peak rate over the first
+`warmup` units, then:
+  linear               upstream's decay: peak * (1 - x / total), to 0 at
+                       `total` (upstream decays from x = 0, so the rate
+                       drops from peak to peak * (1 - warmup / total) as
+                       warm-up ends; kept for checkpoints' sake);
+  warmup_stable_decay  holds the peak, then decays linearly to 0 over the
+                       last `decay_proportion` of `total` (the "trapezoid"
+                       of Cramming and of the WSD schedule);
+  cosine               peak * (1 + cos(pi * t)) / 2, t going from 0 at the
+                       end of warm-up to 1 at `total`.
+
+x is the optimizer step, or with --train_time_budget_hours the training
+seconds of training_clock.py (then `total` is the budget and `warmup` a
+share of it): a schedule sized to a time budget, as in Izsak et al. and
+Cramming. Past `total` the rate is 0.
+
+`rate_at` is the formula in plain Python (tests and reports use it);
+`rate_tensor` builds the same on a tensor.
+"""
+
+import dataclasses
+import math
+
+import tensorflow.compat.v1 as tf
+
+from bertkit.common import training_flags
+
+# The --lr_schedule choices (common/training_flags.py, which defines it).
+LINEAR = training_flags.LINEAR
+WARMUP_STABLE_DECAY = training_flags.WARMUP_STABLE_DECAY
+COSINE = training_flags.COSINE
+SCHEDULES = training_flags.SCHEDULES
+DEFAULT_DECAY_PROPORTION = training_flags.DEFAULT_DECAY_PROPORTION
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+  """A learning-rate schedule.
+
+  Attributes:
+    kind: one of SCHEDULES.
+    peak: the rate at the end of warm-up.
+    total: where the rate reaches 0: steps, or seconds when `in_seconds`.
+    warmup: warm-up length in the same unit (0: none).
+    decay_proportion: warmup_stable_decay: the share of `total` the final
+      decay takes.
+    in_seconds: x is training seconds instead of the optimizer step.
+  """
+  kind: str
+  peak: float
+  total: float
+  warmup: float = 0.0
+  decay_proportion: float = DEFAULT_DECAY_PROPORTION
+  in_seconds: bool = False
+
+  def __post_init__(self):
+    if self.kind not in SCHEDULES:
+      raise ValueError("Unknown learning-rate schedule %r; expected one of "
+                       "%s" % (self.kind, ", ".join(SCHEDULES)))
+
+
+def rate_at(schedule, x):
+  """The learning rate at step (or training second) `x`, as a float."""
+  if schedule.warmup and x < schedule.warmup:
+    return schedule.peak * x / schedule.warmup
+  progress = min(x, schedule.total)
+  if schedule.kind == LINEAR:
+    return schedule.peak * (1.0 - progress / schedule.total)
+  if schedule.kind == WARMUP_STABLE_DECAY:
+    decay_start = schedule.total * (1.0 - schedule.decay_proportion)
+    if progress <= decay_start:
+      return schedule.peak
+    return schedule.peak * (schedule.total - progress) / (
+        schedule.total - decay_start)
+  span = max(schedule.total - schedule.warmup, 1e-12)
+  t = min(max((progress - schedule.warmup) / span, 0.0), 1.0)
+  return schedule.peak * 0.5 * (1.0 + math.cos(math.pi * t))
+
+
+def rate_tensor(schedule, x):
+  """`rate_at` on a scalar tensor `x` (cast to float32).
+
+  Returns:
+    A float32 scalar tensor.
+  """
+  x = tf.cast(x, tf.float32)
+  peak, total = float(schedule.peak), float(schedule.total)
+  progress = tf.minimum(x, total)
+  if schedule.kind == LINEAR:
+    after = peak * (1.0 - progress / total)
+  elif schedule.kind == WARMUP_STABLE_DECAY:
+    decay_start = total * (1.0 - schedule.decay_proportion)
+    after = tf.where(progress <= decay_start, tf.constant(peak),
+                     peak * (total - progress) /
+                     max(total - decay_start, 1e-12))
+  else:
+    span = max(total - schedule.warmup, 1e-12)
+    t = tf.clip_by_value((progress - schedule.warmup) / span, 0.0, 1.0)
+    after = peak * 0.5 * (1.0 + tf.cos(math.pi * t))
+  if not schedule.warmup:
+    return after
+  return tf.where(x < schedule.warmup, peak * x / float(schedule.warmup),
+                  after)
