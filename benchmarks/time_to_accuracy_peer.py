@@ -20,7 +20,7 @@ run_pretraining.py's rule (`evaluate`): the records' own masks, masked-LM
 accuracy = the share of masked positions (weight 1) whose argmax is the
 label, loss = the mean cross-entropy over them.
 
-Its clock follows run_pretraining.py's (bertkit/engine/training_clock.py):
+Its clock is run_pretraining.py's (bertkit/engine/training_clock.py):
 training seconds run from when the frameworks are imported (before the model
 is built and the data loaded) and leave evaluation out; wall seconds include
 it. The learning-rate schedule is the recipe's, in steps or, with
@@ -63,6 +63,10 @@ import torch
 import transformers
 
 import pytorch_peer
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__))))
+from bertkit.engine import lr_schedules
+from bertkit.engine import training_clock
 
 # transformers imports a class's module on first use: done here, so that
 # the clock below counts no imports.
@@ -75,7 +79,6 @@ TOKENIZER = transformers.BertTokenizerFast
 # the engine are imported (training_clock's _PROCESS_START).
 _CLOCK_START = time.time()
 
-SCHEDULES = ("linear", "warmup_stable_decay", "cosine")
 HISTORY_FILE = "eval_history.jsonl"
 TARGET_FILE = "time_to_target.json"
 SUMMARY_FILE = "throughput_summary.json"
@@ -84,48 +87,6 @@ METRIC = "masked_lm_accuracy"
 # of a time budget when --warmup_proportion is not given.
 DEFAULT_WARMUP_STEPS = 10000
 BUDGET_WARMUP_PROPORTION = 0.01
-
-
-def learning_rate_at(kind, peak, total, warmup, decay_proportion, x):
-  """The rate at step (or training second) x: bertkit/engine/lr_schedules.py's
-  formulas (rate_at), here without importing TensorFlow.
-
-  Args:
-    kind: one of SCHEDULES.
-    peak: the rate at the end of warm-up.
-    total: where the rate reaches 0 (steps or seconds, as x).
-    warmup: warm-up length (0: none).
-    decay_proportion: warmup_stable_decay's share of `total` for the decay.
-    x: the step or training second.
-  """
-  if warmup and x < warmup:
-    return peak * x / warmup
-  progress = min(x, total)
-  if kind == "linear":
-    return peak * (1.0 - progress / total)
-  if kind == "warmup_stable_decay":
-    decay_start = total * (1.0 - decay_proportion)
-    if progress <= decay_start:
-      return peak
-    return peak * (total - progress) / (total - decay_start)
-  span = max(total - warmup, 1e-12)
-  t = min(max((progress - warmup) / span, 0.0), 1.0)
-  return peak * 0.5 * (1.0 + math.cos(math.pi * t))
-
-
-class Clock:
-  """Training and wall seconds since _CLOCK_START, evaluation left out."""
-
-  def __init__(self, start=_CLOCK_START, now=time.time):
-    self._start = start
-    self._now = now
-    self.excluded_seconds = 0.0
-
-  def wall_seconds(self):
-    return self._now() - self._start
-
-  def train_seconds(self):
-    return self.wall_seconds() - self.excluded_seconds
 
 
 def load_train_sequences(path):
@@ -277,7 +238,7 @@ class Recorder:
     started = time.time()
     metrics = evaluate(self._model, self._heldout, self._args.eval_batch_size)
     seconds = time.time() - started
-    self._clock.excluded_seconds += seconds
+    self._clock.exclude(seconds)
     entry = dict(metrics, step=step,
                  train_seconds=round(self._clock.train_seconds(), 3),
                  wall_seconds=round(self._clock.wall_seconds(), 3),
@@ -311,7 +272,7 @@ def train(args):
   """Trains and evaluates; returns the summary dict."""
   torch.manual_seed(args.seed)
   torch.set_num_threads(args.threads)
-  clock = Clock()
+  clock = training_clock.TrainingClock(start=_CLOCK_START)
   sequences = load_train_sequences(args.train_sequences)
   heldout = load_heldout(args.heldout)
   next_sentence = "next_sentence_label" in sequences[0]
@@ -325,8 +286,9 @@ def train(args):
     if budget is not None and clock.train_seconds() >= budget:
       break
     x = clock.train_seconds() if in_seconds else step
-    rate = learning_rate_at(args.lr_schedule, args.learning_rate, total,
-                            warmup, args.lr_decay_proportion, x)
+    rate = lr_schedules.rate_at(lr_schedules.Schedule(
+        args.lr_schedule, args.learning_rate, total, warmup,
+        args.lr_decay_proportion), x)
     for group in optimizer.param_groups:
       group["lr"] = rate
     started = time.time()
@@ -382,7 +344,8 @@ def parse_args(argv=None):
   parser.add_argument("--do_lower_case", type=_bool, default=True)
   parser.add_argument("--train_batch_size", type=int, default=32)
   parser.add_argument("--learning_rate", type=float, default=5e-5)
-  parser.add_argument("--lr_schedule", choices=SCHEDULES, default="linear")
+  parser.add_argument("--lr_schedule", choices=lr_schedules.SCHEDULES,
+                      default=lr_schedules.LINEAR)
   parser.add_argument("--lr_decay_proportion", type=float, default=0.1)
   parser.add_argument("--num_train_steps", type=int, default=10**9)
   parser.add_argument("--num_warmup_steps", type=int)

@@ -15,7 +15,6 @@ import pytest
 from conftest import REPO_ROOT, run_ok
 from bertkit.common import errors
 from bertkit.data import pretraining_records
-from bertkit.engine import lr_schedules
 from bertkit.perf import accuracy_reports
 from bertkit.perf import synthetic_data
 
@@ -240,15 +239,6 @@ def _tiny_config_file(tmp_path, vocab, seq):
     json.dump(dict(time_to_accuracy.SMOKE_CONFIG, vocab_size=vocab,
                    max_position_embeddings=seq), f)
   return path
-
-
-@pytest.mark.parametrize("kind", lr_schedules.SCHEDULES)
-def test_the_peers_schedules_are_run_pretrainings(kind):
-  schedule = lr_schedules.Schedule(kind, 1e-3, 1200.0, 72.0, 0.2)
-  for x in (0.0, 30.0, 72.0, 100.0, 700.0, 959.0, 1000.0, 1199.0, 1300.0):
-    assert time_to_accuracy_peer.learning_rate_at(
-        kind, 1e-3, 1200.0, 72.0, 0.2, x) == pytest.approx(
-            lr_schedules.rate_at(schedule, x), rel=1e-12, abs=1e-15)
 
 
 def test_training_sequences_give_masked_tokens_back(tmp_path):

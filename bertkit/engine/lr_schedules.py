@@ -17,14 +17,13 @@ seconds of training_clock.py (then `total` is the budget and `warmup` a
 share of it): a schedule sized to a time budget, as in Izsak et al. and
 Cramming. Past `total` the rate is 0.
 
-`rate_at` is the formula in plain Python (tests and reports use it);
-`rate_tensor` builds the same on a tensor.
+`rate_at` is the formula in plain Python (tests, reports and the PyTorch
+peer of benchmarks/time_to_accuracy.py use it); `rate_tensor` builds the
+same on a tensor.
 """
 
 import dataclasses
 import math
-
-import tensorflow.compat.v1 as tf
 
 from bertkit.common import training_flags
 
@@ -86,6 +85,9 @@ def rate_tensor(schedule, x):
   Returns:
     A float32 scalar tensor.
   """
+  # Here rather than at the top: the PyTorch peer of the time-to-accuracy
+  # benchmark uses `rate_at` in a process without TensorFlow.
+  import tensorflow.compat.v1 as tf  # pylint: disable=g-import-not-at-top
   x = tf.cast(x, tf.float32)
   peak, total = float(schedule.peak), float(schedule.total)
   progress = tf.minimum(x, total)
