@@ -32,6 +32,7 @@ from bertkit.common import atomic_io
 from bertkit.common.errors import UserError
 from bertkit.engine import evaluation
 from bertkit.engine import throughput
+from bertkit.perf import reports
 
 # Written by benchmarks into a run directory: {"name", "model", "recipe",
 # "framework", "process_wall_seconds", "eval_seen_seconds" (seconds from the
@@ -333,10 +334,7 @@ def write_curves_plot(path, runs, target=None, title=None):
     ax.set_title(title)
   if colours:
     ax.legend(loc="lower right")
-  fig.tight_layout()
-  with atomic_io.atomic_path(path) as tmp:
-    fig.savefig(tmp, format="png", dpi=100)
-  plt.close(fig)
+  reports.save_png(fig, path)
 
 
 def write_report(output_dir, run_dirs, target=None):

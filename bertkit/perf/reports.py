@@ -215,6 +215,12 @@ def write_plot(path, rows, device):
   ax_eff.set_ylim(bottom=0)
   if series:
     ax_eps.legend(fontsize="small")
+  save_png(fig, path)
+
+
+def save_png(fig, path):
+  """Writes a matplotlib figure to `path` as a PNG (atomically), closes it."""
+  from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
   fig.tight_layout()
   with atomic_io.atomic_path(path) as tmp:
     fig.savefig(tmp, format="png", dpi=100)
