@@ -248,7 +248,8 @@ class Data:
     with open(path) as f:
       before = json.load(f)
     if before != made_by:
-      changed = sorted(k for k in made_by if before.get(k) != made_by[k])
+      changed = sorted(k for k in set(made_by) | set(before)
+                       if before.get(k) != made_by.get(k))
       raise UserError(
           "%s was made with other %s; pass another --output_dir or "
           "delete it" % (self.dir, ", ".join("--" + k for k in changed)))
