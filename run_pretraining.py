@@ -127,7 +127,7 @@ def define_flags():
 
 def masking_for_records(masking, record_kind, vocab_file, max_seq_length,
                         max_predictions_per_seq, masked_lm_prob,
-                        do_whole_word_mask):
+                        do_whole_word_mask, flag_name="--input_file"):
   """What to mask the records with, from the flags and the records' kind.
 
   Args:
@@ -136,6 +136,7 @@ def masking_for_records(masking, record_kind, vocab_file, max_seq_length,
     vocab_file: the --vocab_file value (None if not given).
     max_seq_length, max_predictions_per_seq, masked_lm_prob,
     do_whole_word_mask: the flags' values.
+    flag_name: the flag naming the records, for the messages.
 
   Returns:
     A dynamic_masking.MaskingParams, or None to use the records' masks.
@@ -148,10 +149,10 @@ def masking_for_records(masking, record_kind, vocab_file, max_seq_length,
   if not pretraining_records.holds_masks(record_kind):
     if masking == pretraining_instances.STATIC:
       raise UserError(
-          "--masking=static but the --input_file records are %s: they hold "
+          "--masking=static but the %s records are %s: they hold "
           "no masks; drop --masking=static (masks are then drawn in the "
           "input pipeline) or make the records with create_pretraining_data"
-          ".py --masking=static" % record_kind.name)
+          ".py --masking=static" % (flag_name, record_kind.name))
   elif masking != pretraining_instances.DYNAMIC:
     return None
   problem = dynamic_masking.check_masked_lm_prob(
@@ -160,9 +161,9 @@ def masking_for_records(masking, record_kind, vocab_file, max_seq_length,
     raise UserError(problem)
   if not vocab_file:
     raise UserError(
-        "--vocab_file is required to draw masks (%s records%s): the ids of "
-        "[CLS], [SEP], [MASK] come from it" % (
-            record_kind.name, ", --masking=dynamic"
+        "--vocab_file is required to draw masks (%s %s records%s): the ids "
+        "of [CLS], [SEP], [MASK] come from it" % (
+            flag_name, record_kind.name, ", --masking=dynamic"
             if pretraining_records.holds_masks(record_kind) else ""))
   return dynamic_masking.masking_params_from_vocab(
       pretraining_instances.load_checked_vocab(vocab_file), max_seq_length,
@@ -285,28 +286,18 @@ def evaluation_input(bert_config, eval_files, flag_name):
   max_predictions_per_seq); records without masks get masks drawn at
   EVAL_MASKED_LM_PROB, per wordpiece, with the eval seed, once.
   """
-  from bertkit.engine import dynamic_masking
   from bertkit.engine import input_pipeline
   predictions = input_pipeline.predictions_per_record(eval_files[0])
-  unmasked = predictions is None
-  if unmasked:
+  if predictions is None:
     predictions = max(1, int(round(EVAL_MASKED_LM_PROB *
                                    FLAGS.max_seq_length)))
   record_kind, max_sequences_per_pack = (
       input_pipeline.check_pretraining_records(
           eval_files, FLAGS.max_seq_length, predictions,
           vocab_size=bert_config.vocab_size, flag_name=flag_name))
-  masking = None
-  if unmasked:
-    if not FLAGS.vocab_file:
-      raise UserError(
-          "--vocab_file is required to draw the masks of the %s records "
-          "(%s, without masks): the ids of [CLS], [SEP], [MASK] come from "
-          "it" % (flag_name, record_kind.name))
-    masking = dynamic_masking.masking_params_from_vocab(
-        pretraining_instances.load_checked_vocab(FLAGS.vocab_file),
-        FLAGS.max_seq_length, predictions, EVAL_MASKED_LM_PROB,
-        do_whole_word_mask=False)
+  masking = masking_for_records(
+      MASKING_AUTO, record_kind, FLAGS.vocab_file, FLAGS.max_seq_length,
+      predictions, EVAL_MASKED_LM_PROB, False, flag_name)
   return input_pipeline.PretrainingInput(
       FLAGS.max_seq_length, predictions, record_kind,
       max_sequences_per_pack, masking)
@@ -419,10 +410,15 @@ def main(argv):
   logging.info("%s", describe_masking(train_input.record_kind,
                                       train_input.masking))
   if plan.eval_files and FLAGS.eval_input_file:
-    logging.info("held-out evaluation: %d file(s), first %s; %s",
-                 len(plan.eval_files), plan.eval_files[0],
-                 describe_masking(plan.eval_input.record_kind,
-                                  plan.eval_input.masking))
+    eval_input = plan.eval_input
+    logging.info(
+        "held-out evaluation: %d file(s), first %s; %s records, %s",
+        len(plan.eval_files), plan.eval_files[0],
+        eval_input.record_kind.name,
+        "their own masks" if eval_input.masking is None else
+        "masks drawn once with a fixed seed: %g, at most %d per sequence" % (
+            eval_input.masking.masked_lm_prob,
+            eval_input.masking.max_predictions_per_seq))
   runner.run(
       run, input_fn_maker(train_input, plan.eval_input, FLAGS.tf_random_seed,
                           FLAGS.output_dir),

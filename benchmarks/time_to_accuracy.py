@@ -464,13 +464,21 @@ def peer_recipe_values(args):
 # ------------------------------------------------------------------ the runs
 
 
-def budget_flags(args):
-  """The flags of the training budget: a time budget (the schedule runs
-  over it) or, with --num_train_steps, steps."""
+def common_run_flags(args, plan):
+  """The flags both trainers take alike: the training budget (a time
+  budget the schedule runs over or, with --num_train_steps, steps), the
+  throughput warm-up and, with --stop_at_target, the target."""
   if args.num_train_steps:
-    return ["--num_train_steps=%d" % args.num_train_steps]
-  return ["--train_time_budget_hours=%r" % (args.max_train_minutes / 60.0),
-          "--num_train_steps=%d" % 10**9]
+    argv = ["--num_train_steps=%d" % args.num_train_steps]
+  else:
+    argv = ["--train_time_budget_hours=%r" % (args.max_train_minutes / 60.0),
+            "--num_train_steps=%d" % 10**9]
+  if args.throughput_warmup_steps is not None:
+    argv.append("--throughput_warmup_steps=%d" %
+                args.throughput_warmup_steps)
+  if args.stop_at_target:
+    argv.append("--target_masked_lm_accuracy=%g" % plan["target"])
+  return argv
 
 
 def eval_every_n_steps(args, heldout_rows, batch_size):
@@ -502,14 +510,9 @@ def ours_command(args, data, recipe, run_dir, plan):
           "--max_eval_steps=%d" % (plan["heldout_rows"] //
                                    args.eval_batch_size),
           "--tf_random_seed=%d" % args.seed, "--log_every_n_steps=50"]
-  argv += budget_flags(args)
-  if args.throughput_warmup_steps is not None:
-    argv.append("--throughput_warmup_steps=%d" %
-                args.throughput_warmup_steps)
+  argv += common_run_flags(args, plan)
   if args.train_batch_size:
     argv.append("--train_batch_size=%d" % args.train_batch_size)
-  if args.stop_at_target:
-    argv.append("--target_masked_lm_accuracy=%g" % plan["target"])
   return argv
 
 
@@ -527,14 +530,9 @@ def peer_command(args, data, run_dir, plan):
           "--eval_batch_size=%d" % args.eval_batch_size,
           "--seed=%d" % args.seed]
   argv += ["--%s=%s" % item for item in sorted(values.items())]
-  argv += budget_flags(args)
-  if args.throughput_warmup_steps is not None:
-    argv.append("--throughput_warmup_steps=%d" %
-                args.throughput_warmup_steps)
+  argv += common_run_flags(args, plan)
   if args.peer_threads:
     argv.append("--threads=%d" % args.peer_threads)
-  if args.stop_at_target:
-    argv.append("--target_masked_lm_accuracy=%g" % plan["target"])
   return argv
 
 
