@@ -26,7 +26,8 @@ replicas then share the same cores, and the tables say so.
 
 With --report=RUN_DIRS it runs nothing: it writes the results table of
 finished runs (bertkit/perf/accuracy_reports.py: configuration, held-out
-masked-LM accuracy and time to target, throughput, train time) as
+masked-LM accuracy and time to target, the GLUE score when run_glue.py
+wrote RUN_DIR/glue/glue_results.json, throughput, train time) as
 results_accuracy.md/.csv/.json.
 
 Examples:
@@ -118,7 +119,8 @@ def define_flags():
                     "Run directories of run_pretraining.py "
                     "(--eval_every_n_steps): write their results table "
                     "(model, replicas, precision, recipe; held-out accuracy "
-                    "and time to target; examples/sec, real tokens/sec; "
+                    "and time to target, the GLUE score of RUN_DIR/glue "
+                    "(run_glue.py) if any; examples/sec, real tokens/sec; "
                     "train time) as results_accuracy.md/.csv/.json in "
                     "--output_dir, and exit.")
   flags.DEFINE_float("report_target", None,

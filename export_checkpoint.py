@@ -13,13 +13,16 @@ sub-directory of --output_dir:
                  Hugging Face's load_tf_weights_in_bert.
   huggingface/   config.json, model.safetensors, vocab.txt and the tokenizer
                  files: `from_pretrained` loads it as BertForPreTraining,
-                 BertForSequenceClassification or BertForQuestionAnswering
+                 BertForSequenceClassification (num_labels=1 and
+                 problem_type "regression" for a regression head) or
+                 BertForQuestionAnswering
                  (BertForMaskedLM for a model pretrained without
                  next-sentence prediction), no conversion step.
   saved_model/   a TF SavedModel whose `serving_default` signature takes int32
                  input_ids, input_mask, segment_ids [B, S] and returns
                  pooled_output [B, H] + sequence_output [B, S, H]
-                 (pretraining), probabilities [B, C] (classifier) or
+                 (pretraining), probabilities [B, C] (classifier),
+                 predictions [B] (a regression head: one output, STS-B) or
                  start_logits + end_logits [B, S] (SQuAD).
 
 Everything is built in a temporary directory next to --output_dir and renamed
@@ -195,7 +198,9 @@ def write_saved_model(directory, weights, bert_config, head, num_labels):
           bert_config, False, inputs["input_ids"], inputs["input_mask"],
           inputs["segment_ids"], tf.zeros_like(inputs["input_ids"][:, 0]),
           num_labels)
-      outputs = {"probabilities": probabilities}
+      # One output is a regression head (STS-B): its score.
+      outputs = ({"predictions": probabilities} if num_labels == 1 else
+                 {"probabilities": probabilities})
     elif head == checkpoint_formats.SQUAD:
       start_logits, end_logits = squad_task.create_model(
           bert_config, False, inputs["input_ids"], inputs["input_mask"],

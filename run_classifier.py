@@ -17,9 +17,31 @@ Tasks (`--task_name`) and the files they read from `--data_dir`:
          test.tsv (header): sentence in column 1. Labels 0, 1.
   mnli   train.tsv, dev_matched.tsv, test_matched.tsv (header): sentences
          in columns 8 and 9, label in the last column.
-         Labels contradiction, entailment, neutral.
+         Labels contradiction, entailment, neutral. Also
+         dev_mismatched.tsv (--do_eval) and test_mismatched.tsv
+         (--do_predict).
   mrpc   train.tsv, dev.tsv, test.tsv (header): label in column 0,
          sentences in 3 and 4. Labels 0, 1.
+  sst-2 (or sst2)  train.tsv, dev.tsv (header sentence, label);
+         test.tsv (header index, sentence). Labels 0, 1.
+  qqp    train.tsv, dev.tsv (header id, qid1, qid2, question1, question2,
+         is_duplicate); test.tsv (header id, question1, question2). Labels
+         0, 1. Lines with another number of columns are skipped, counted
+         in one warning per file.
+  qnli   train.tsv, dev.tsv (header index, question, sentence, label);
+         test.tsv (no label). Labels entailment, not_entailment.
+  rte    train.tsv, dev.tsv (header index, sentence1, sentence2, label);
+         test.tsv (no label). Labels entailment, not_entailment.
+  wnli   as rte; labels 0, 1.
+  sts-b (or stsb)  train.tsv, dev.tsv (header index, genre, filename, year,
+         old_index, source1, source2, sentence1, sentence2, score); test.tsv
+         (no score). Regression: one output, the score (a number), mean
+         squared error.
+  ax     diagnostic.tsv (header index, sentence1, sentence2): GLUE's
+         diagnostic set, --do_predict only, with an MNLI fine-tuned
+         --init_checkpoint (MNLI's labels).
+  A GLUE file whose header is not its task's (above; for cola, mrpc and
+  mnli the columns read) is refused.
   xnli   multinli/multinli.train.zh.tsv (header: premise, hypo, label;
          "contradictory" means contradiction) and xnli.dev.tsv (header;
          rows whose column 0 is "zh": label in 1, sentences in 6 and 7).
@@ -39,9 +61,21 @@ Columns are tab-separated and never quoted; blank lines are skipped.
 Outputs in --output_dir (besides checkpoints and throughput logs):
   train.tf_record, eval.tf_record, predict.tf_record  the features.
   eval_results.txt  `name = value` lines: eval_accuracy, eval_loss,
-                    global_step, loss.
+                    global_step, loss (sts-b: no eval_accuracy); a GLUE
+                    task adds its metrics (bertkit/tasks/glue_tasks.py):
+                    eval_<metric> of its dev set, eval_<dev set>_<metric>
+                    of MNLI's dev_mismatched.
+  eval_results.json a GLUE task's metrics per dev set, written last:
+                    {"task", "global_step", "dev_sets": {"dev": {
+                    "eval_loss", "accuracy", ..., "num_examples"}}}.
   test_results.tsv  one line per test example, in file order: the class
-                    probabilities, tab-separated, in label-list order.
+                    probabilities, tab-separated, in label-list order
+                    (sts-b: the score). MNLI's mismatched test set:
+                    test_results_test_mismatched.tsv.
+  submission/       a GLUE task's leaderboard files (CoLA.tsv, ...,
+                    MNLI-m.tsv and MNLI-mm.tsv, AX.tsv): a header line
+                    `index<TAB>prediction`, then the test file's index and
+                    the predicted label (sts-b: the score, 3 decimals).
   ranked_results.tsv (rerank only) a header line, then one line per test
                     example with the columns
                       query_id  passage_id  score  rank
@@ -110,7 +144,8 @@ def define_flags():
       "data_dir", None,
       "Directory with the task's .tsv files (see --task_name).")
   flags.DEFINE_string("task_name", None,
-                      "cola, mnli, mrpc, xnli, tsv or rerank.")
+                      "A GLUE task (cola, sst-2, mrpc, sts-b, qqp, mnli, "
+                      "qnli, rte, wnli, ax), xnli, tsv or rerank.")
   shared_flags.define_do_lower_case()
   shared_flags.define_max_seq_length(128)
   shared_flags.define_evaluation()
@@ -171,23 +206,27 @@ def validate_flags():
 
   Returns:
     (bert_config, processor, label_list, examples): examples maps "train",
-    "dev", "test" to the InputExamples of the requested steps.
+    "dev", "test" (and MNLI's "dev_mismatched", "test_mismatched") to the
+    InputExamples of the requested steps.
   """
   import tensorflow.compat.v1 as tf
-  from bertkit.tasks.classifier_data import make_processor
+  from bertkit.tasks import classifier_data
   from bertkit.tasks.fine_tuning import load_checked_config
   bert_config = load_checked_config(
       FLAGS.bert_config_file, FLAGS.max_seq_length, FLAGS.vocab_file,
       FLAGS.do_lower_case, FLAGS.init_checkpoint)
-  processor = make_processor(FLAGS.task_name, FLAGS.data_dir, FLAGS)
-  examples = {}
-  for split, wanted, read in (
-      ("train", FLAGS.do_train, processor.get_train_examples),
-      ("dev", FLAGS.do_eval, processor.get_dev_examples),
-      ("test", FLAGS.do_predict, processor.get_test_examples)):
-    if wanted:
-      examples[split] = read(FLAGS.data_dir)
+  processor = classifier_data.make_processor(FLAGS.task_name, FLAGS.data_dir,
+                                             FLAGS)
+  examples = {split: read_split(processor, split)
+              for split in wanted_splits(FLAGS.task_name)}
+  if FLAGS.pack_sequences and classifier_data.is_regression(
+      processor.get_labels()):
+    raise UserError("--pack_sequences is for classification; task %s "
+                    "regresses" % FLAGS.task_name)
+  # With --init_checkpoint a model can predict without fine-tuning here
+  # (ax: an MNLI model on the diagnostic set).
   if ((FLAGS.do_eval or FLAGS.do_predict) and not FLAGS.do_train and
+      not FLAGS.init_checkpoint and
       not tf.train.latest_checkpoint(FLAGS.output_dir)):
     raise UserError("--do_eval/--do_predict without --do_train need a "
                     "fine-tuned checkpoint in --output_dir %s; there is none"
@@ -195,48 +234,110 @@ def validate_flags():
   return bert_config, processor, processor.get_labels(), examples
 
 
+def glue_task(task_name):
+  """The glue_tasks.TASKS key of --task_name, or None for another task."""
+  from bertkit.tasks import classifier_data
+  from bertkit.tasks import glue_tasks
+  name = classifier_data.canonical_task_name(task_name)
+  return name if name in glue_tasks.TASKS else None
+
+
+def wanted_splits(task_name):
+  """The processor splits the --do_* flags read: train, dev and test, and
+  the further dev and test sets of a GLUE task (MNLI's mismatched)."""
+  from bertkit.tasks import glue_tasks
+  glue = glue_tasks.TASKS.get(glue_task(task_name))
+  splits = ["train"] if FLAGS.do_train else []
+  if FLAGS.do_eval:
+    # ax has no dev set: reading "dev" refuses --do_eval with one line.
+    dev_sets = [split for _, split in glue.dev_sets] if glue else []
+    splits += dev_sets or ["dev"]
+  if FLAGS.do_predict:
+    splits += [split for _, split in glue.test_sets] if glue else ["test"]
+  return splits
+
+
+def read_split(processor, split):
+  """The InputExamples of one split of --data_dir."""
+  read = {"train": processor.get_train_examples,
+          "dev": processor.get_dev_examples,
+          "test": processor.get_test_examples}.get(split)
+  if read is None:
+    return processor.get_split_examples(FLAGS.data_dir, split)
+  return read(FLAGS.data_dir)
+
+
+def prediction_stage(examples, label_list, files, glue_run, packed):
+  """The runner's PredictStage: the test set (a GLUE task: its dev and
+  test sets, glue_tasks.GlueRun)."""
+  from bertkit.engine import runner
+  from bertkit.tasks.classifier import write_predictions
+  if glue_run is None:
+    return runner.PredictStage(
+        files=files.get("test"), batch_size=FLAGS.predict_batch_size,
+        message="***** Predict: %d examples, batch %d *****" % (
+            len(examples.get("test", ())), FLAGS.predict_batch_size),
+        use_predictions=functools.partial(
+            write_predictions, FLAGS.output_dir, examples.get("test"),
+            label_list, FLAGS.task_name.lower() == "rerank", packed))
+  return runner.PredictStage(
+      files=glue_run.prediction_files() or None,
+      batch_size=FLAGS.predict_batch_size,
+      message="***** Predict: %d dev and %d test examples, batch %d *****"
+      % (sum(len(s.examples) for s in glue_run.dev_sets),
+         sum(len(s.examples) for s in glue_run.test_sets),
+         FLAGS.predict_batch_size),
+      use_predictions=functools.partial(glue_run.use_predictions,
+                                        FLAGS.output_dir))
+
+
 def main(argv):
   del argv
   check_flags()
   from bertkit.engine import runner
+  from bertkit.engine import distribution
+  distribution.use_slurm_cluster(FLAGS)  # before the strategy is built
+  from bertkit.tasks import classifier_data
   from bertkit.tasks.classifier import (classifier_task, input_fn_maker,
-                                        write_inputs, write_predictions)
-  from bertkit.tasks.classifier_data import RerankProcessor
+                                        write_inputs)
   from bertkit.tasks.fine_tuning import train_steps
-  bert_config, processor, label_list, examples = validate_flags()
+  from bertkit.tasks.glue_tasks import GlueRun
+  bert_config, _, label_list, examples = validate_flags()
   logging.info("Task %s, labels %s", FLAGS.task_name, label_list)
   run = runner.prepare(FLAGS, classifier_task(bert_config, len(label_list)))
   per_pack = FLAGS.max_sequences_per_pack if FLAGS.pack_sequences else None
-  files, num_train_records = write_inputs(
+  files, counts = write_inputs(
       run.setup.is_chief, FLAGS.output_dir, examples, label_list,
       tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case),
       FLAGS.max_seq_length, FLAGS.eval_batch_size, FLAGS.predict_batch_size,
       per_pack)
+  glue = glue_task(FLAGS.task_name)
+  glue_run = glue and GlueRun(glue, label_list, examples, files, counts,
+                              per_pack is not None)
+  if glue_run and run.setup.is_chief:
+    glue_run.remove_stale_results(FLAGS.output_dir)
   num_train_steps, num_warmup_steps = 0, 0
   if FLAGS.do_train:
     num_train_steps, num_warmup_steps = train_steps(
-        num_train_records, FLAGS.train_batch_size, FLAGS.num_train_epochs,
+        counts["train"], FLAGS.train_batch_size, FLAGS.num_train_epochs,
         FLAGS.warmup_proportion)
     logging.info("***** Training: %d examples%s, global batch %d, %d steps "
                  "*****", len(examples["train"]),
-                 " in %d packed rows" % num_train_records if per_pack else "",
+                 " in %d packed rows" % counts["train"] if per_pack else "",
                  FLAGS.train_batch_size, num_train_steps)
   runner.run(
-      run, input_fn_maker(FLAGS.max_seq_length, per_pack),
+      run, input_fn_maker(FLAGS.max_seq_length, per_pack,
+                          classifier_data.is_regression(label_list)),
       runner.Schedule(num_train_steps, num_warmup_steps),
       train_files=files.get("train"),
       evaluation=runner.EvalStage(
           files=files.get("dev"), batch_size=FLAGS.eval_batch_size,
           message="***** Eval: %d examples, batch %d *****" % (
               len(examples.get("dev", ())), FLAGS.eval_batch_size)),
-      prediction=runner.PredictStage(
-          files=files.get("test"), batch_size=FLAGS.predict_batch_size,
-          message="***** Predict: %d examples, batch %d *****" % (
-              len(examples.get("test", ())), FLAGS.predict_batch_size),
-          use_predictions=functools.partial(
-              write_predictions, FLAGS.output_dir, examples.get("test"),
-              label_list, isinstance(processor, RerankProcessor),
-              per_pack is not None)))
+      prediction=prediction_stage(examples, label_list, files, glue_run,
+                                  per_pack is not None))
+  if glue_run and run.setup.is_chief:
+    glue_run.write_results(FLAGS.output_dir)
 
 
 if __name__ == "__main__":

@@ -395,6 +395,8 @@ def main(argv):
   del argv
   checked = check_flags()
   from bertkit.engine import runner
+  from bertkit.engine import distribution
+  distribution.use_slurm_cluster(FLAGS)  # before the strategy is built
   from bertkit.tasks.pretraining import pretraining_task
   plan = validate_flags(checked)
   train_input = plan.train_input

@@ -231,6 +231,8 @@ def main(argv):
     logging.set_verbosity(logging.DEBUG)
   check_flags()
   from bertkit.engine import runner
+  from bertkit.engine import distribution
+  distribution.use_slurm_cluster(FLAGS)  # before the strategy is built
   from bertkit.tasks.fine_tuning import train_steps
   from bertkit.tasks.squad_io import answers, input_fn_maker, write_inputs
   from bertkit.tasks.squad_task import question_answering_task

@@ -1,8 +1,8 @@
 """The library behind the programs at the repository root.
 
 The root holds what a user runs (run_pretraining.py, create_pretraining_data.py,
-run_classifier.py, run_squad.py, export_checkpoint.py, create_vocab.py,
-benchmark.py, two_phase.py) and upstream's three API modules (modeling.py,
+run_classifier.py, run_glue.py, run_squad.py, export_checkpoint.py,
+create_vocab.py, benchmark.py, two_phase.py) and upstream's three API modules (modeling.py,
 optimization.py, tokenization.py), importable as `import modeling` as with
 google-research/bert. Everything else lives here, one subpackage per concern:
 
@@ -15,7 +15,8 @@ google-research/bert. Everything else lives here, one subpackage per concern:
            their formats, the input pipeline, dynamic masking, the train step,
            preemption
   tasks    what the runner runs: pretraining (heads, losses, metrics), the
-           classifier (data processors, features, head, outputs), SQuAD
+           classifier (data processors, features, head, outputs), the GLUE
+           tasks and suite, SQuAD
            (data, features, predictions, evaluation, head) and what the
            fine-tuning tasks share
   perf     the benchmark's FLOP model, sweep, probes and reports

@@ -17,6 +17,8 @@ if REPO_ROOT not in sys.path:
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+pytest_plugins = ["slurm_cluster"]  # the `slurm_cluster` fixture
+
 # The kernels the programs run, so that in-process references match them.
 from bertkit.common import cpu_kernels  # noqa: E402
 

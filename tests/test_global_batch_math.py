@@ -45,6 +45,19 @@ def write_records(path, records):
   return path
 
 
+def write_rank_records(d, records):
+  """rank0.tfrecord and rank1.tfrecord in `d`: rank r gets the r-th half
+  of every global batch of `records`, as a 2-rank run with per-rank files
+  reads them. Returns their paths."""
+  half, whole = BATCH // 2, len(records) // BATCH * BATCH
+  return [
+      write_records(str(d / ("rank%d.tfrecord" % r)),
+                    [rec for start in range(0, whole, BATCH)
+                     for rec in records[start + r * half:
+                                        start + (r + 1) * half]])
+      for r in (0, 1)]
+
+
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
   """Vocab and records from sample_data/corpus.txt, as a user makes them.
@@ -70,14 +83,7 @@ def data(tmp_path_factory):
   with open(d / "config.json", "w") as f:
     json.dump(CONFIG, f)
   records = list(tf.io.tf_record_iterator(str(d / "records.tfrecord")))
-  half = BATCH // 2
-  whole = len(records) // BATCH * BATCH
-  rank_files = [
-      write_records(str(d / ("rank%d.tfrecord" % r)),
-                    [rec for start in range(0, whole, BATCH)
-                     for rec in records[start + r * half:
-                                        start + (r + 1) * half]])
-      for r in (0, 1)]
+  rank_files = write_rank_records(d, records)
   return {"dir": d, "records": str(d / "records.tfrecord"),
           "unmasked_records": str(d / "unmasked.tfrecord"),
           "counts": [masked_count(r) for r in records],

@@ -15,6 +15,7 @@ import os
 from absl import flags
 
 from bertkit.common import shared_flags
+from bertkit.common import slurm_env
 from bertkit.common.errors import UserError
 
 # --distribution_strategy and --all_reduce_alg (engine/distribution.py).
@@ -65,7 +66,8 @@ def define_distribution_flags():
                        "Number of GPUs to use (0: all with --multi_gpu, else "
                        "1 if any).")
   flags.DEFINE_enum("distribution_strategy", None, STRATEGIES,
-                    "Default: multi_worker when TF_CONFIG names a cluster, "
+                    "Default: multi_worker when TF_CONFIG or a Slurm job "
+                    "step of several tasks (srun -n N) names a cluster, "
                     "mirrored with --multi_gpu, --num_gpus > 1 or "
                     "--cpu_replicas > 1, else one_device.")
   flags.DEFINE_enum("all_reduce_alg", "auto", ALL_REDUCE_ALGS,
@@ -79,6 +81,15 @@ def define_distribution_flags():
                        "this (e.g. a peer died) fails instead of hanging; "
                        "with several workers or horovod ranks, also the "
                        "longest a training step may take.")
+  flags.DEFINE_integer("slurm_port_base", None,
+                       "Under srun with several tasks (and no TF_CONFIG): "
+                       "each task listens on this port + its SLURM_LOCALID. "
+                       "Default: %d + (SLURM_JOB_ID mod %d) * %d, below "
+                       "the ephemeral ports and apart for jobs sharing a "
+                       "node (docs/slurm.md)." % (
+                           slurm_env.DEFAULT_PORT_FIRST,
+                           slurm_env.DEFAULT_PORT_SLOTS,
+                           slurm_env.DEFAULT_PORT_STRIDE))
 
 
 def define_runner_flags():

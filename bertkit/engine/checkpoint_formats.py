@@ -257,7 +257,8 @@ def hf_config(bert_config, head, labels=None):
   Args:
     bert_config: modeling.BertConfig.
     head: PRETRAINING, CLASSIFIER or SQUAD.
-    labels: the class names (CLASSIFIER), in output order.
+    labels: the class names (CLASSIFIER), in output order; one name: a
+      regression head (STS-B), problem_type "regression".
 
   Returns:
     A JSON-serialisable dict.
@@ -282,7 +283,8 @@ def hf_config(bert_config, head, labels=None):
   if head == CLASSIFIER:
     config["id2label"] = {str(i): label for i, label in enumerate(labels)}
     config["label2id"] = {label: i for i, label in enumerate(labels)}
-    config["problem_type"] = "single_label_classification"
+    config["problem_type"] = ("regression" if len(labels) == 1
+                              else "single_label_classification")
   return config
 
 

@@ -11,7 +11,8 @@ Strategies (`--distribution_strategy`):
                CPUs); all-reduce by NCCL, hierarchical copy or reduction to
                one device.
   multi_worker MultiWorkerMirroredStrategy (collective all-reduce). With
-               TF_CONFIG naming a cluster it spans machines; without, it runs
+               a cluster (TF_CONFIG, or a Slurm job step of several tasks:
+               `use_slurm_cluster`) it spans machines; without, it runs
                collectives between the local devices, which the published
                multi-GPU BERT measurements found faster than
                MirroredStrategy on one machine.
@@ -40,10 +41,12 @@ import collections
 import json
 import os
 
+from absl import logging
 import tensorflow as tf2
 import tensorflow.compat.v1 as tf
 
 from bertkit.common.errors import UserError
+from bertkit.common import slurm_env
 from bertkit.common import training_flags
 
 STRATEGIES = training_flags.STRATEGIES
@@ -92,6 +95,86 @@ def tf_config_cluster():
                     "%d tasks" % (task_index, task_type,
                                   len(cluster[task_type])))
   return cluster, task
+
+
+def cluster_from_environment(port_base=None):
+  """Which cluster this process is a task of, and which task.
+
+  TF_CONFIG's when it names one; it wins over a Slurm job step, as it does
+  for TensorFlow, with a warning when both are there. Else the Slurm job
+  step's, when this process is one of its several tasks (slurm_env).
+
+  Args:
+    port_base: --slurm_port_base (None: derived from the job id).
+
+  Returns:
+    (cluster dict, task dict, the SlurmStep or None when the cluster is
+    TF_CONFIG's), or (None, None, None) without a cluster.
+
+  Raises:
+    UserError: an invalid TF_CONFIG, or Slurm variables that contradict
+      each other.
+  """
+  cluster, task = tf_config_cluster()
+  if cluster:
+    tasks = slurm_env.step_tasks(os.environ)
+    if tasks > 1:
+      logging.warning(
+          "TF_CONFIG and a Slurm job step of %d tasks both describe a "
+          "cluster: using TF_CONFIG's (TensorFlow's rule); unset TF_CONFIG "
+          "to take the cluster from Slurm", tasks)
+    return cluster, task, None
+  step = slurm_env.step_from_environment(os.environ, port_base)
+  if step is None:
+    return None, None, None
+  config = slurm_env.tf_config(step)
+  return config["cluster"], config["task"], step
+
+
+def use_slurm_cluster(values):
+  """Makes the Slurm job step this process is a task of its cluster.
+
+  Called by the training programs once, before the strategy and the
+  RunConfig are built. Without TF_CONFIG, a step of several tasks becomes
+  TF_CONFIG in os.environ (and this task's GPUs CUDA_VISIBLE_DEVICES). Not a
+  cluster resolver handed to the strategy: RunConfig and Estimator's
+  train_and_evaluate read TF_CONFIG themselves to find the task type, the
+  chief and the coordinator mode, and so do `cluster_task` and the runner;
+  one environment variable keeps all of them on the same cluster.
+  TensorFlow's SlurmClusterResolver is not used either: on nodes without
+  GPUs it fails (it runs nvidia-smi).
+
+  Args:
+    values: the parsed flags (distribution_strategy, slurm_port_base).
+
+  Raises:
+    UserError: Slurm variables that contradict each other, ports out of
+      range or taken, or a step of several tasks with a strategy of one
+      process (one_device, mirrored, central_storage).
+  """
+  if values.distribution_strategy == "horovod":
+    return  # horovod's ranks find each other through its own launcher
+  _, _, step = cluster_from_environment(values.slurm_port_base)
+  if step is None:
+    tasks = os.environ.get("SLURM_NTASKS", "")
+    if tasks.isdigit() and int(tasks) > 1 and not slurm_env.step_tasks(
+        os.environ):
+      logging.warning(
+          "this Slurm job has %s tasks but this process is not in a job "
+          "step of them: training as one process; launch with srun to "
+          "train on all of them", tasks)
+    return
+  if values.distribution_strategy not in (None, "multi_worker"):
+    raise UserError(
+        "a Slurm job step of %d tasks trains as one multi_worker cluster, "
+        "not with --distribution_strategy=%s (a strategy of one process); "
+        "drop the flag, or run one task (srun -n 1)" % (
+            len(step.workers), values.distribution_strategy))
+  slurm_env.check_port_free(step, values.slurm_port_base)
+  os.environ["TF_CONFIG"] = json.dumps(slurm_env.tf_config(step))
+  if step.gpus is not None:
+    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(step.gpus)
+  logging.info("%s", slurm_env.describe(step))
 
 
 def plan_from_flags(values, num_gpus_present):
@@ -152,6 +235,7 @@ def plan_from_flags(values, num_gpus_present):
     if values.cpu_replicas > 1:
       raise UserError("--cpu_replicas > 1 is for one machine; with TF_CONFIG "
                       "each worker runs one CPU replica")
+    devices = _worker_devices(values.num_gpus, num_gpus_present, devices)
   alg = values.all_reduce_alg
   if name == "mirrored" and alg == "ring":
     raise UserError("--all_reduce_alg=ring is for multi_worker; mirrored "
@@ -169,6 +253,23 @@ def plan_from_flags(values, num_gpus_present):
                       all_reduce_alg=alg,
                       collective_timeout_seconds=values.collective_timeout_seconds,
                       cluster=cluster)
+
+
+def _worker_devices(num_gpus_flag, num_gpus_present, devices):
+  """The devices of a multi_worker task of a cluster: every GPU it sees.
+
+  The strategy spans them all (its TF_CONFIG resolver counts them) whatever
+  --num_gpus says, so the plan must count the same; `devices` (the CPU) when
+  there are none.
+  """
+  if not num_gpus_present:
+    return devices
+  if num_gpus_flag and num_gpus_flag != num_gpus_present:
+    raise UserError(
+        "--num_gpus=%d but each worker of a cluster uses every GPU it sees "
+        "(%d here); limit them with CUDA_VISIBLE_DEVICES" % (
+            num_gpus_flag, num_gpus_present))
+  return ["/gpu:%d" % i for i in range(num_gpus_present)]
 
 
 def cluster_task():

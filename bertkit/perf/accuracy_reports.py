@@ -15,6 +15,10 @@ accuracy as the quality:
   train time     training seconds of the last evaluation (evaluation time
                  left out, as training_clock counts it).
 
+A run whose model went through the GLUE suite (run_glue.py --output_dir=
+RUN_DIR/glue) also gets its GLUE score as a quality figure: a glue_score
+field and column, present when a run of the table has one.
+
 A run directory is what run_pretraining.py --eval_every_n_steps leaves
 (eval_history.jsonl, throughput_summary.json, time_to_target.json with a
 target) or the same files from another trainer (the benchmarks' PyTorch
@@ -33,6 +37,7 @@ from bertkit.common.errors import UserError
 from bertkit.engine import evaluation
 from bertkit.engine import throughput
 from bertkit.perf import reports
+from bertkit.tasks import glue_suite
 
 # Written by benchmarks into a run directory: {"name", "model", "recipe",
 # "framework", "process_wall_seconds", "eval_seen_seconds" (seconds from the
@@ -40,6 +45,9 @@ from bertkit.perf import reports
 # optional.
 RUN_INFO_FILE = "run_info.json"
 METRIC = evaluation.TARGET_METRIC
+# run_glue.py's results when its --output_dir is RUN_DIR/glue.
+GLUE_RESULTS = os.path.join("glue", glue_suite.RESULTS_STEM + ".json")
+GLUE_FIELD = "glue_score"
 
 CSV_FIELDS = [
     "run", "model", "replicas", "precision", "recipe", "framework",
@@ -107,14 +115,15 @@ def run_row(run_dir, target=None):
       target (time_to_target.json), if any.
 
   Returns:
-    A dict with the CSV_FIELDS keys (None where the run has no figure).
+    A dict with the CSV_FIELDS keys (None where the run has no figure),
+    and GLUE_FIELD when the run has a GLUE_RESULTS file.
   """
   history = evaluation.read_history(run_dir)
   summary = _read_json(os.path.join(run_dir, throughput.SUMMARY_FILE))
   info = _read_json(os.path.join(run_dir, RUN_INFO_FILE))
   last = history[-1] if history else {}
   target, reached = _run_target(history, run_dir, target, info)
-  return {
+  row = {
       "run": info.get("name") or os.path.basename(os.path.normpath(run_dir)),
       "model": info.get("model"),
       "replicas": summary.get("num_replicas"),
@@ -140,6 +149,18 @@ def run_row(run_dir, target=None):
       "evaluations": len(history),
       "run_dir": run_dir,
   }
+  glue_path = os.path.join(run_dir, GLUE_RESULTS)
+  if atomic_io.exists(glue_path):
+    row[GLUE_FIELD] = glue_suite.read_glue_score(glue_path)
+  return row
+
+
+def table_fields(rows):
+  """CSV_FIELDS, and GLUE_FIELD after the accuracy if a row has it."""
+  if not any(GLUE_FIELD in row for row in rows):
+    return CSV_FIELDS
+  at = CSV_FIELDS.index("masked_lm_loss") + 1
+  return CSV_FIELDS[:at] + [GLUE_FIELD] + CSV_FIELDS[at:]
 
 
 def format_duration(seconds):
@@ -180,11 +201,16 @@ def markdown_table(rows):
             "held-out MLM accuracy (end)",
             "time to %s: train / wall" % target_text, "examples/sec",
             "real tokens/sec", "train time"]
+  with_glue = GLUE_FIELD in table_fields(rows)
+  if with_glue:
+    header.insert(6, "GLUE score")
   out = ["Configuration: model, replicas, precision, recipe. Quality: "
-         "held-out masked-LM accuracy of the last evaluation; time to the "
+         "held-out masked-LM accuracy of the last evaluation; %stime to the "
          "target accuracy %s (training seconds, evaluation excluded / wall "
          "seconds). Throughput: steady-state figures. Train time: training "
-         "seconds (h:mm:ss).\n" % target_text,
+         "seconds (h:mm:ss).\n" % (
+             "the GLUE score of run_glue.py over the run's model (dev-set "
+             "medians, x 100); " if with_glue else "", target_text),
          "| " + " | ".join(header) + " |",
          "|" + "|".join(["---"] * len(header)) + "|"]
   for row in rows:
@@ -192,13 +218,18 @@ def markdown_table(rows):
     if row["framework"]:
       recipe = "%s (%s)" % (recipe, row["framework"]) if recipe else (
           row["framework"])
-    out.append("| " + " | ".join([
+    cells = [
         row["run"], row["model"] or "", _number(row["replicas"], "%d"),
         row["precision"] or "", recipe,
         _number(row["masked_lm_accuracy"], "%.4f"), _target_cell(row),
         _number(row["examples_per_sec"], "%.2f"),
         _number(row["real_tokens_per_sec"], "%.0f"),
-        format_duration(row["train_seconds"])]) + " |")
+        format_duration(row["train_seconds"])]
+    if with_glue:
+      score = row.get(GLUE_FIELD)
+      cells.insert(6, _number(None if score is None else 100 * score,
+                              "%.1f"))
+    out.append("| " + " | ".join(cells) + " |")
   return "\n".join(out) + "\n"
 
 
@@ -221,8 +252,9 @@ def write_table(output_dir, rows, stem="results"):
   """
   paths = [os.path.join(output_dir, stem + ext)
            for ext in (".md", ".csv", ".json")]
-  texts = [markdown_table(rows), _csv_text(CSV_FIELDS, rows),
-           json.dumps([{k: row.get(k) for k in CSV_FIELDS} for row in rows],
+  fields = table_fields(rows)
+  texts = [markdown_table(rows), _csv_text(fields, rows),
+           json.dumps([{k: row.get(k) for k in fields} for row in rows],
                       indent=2) + "\n"]
   for path, text in zip(paths, texts):
     with atomic_io.atomic_open(path) as f:

@@ -3,7 +3,9 @@
 
 The head is upstream's: dropout, then one dense layer `output_weights`
 [C, H], `output_bias` [C] (top-level names, as upstream's checkpoints) over
-BERT's pooled [CLS] output, softmax cross-entropy. Packed rows
+BERT's pooled [CLS] output, softmax cross-entropy. With one output
+(num_labels 1, STS-B) the head regresses: the output is the score, the loss
+the squared error (Hugging Face's num_labels=1). Packed rows
 (classifier_packing.py) give one pooled output per example. The data it
 reads is made by classifier_data.py.
 """
@@ -12,6 +14,7 @@ import collections
 import functools
 import os
 
+import numpy as np
 import tensorflow.compat.v1 as tf
 
 from bertkit.common import atomic_io
@@ -36,8 +39,9 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids,
     bert_config: BertConfig.
     is_training: enables dropout.
     input_ids, input_mask, segment_ids: int32 [B, S].
-    labels: int32 [B] label ids ([B*N] for packed rows).
-    num_labels: number of classes C.
+    labels: int32 [B] label ids ([B*N] for packed rows); float32 [B]
+      scores for regression.
+    num_labels: number of classes C; 1: regression (mean squared error).
     use_one_hot_embeddings: see modeling.BertModel.
     sequence_ids, position_ids, cls_positions: packed rows of up to N
       examples (classifier_packing.model_inputs); X = B*N examples then.
@@ -46,7 +50,7 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids,
 
   Returns:
     (mean loss, per_example_loss [X], logits [X, C], probabilities [X, C]),
-    X = B unpacked.
+    X = B unpacked; for regression the last is the predicted score [X].
   """
   # An explicit scope: a second micro-batch's model reuses bert/..., not
   # bert_1/...
@@ -71,9 +75,14 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids,
       output_layer = tf.nn.dropout(output_layer, rate=0.1)
     logits = tf.matmul(output_layer, output_weights, transpose_b=True)
     logits = tf.nn.bias_add(logits, output_bias)
-    probabilities = tf.nn.softmax(logits, axis=-1)
-    per_example_loss = tf.nn.sparse_softmax_cross_entropy_with_logits(
-        labels=labels, logits=logits)
+    if num_labels == 1:
+      probabilities = logits[:, 0]
+      per_example_loss = tf.square(probabilities -
+                                   tf.cast(labels, tf.float32))
+    else:
+      probabilities = tf.nn.softmax(logits, axis=-1)
+      per_example_loss = tf.nn.sparse_softmax_cross_entropy_with_logits(
+          labels=labels, logits=logits)
     if example_weights is None:
       loss = tf.reduce_mean(per_example_loss)
     else:
@@ -85,26 +94,31 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids,
 def build_classifier_variables(bert_config, num_labels):
   """Creates every trainable variable of the classifier (B=1, S=2)."""
   ids = tf.zeros([1, 2], tf.int32)
-  create_model(bert_config, False, ids, ids, ids, tf.zeros([1], tf.int32),
+  create_model(bert_config, False, ids, ids, ids,
+               tf.zeros([1], tf.float32 if num_labels == 1 else tf.int32),
                num_labels)
 
 
 def classifier_metrics(per_example_loss, label_ids, logits, is_real_example):
-  """Accuracy and mean loss over the real (not padding) examples."""
-  predictions = tf.argmax(logits, axis=-1, output_type=tf.int32)
+  """Accuracy and mean loss over the real (not padding) examples; the mean
+  loss alone for regression (logits [X, 1])."""
   weights = tf.cast(is_real_example, tf.float32)
-  return {
-      "eval_accuracy": tf.metrics.accuracy(labels=label_ids,
-                                           predictions=predictions,
-                                           weights=weights),
-      "eval_loss": tf.metrics.mean(values=per_example_loss, weights=weights),
-  }
+  metrics = {"eval_loss": tf.metrics.mean(values=per_example_loss,
+                                          weights=weights)}
+  if logits.shape[-1] != 1:
+    metrics["eval_accuracy"] = tf.metrics.accuracy(
+        labels=label_ids,
+        predictions=tf.argmax(logits, axis=-1, output_type=tf.int32),
+        weights=weights)
+  return metrics
 
 
 def classifier_task(bert_config, num_labels):
   """Classification as a runner.Task: the head's mean cross-entropy over the
   real examples (of packed rows too: classifier_packing.py); eval accuracy
-  and loss over them; class probabilities."""
+  and loss over them; class probabilities. With num_labels 1, regression:
+  the mean squared error, eval loss, the predicted scores ("predictions",
+  unpacked rows only)."""
 
   def model(features, is_training):
     """create_model's outputs, the labels [X] and the example weights [X]."""
@@ -147,6 +161,8 @@ def classifier_task(bert_config, num_labels):
 
   def predictions(features):
     (_, _, _, probabilities), _, _ = model(features, False)
+    if num_labels == 1:
+      return {"predictions": probabilities}
     if not classifier_packing.is_packed(features):
       return {"probabilities": probabilities}
     return {"probabilities": tf.reshape(
@@ -208,25 +224,41 @@ def write_inputs(is_chief, output_dir, examples, label_list, tokenizer,
                  max_sequences_per_pack=None):
   """Writes labels.txt (chief) and the records of each requested split.
 
+  Args:
+    is_chief: this process writes labels.txt.
+    output_dir: where the files go.
+    examples: {split: InputExamples}: "train", "dev" and "test" (written
+      to train, eval and predict.tf_record), and further dev or test sets
+      named "dev_X" or "test_X" (eval_dev_X, predict_test_X.tf_record).
+    label_list: the task's labels.
+    tokenizer: the FullTokenizer.
+    max_seq_length: S.
+    eval_batch_size, predict_batch_size: dev and test sets are padded to
+      whole batches of these.
+    max_sequences_per_pack: pack rows of up to this many examples, or None.
+
   Returns:
-    ({"train", "dev", "test": [record file]} of the splits in `examples`,
-    dev and test padded to whole batches; the number of training records).
+    ({split: [record file]}, {split: number of records}) of the splits in
+    `examples`.
   """
   if is_chief:
     write_labels(output_dir, label_list)
-  files, num_train_records = {}, 0
-  for split, name, batch_size in (("dev", "eval", eval_batch_size),
-                                  ("train", "train", None),
-                                  ("test", "predict", predict_batch_size)):
-    if split in examples:
-      path, count = classifier_data.write_features(
-          os.path.join(output_dir, "%s.tf_record" % name), examples[split],
-          label_list, max_seq_length, tokenizer, batch_size,
-          max_sequences_per_pack)
-      files[split] = [path]
-      if split == "train":
-        num_train_records = count
-  return files, num_train_records
+  files, counts = {}, {}
+  for split in sorted(examples, key=lambda s: s != "dev"):
+    if split == "train":
+      name, batch_size = "train", None
+    elif split.startswith("dev"):
+      name, batch_size = "eval", eval_batch_size
+    else:
+      name, batch_size = "predict", predict_batch_size
+    if split not in ("train", "dev", "test"):
+      name += "_" + split
+    path, counts[split] = classifier_data.write_features(
+        os.path.join(output_dir, "%s.tf_record" % name), examples[split],
+        label_list, max_seq_length, tokenizer, batch_size,
+        max_sequences_per_pack)
+    files[split] = [path]
+  return files, counts
 
 
 def packed_feature_spec(max_seq_length, max_sequences_per_pack):
@@ -238,10 +270,15 @@ def packed_feature_spec(max_seq_length, max_sequences_per_pack):
                                          max_sequences_per_pack)
 
 
-def input_fn_maker(max_seq_length, max_sequences_per_pack=None):
+def input_fn_maker(max_seq_length, max_sequences_per_pack=None,
+                   regression=False):
   """The runner's make_input_fn over classifier records (packed rows of up
-  to max_sequences_per_pack examples when given)."""
+  to max_sequences_per_pack examples when given; float scores as labels
+  with `regression`)."""
   spec = packed_feature_spec(max_seq_length, max_sequences_per_pack)
+  if regression:
+    spec = input_pipeline.classifier_feature_spec(max_seq_length)
+    spec["label_ids"] = tf.FixedLenFeature([], tf.float32)
 
   def make_input_fn(files, mode, global_batch_size, num_replicas):
     is_training = mode == tf.estimator.ModeKeys.TRAIN
@@ -253,10 +290,11 @@ def input_fn_maker(max_seq_length, max_sequences_per_pack=None):
 
 
 def write_test_results(path, probabilities):
-  """test_results.tsv: one line of tab-separated class probabilities each."""
+  """test_results.tsv: one line of tab-separated class probabilities each
+  (a regression task's: its score)."""
   with atomic_io.atomic_open(path, "w") as writer:
     for row in probabilities:
-      writer.write("\t".join(str(p) for p in row) + "\n")
+      writer.write("\t".join(str(p) for p in np.atleast_1d(row)) + "\n")
 
 
 def rank_passages(examples, scores):
@@ -290,6 +328,26 @@ def write_ranked_results(path, examples, scores):
       writer.write("%s\t%s\t%s\t%d\n" % (query_id, passage_id, score, rank))
 
 
+def outputs_in_input_order(predictions, num_examples, packed):
+  """The model's output for each real example, in input order.
+
+  Args:
+    predictions: Estimator.predict's dicts of one record file, in order
+      (those past the examples are padding).
+    num_examples: the number of real examples.
+    packed: the records are packed rows (classifier_packing.py).
+
+  Returns:
+    list of num_examples class probability vectors [C] (a regression
+    task's: its float score).
+  """
+  if packed:
+    return classifier_packing.predictions_in_input_order(predictions,
+                                                         num_examples)
+  key = "predictions" if "predictions" in predictions[0] else "probabilities"
+  return [p[key] for p in predictions[:num_examples]]
+
+
 def write_predictions(output_dir, examples, label_list, is_ranking, packed,
                       predictions):
   """test_results.tsv (and ranked_results.tsv) from the predict outputs.
@@ -304,12 +362,7 @@ def write_predictions(output_dir, examples, label_list, is_ranking, packed,
     predictions: the prediction dicts, in file order; those past the
       examples are padding.
   """
-  if packed:
-    probabilities = classifier_packing.predictions_in_input_order(
-        predictions, len(examples))
-  else:
-    probabilities = [p["probabilities"]
-                     for p in predictions[:len(examples)]]
+  probabilities = outputs_in_input_order(predictions, len(examples), packed)
   write_test_results(os.path.join(output_dir, "test_results.tsv"),
                      probabilities)
   if is_ranking:

@@ -11,6 +11,7 @@ run_classifier ones where upstream has them.
 
 import collections
 import csv
+import math
 import os
 
 from absl import logging
@@ -25,19 +26,23 @@ from bertkit.tasks import classifier_packing
 class InputExample(object):
   """A single training/test example for simple sequence classification."""
 
-  def __init__(self, guid, text_a, text_b=None, label=None):
+  def __init__(self, guid, text_a, text_b=None, label=None, index=None):
     """Constructs an InputExample.
 
     Args:
       guid: unique id of the example.
       text_a: the untokenized first sequence.
       text_b: the untokenized second sequence of a pair task, or None.
-      label: the label string; test examples carry a placeholder.
+      label: the label string (a task with one output: the score, a
+        number); test examples carry a placeholder.
+      index: a GLUE test example's id in its file (the leaderboard's
+        submission names it), else None.
     """
     self.guid = guid
     self.text_a = text_a
     self.text_b = text_b
     self.label = label
+    self.index = index
 
 
 class RankingExample(InputExample):
@@ -141,7 +146,8 @@ class DataProcessor(object):
     return [TsvLine(fields, input_file, reader.line_num)
             for fields in reader if fields]
 
-  def _examples_from_tsv(self, path, has_header, line_to_example):
+  def _examples_from_tsv(self, path, has_header, line_to_example,
+                         header=None):
     """Reads `path` and turns each data line into an example.
 
     Args:
@@ -149,14 +155,18 @@ class DataProcessor(object):
       has_header: skip the first line.
       line_to_example: function(TsvLine) -> InputExample, or None to skip
         the line.
+      header: the Header the first line must match, or None.
 
     Returns:
       A non-empty list of InputExample.
 
     Raises:
-      UserError: the file holds no data lines, or a line is malformed.
+      UserError: the file holds no data lines, its header is not `header`,
+        or a line is malformed.
     """
     lines = self._read_tsv(path)
+    if header is not None and lines:
+      header.check(lines[0])
     if has_header and lines:
       lines = lines[1:]
       if not lines:
@@ -176,6 +186,32 @@ class DataProcessor(object):
     return label
 
 
+class Header(collections.namedtuple("Header", ["task", "names", "checked"])):
+  """The header line a GLUE file starts with.
+
+  task: the task's name, for the error; names: the official column names;
+  checked: the 0-based columns compared (negative from the end), or None
+  for the whole line. Upstream's readers (CoLA, MRPC, MNLI) only compare
+  the columns that tell the task apart, as upstream reads any header.
+  """
+
+  def check(self, line):
+    """Raises a UserError naming the file and the header expected unless
+    TsvLine `line` is this header (a UTF-8 byte-order mark is ignored)."""
+    got = list(line)
+    if got:
+      got[0] = got[0].lstrip("\ufeff")
+    if self.checked is None:
+      matches = got == list(self.names)
+    else:
+      matches = all(-len(got) <= i < len(got) and got[i] == self.names[i]
+                    for i in self.checked)
+    if not matches:
+      raise UserError(
+          "%s line 1: not the header of a GLUE %s file; expected %r, got %r"
+          % (line.path, self.task, "\t".join(self.names), "\t".join(got)))
+
+
 class SplitFilesProcessor(DataProcessor):
   """A data set whose splits are files of data_dir read by `_create_examples`.
 
@@ -193,6 +229,10 @@ class SplitFilesProcessor(DataProcessor):
 
   def get_test_examples(self, data_dir):
     return self._split_examples(data_dir, "test")
+
+  def get_split_examples(self, data_dir, split):
+    """The InputExamples of SPLITS[split] (e.g. MNLI's dev_mismatched)."""
+    return self._split_examples(data_dir, split)
 
   def _split_examples(self, data_dir, split):
     file_name, set_type = self.SPLITS[split]
@@ -245,27 +285,57 @@ class XnliProcessor(DataProcessor):
     return ["contradiction", "entailment", "neutral"]
 
 
+_MNLI_COLUMNS = ("index", "promptID", "pairID", "genre",
+                 "sentence1_binary_parse", "sentence2_binary_parse",
+                 "sentence1_parse", "sentence2_parse", "sentence1",
+                 "sentence2")
+# The columns that tell MNLI's files apart from the other tasks': the two
+# sentences and, in labelled files, gold_label last.
+MNLI_HEADER = Header("mnli", _MNLI_COLUMNS + ("label1", "gold_label"),
+                     (8, 9, -1))
+MNLI_DEV_HEADER = Header("mnli", _MNLI_COLUMNS + (
+    "label1", "label2", "label3", "label4", "label5", "gold_label"),
+                         (8, 9, -1))
+MNLI_TEST_HEADER = Header("mnli", _MNLI_COLUMNS, (0, 8, 9))
+
+
 class MnliProcessor(SplitFilesProcessor):
-  """Processor for the MultiNLI data set (GLUE version)."""
+  """Processor for the MultiNLI data set (GLUE version).
+
+  dev and test are the matched sets, as upstream; dev_mismatched and
+  test_mismatched read the mismatched ones.
+  """
 
   SPLITS = {"train": ("train.tsv", "train"),
             "dev": ("dev_matched.tsv", "dev_matched"),
-            "test": ("test_matched.tsv", "test")}
+            "test": ("test_matched.tsv", "test"),
+            "dev_mismatched": ("dev_mismatched.tsv", "dev_mismatched"),
+            "test_mismatched": ("test_mismatched.tsv", "test_mismatched")}
 
   def get_labels(self):
     return ["contradiction", "entailment", "neutral"]
 
   def _create_examples(self, path, set_type):
+    is_test = set_type.startswith("test")
 
     def to_example(line):
-      if set_type == "test":
+      if is_test:
         label = "contradiction"
       else:
         label = self._checked_label(line, line.column(-1))
       return InputExample("%s-%s" % (set_type, line.column(0)),
-                          line.column(8), line.column(9), label)
+                          line.column(8), line.column(9), label,
+                          index=line.column(0) if is_test else None)
 
-    return self._examples_from_tsv(path, True, to_example)
+    header = MNLI_HEADER if set_type == "train" else MNLI_DEV_HEADER
+    return self._examples_from_tsv(
+        path, True, to_example, MNLI_TEST_HEADER if is_test else header)
+
+
+MRPC_HEADER = Header("mrpc", ("Quality", "#1 ID", "#2 ID", "#1 String",
+                              "#2 String"), (0,))
+MRPC_TEST_HEADER = Header("mrpc", ("index", "#1 ID", "#2 ID", "#1 String",
+                                   "#2 String"), (0,))
 
 
 class MrpcProcessor(SplitFilesProcessor):
@@ -278,13 +348,18 @@ class MrpcProcessor(SplitFilesProcessor):
 
     def to_example(line):
       if set_type == "test":
-        label = "0"
-      else:
-        label = self._checked_label(line, line.column(0))
+        return InputExample(_guid(set_type, line), line.column(3),
+                            line.column(4), "0", index=line.column(0))
       return InputExample(_guid(set_type, line), line.column(3),
-                          line.column(4), label)
+                          line.column(4),
+                          self._checked_label(line, line.column(0)))
 
-    return self._examples_from_tsv(path, True, to_example)
+    return self._examples_from_tsv(
+        path, True, to_example,
+        MRPC_TEST_HEADER if set_type == "test" else MRPC_HEADER)
+
+
+COLA_TEST_HEADER = Header("cola", ("index", "sentence"), None)
 
 
 class ColaProcessor(SplitFilesProcessor):
@@ -297,12 +372,165 @@ class ColaProcessor(SplitFilesProcessor):
 
     def to_example(line):
       if set_type == "test":
-        return InputExample(_guid(set_type, line), line.column(1), None, "0")
+        return InputExample(_guid(set_type, line), line.column(1), None, "0",
+                            index=line.column(0))
       return InputExample(_guid(set_type, line), line.column(3), None,
                           self._checked_label(line, line.column(1)))
 
     # Only the test set has a header.
-    return self._examples_from_tsv(path, set_type == "test", to_example)
+    is_test = set_type == "test"
+    return self._examples_from_tsv(path, is_test, to_example,
+                                   COLA_TEST_HEADER if is_test else None)
+
+
+class GlueProcessor(SplitFilesProcessor):
+  """A GLUE task whose files name their columns in a header line.
+
+  Subclasses set TASK (its name), HEADER (the columns of train.tsv and
+  dev.tsv), TEST_HEADER (test.tsv's), the columns read by name: TEXT_A,
+  TEXT_B (None for one sentence), LABEL and INDEX (the test id), and LABELS.
+  A file must start with its header exactly. With SKIP_MALFORMED, data
+  lines with another number of columns are skipped and counted (logged
+  once per file), else one is an error.
+  """
+
+  TASK = None
+  HEADER = TEST_HEADER = ()
+  TEXT_A, TEXT_B, LABEL, INDEX = "sentence", None, "label", "index"
+  LABELS = ("0", "1")
+  # The placeholder label of test examples (None: the first of LABELS).
+  TEST_LABEL = None
+  SKIP_MALFORMED = False
+
+  def get_labels(self):
+    return list(self.LABELS)
+
+  def _label(self, line, value):
+    """The example's label from its label field (a checked class name)."""
+    return self._checked_label(line, value)
+
+  def _create_examples(self, path, set_type):
+    is_test = set_type.startswith("test")
+    names = self.TEST_HEADER if is_test else self.HEADER
+    column = {name: i for i, name in enumerate(names)}
+    skipped = []
+
+    def to_example(line):
+      if len(line) != len(names):
+        if self.SKIP_MALFORMED:
+          skipped.append(line.line_number)
+          return None
+        raise UserError("%s line %d: expected %d tab-separated columns "
+                        "(%s), got %d" % (path, line.line_number, len(names),
+                                          ", ".join(names), len(line)))
+      text_b = line[column[self.TEXT_B]] if self.TEXT_B else None
+      if is_test:
+        return InputExample("%s-%s" % (set_type, line[column[self.INDEX]]),
+                            line[column[self.TEXT_A]], text_b,
+                            self.TEST_LABEL or self.LABELS[0],
+                            index=line[column[self.INDEX]])
+      return InputExample(_guid(set_type, line), line[column[self.TEXT_A]],
+                          text_b, self._label(line, line[column[self.LABEL]]))
+
+    examples = self._examples_from_tsv(path, True, to_example,
+                                       Header(self.TASK, names, None))
+    if skipped:
+      logging.warning("%s: skipped %d malformed line(s) (not %d columns), "
+                      "the first at line %d", path, len(skipped), len(names),
+                      skipped[0])
+    return examples
+
+
+class Sst2Processor(GlueProcessor):
+  """SST-2: one sentence, sentiment 0 (negative) or 1 (positive)."""
+
+  TASK = "sst-2"
+  HEADER = ("sentence", "label")
+  TEST_HEADER = ("index", "sentence")
+
+
+class QqpProcessor(GlueProcessor):
+  """QQP: two questions, 1 if they ask the same thing.
+
+  GLUE's QQP files hold some lines that are cut short; those are skipped.
+  """
+
+  TASK = "qqp"
+  HEADER = ("id", "qid1", "qid2", "question1", "question2", "is_duplicate")
+  TEST_HEADER = ("id", "question1", "question2")
+  TEXT_A, TEXT_B, LABEL, INDEX = "question1", "question2", "is_duplicate", "id"
+  SKIP_MALFORMED = True
+
+
+class QnliProcessor(GlueProcessor):
+  """QNLI: a question and a sentence that answers it or not."""
+
+  TASK = "qnli"
+  HEADER = ("index", "question", "sentence", "label")
+  TEST_HEADER = ("index", "question", "sentence")
+  TEXT_A, TEXT_B = "question", "sentence"
+  LABELS = ("entailment", "not_entailment")
+
+
+class RteProcessor(GlueProcessor):
+  """RTE: does sentence1 entail sentence2."""
+
+  TASK = "rte"
+  HEADER = ("index", "sentence1", "sentence2", "label")
+  TEST_HEADER = ("index", "sentence1", "sentence2")
+  TEXT_A, TEXT_B = "sentence1", "sentence2"
+  LABELS = ("entailment", "not_entailment")
+
+
+class WnliProcessor(RteProcessor):
+  """WNLI: RTE's layout, labels 0 and 1 (1: entailment)."""
+
+  TASK = "wnli"
+  LABELS = ("0", "1")
+
+
+class StsbProcessor(GlueProcessor):
+  """STS-B: the similarity of two sentences, a score from 0 to 5.
+
+  A regression task: its one "label" is the score, so the classifier has
+  one output (num_labels 1 means regression throughout the classifier).
+  """
+
+  TASK = "sts-b"
+  HEADER = ("index", "genre", "filename", "year", "old_index", "source1",
+            "source2", "sentence1", "sentence2", "score")
+  TEST_HEADER = HEADER[:-1]
+  TEXT_A, TEXT_B, LABEL = "sentence1", "sentence2", "score"
+  LABELS = ("score",)
+
+  def _label(self, line, value):
+    try:
+      score = float(value)
+    except ValueError:
+      score = float("nan")
+    if not math.isfinite(score):
+      raise UserError("%s line %d: the score %r is not a number" %
+                      (line.path, line.line_number, value))
+    return value
+
+  TEST_LABEL = "0"
+
+
+class AxProcessor(GlueProcessor):
+  """AX, GLUE's diagnostic set: MNLI pairs to predict with an MNLI model."""
+
+  TASK = "ax"
+  SPLITS = {"test": ("diagnostic.tsv", "test")}
+  TEST_HEADER = ("index", "sentence1", "sentence2")
+  TEXT_A, TEXT_B = "sentence1", "sentence2"
+  LABELS = tuple(MnliProcessor().get_labels())
+
+  def get_train_examples(self, data_dir):
+    raise UserError("task ax is predict only (diagnostic.tsv has no labels): "
+                    "use --do_predict alone, with an MNLI fine-tuned "
+                    "--init_checkpoint")
+
+  get_dev_examples = get_train_examples
 
 
 class TsvProcessor(SplitFilesProcessor):
@@ -445,7 +673,31 @@ PROCESSORS = {
     "xnli": XnliProcessor,
     "tsv": TsvProcessor,
     "rerank": RerankProcessor,
+    "sst-2": Sst2Processor,
+    "qqp": QqpProcessor,
+    "qnli": QnliProcessor,
+    "rte": RteProcessor,
+    "wnli": WnliProcessor,
+    "sts-b": StsbProcessor,
+    "ax": AxProcessor,
 }
+# Other spellings of task names (GLUE's folders, without the dash).
+ALIASES = {"sst2": "sst-2", "stsb": "sts-b"}
+
+
+def canonical_task_name(task_name):
+  """The PROCESSORS key of --task_name `task_name`.
+
+  Raises:
+    UserError: an unknown task (the error lists the names).
+  """
+  name = task_name.lower()
+  name = ALIASES.get(name, name)
+  if name not in PROCESSORS:
+    raise UserError("--task_name=%s is not one of %s" %
+                    (task_name, ", ".join(sorted(set(PROCESSORS) |
+                                                 set(ALIASES)))))
+  return name
 
 
 def make_processor(task_name, data_dir, values):
@@ -459,10 +711,7 @@ def make_processor(task_name, data_dir, values):
   Raises:
     UserError: an unknown task, or tsv labels that cannot be determined.
   """
-  name = task_name.lower()
-  if name not in PROCESSORS:
-    raise UserError("--task_name=%s is not one of %s" %
-                    (task_name, ", ".join(sorted(PROCESSORS))))
+  name = canonical_task_name(task_name)
   if name != "tsv":
     return PROCESSORS[name]()
   processor = TsvProcessor(values.text_a_column, values.label_column,
@@ -488,17 +737,26 @@ def _truncate_seq_pair(tokens_a, tokens_b, max_length):
     longer.pop()
 
 
+def is_regression(label_list):
+  """Whether a task of `label_list` regresses: it has one output, its score
+  (STS-B), as Hugging Face's num_labels=1."""
+  return len(label_list) == 1
+
+
 def convert_single_example(ex_index, example, label_list, max_seq_length,
                            tokenizer):
   """Converts one InputExample (or PaddingInputExample) into InputFeatures.
 
   Tokens are `[CLS] A [SEP]` (segment 0), then `B [SEP]` (segment 1) for a
-  pair, padded with 0 to max_seq_length.
+  pair, padded with 0 to max_seq_length. The label id is the label's
+  position in label_list, or for a regression task (is_regression) the
+  score as a float.
   """
   if isinstance(example, PaddingInputExample):
     zeros = [0] * max_seq_length
     return InputFeatures(input_ids=zeros, input_mask=list(zeros),
-                         segment_ids=list(zeros), label_id=0,
+                         segment_ids=list(zeros),
+                         label_id=0.0 if is_regression(label_list) else 0,
                          is_real_example=False)
   tokens_a = tokenizer.tokenize(example.text_a)
   tokens_b = tokenizer.tokenize(example.text_b) if example.text_b else None
@@ -514,9 +772,12 @@ def convert_single_example(ex_index, example, label_list, max_seq_length,
     segment_ids += [1] * (len(tokens_b) + 1)
   input_ids = tokenizer.convert_tokens_to_ids(tokens)
   padding = [0] * (max_seq_length - len(input_ids))
-  label_id = label_list.index(example.label)
+  if is_regression(label_list):
+    label_id = float(example.label)
+  else:
+    label_id = label_list.index(example.label)
   if ex_index < 2:
-    logging.info("*** Example %s: %s -> label %s (id %d)", example.guid,
+    logging.info("*** Example %s: %s -> label %s (id %s)", example.guid,
                  " ".join(tokens), example.label, label_id)
   return InputFeatures(input_ids=input_ids + padding,
                        input_mask=[1] * len(input_ids) + padding,
@@ -530,7 +791,9 @@ def serialize_features(feature):
       ("input_ids", int_feature(feature.input_ids)),
       ("input_mask", int_feature(feature.input_mask)),
       ("segment_ids", int_feature(feature.segment_ids)),
-      ("label_ids", int_feature([feature.label_id])),
+      ("label_ids", pretraining_records.float_feature([feature.label_id])
+       if isinstance(feature.label_id, float)
+       else int_feature([feature.label_id])),
       ("is_real_example", int_feature([int(feature.is_real_example)])),
   ])
   return tf.train.Example(features=tf.train.Features(

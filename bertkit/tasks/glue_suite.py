@@ -1,0 +1,585 @@
+"""The GLUE suite over one checkpoint: its tasks, runs, scores and table.
+
+run_glue.py fine-tunes every task of the GLUE benchmark with run_classifier.py,
+one process per (task, seed), and reads each run's eval_results.json; this
+module is what it plans and computes, without TensorFlow or processes:
+
+  TASKS            each task's run_classifier name, leaderboard name, folder
+                   of the GLUE download, files, dev-set metrics and
+                   submission files;
+  plan_runs        which (task, seed) runs are finished, need their test
+                   predictions only, or need training;
+  classifier_command  the run_classifier.py command of a run;
+  summarize_task   a task's metrics per seed, their medians and its score;
+  glue_score       the average of the task scores, as the leaderboard
+                   averages them;
+  write_results    glue_results.md, .csv and .json.
+
+Scores follow the GLUE leaderboard (Wang et al., 2019): a task's score is its
+metric, or the unweighted mean of its two metrics (MRPC and QQP: F1 and
+accuracy; STS-B: Pearson and Spearman correlation; MNLI: matched and
+mismatched accuracy); the GLUE score is the mean of the nine task scores.
+The diagnostic set AX has no labels here and no part in the score. Values
+stay fractions as eval_results.json has them (the table prints them x 100).
+
+With several seeds, each metric and the task score are the medians over the
+seeds (the task score's median over the per-seed task scores, so that it
+is the score of a run when the number of seeds is odd); the submission files
+come from the median run: the run of the lower median task score.
+"""
+
+import collections
+import csv
+import io
+import json
+import os
+import re
+import shutil
+import statistics
+
+from bertkit.common import atomic_io
+from bertkit.common.errors import UserError
+
+# What run_classifier.py writes after its evaluation, last (its presence
+# means the run finished) and where it writes the leaderboard's files.
+EVAL_RESULTS_FILE = "eval_results.json"
+SUBMISSION_DIR = "submission"
+RESULTS_STEM = "glue_results"
+FLAGS_SUFFIX = ".flags"
+
+GlueTask = collections.namedtuple("GlueTask", [
+    "name",          # run_classifier's --task_name
+    "leaderboard",   # the GLUE leaderboard's name of the task
+    "folder",        # its folder in the GLUE download
+    "eval_files",    # the training and dev files (--do_train --do_eval)
+    "test_files",    # the test files (--do_predict)
+    "metrics",       # (dev set, metric) pairs of eval_results.json
+    "submissions",   # the leaderboard's file name(s) of its predictions
+])
+
+
+def _task(name, leaderboard, metrics=("accuracy",), folder=None):
+  return GlueTask(name, leaderboard, folder or leaderboard,
+                  ("train.tsv", "dev.tsv"), ("test.tsv",),
+                  tuple(("dev", m) for m in metrics), (leaderboard + ".tsv",))
+
+
+# The GLUE leaderboard's order.
+TASKS = collections.OrderedDict((t.name, t) for t in [
+    _task("cola", "CoLA", ("matthews_corrcoef",)),
+    _task("sst-2", "SST-2"),
+    _task("mrpc", "MRPC", ("f1", "accuracy")),
+    _task("sts-b", "STS-B", ("pearson", "spearman")),
+    _task("qqp", "QQP", ("f1", "accuracy")),
+    GlueTask("mnli", "MNLI", "MNLI",
+             ("train.tsv", "dev_matched.tsv", "dev_mismatched.tsv"),
+             ("test_matched.tsv", "test_mismatched.tsv"),
+             (("dev_matched", "accuracy"), ("dev_mismatched", "accuracy")),
+             ("MNLI-m.tsv", "MNLI-mm.tsv")),
+    _task("qnli", "QNLI"),
+    _task("rte", "RTE"),
+    _task("wnli", "WNLI"),
+    # Predict only, by the MNLI model: no training, no dev set, no score.
+    GlueTask("ax", "AX", "diagnostic", (), ("diagnostic.tsv",), (),
+             ("AX.tsv",)),
+])
+SCORED_TASKS = tuple(name for name in TASKS if name != "ax")
+ALIASES = {"sst2": "sst-2", "stsb": "sts-b"}
+
+# One run_classifier.py run of the suite: its task, seed (None for ax), its
+# --output_dir and what it does (TRAIN, PREDICT or, finished, SKIP).
+Run = collections.namedtuple("Run", ["task", "seed", "output_dir", "action"])
+TRAIN, PREDICT, SKIP = "train", "predict", "skip"
+
+
+def parse_tasks(names):
+  """The tasks of --tasks, in the leaderboard's order.
+
+  Args:
+    names: task names as given (any case; sst2 and stsb as aliases).
+
+  Returns:
+    A list of TASKS keys without repeats.
+
+  Raises:
+    UserError: an unknown name, ax (it runs with mnli under --do_predict),
+      or no task at all.
+  """
+  wanted = set()
+  for name in names:
+    key = ALIASES.get(name.strip().lower(), name.strip().lower())
+    if key == "ax":
+      raise UserError("--tasks: ax is not run on its own; it runs after mnli "
+                      "when --do_predict is given")
+    if key not in SCORED_TASKS:
+      raise UserError("--tasks: unknown task %r; expected some of %s" % (
+          name, ",".join(SCORED_TASKS)))
+    wanted.add(key)
+  if not wanted:
+    raise UserError("--tasks is empty; expected some of %s"
+                    % ",".join(SCORED_TASKS))
+  return [name for name in SCORED_TASKS if name in wanted]
+
+
+def suite_tasks(tasks, do_predict):
+  """The tasks run: `tasks`, then ax when predicting with mnli."""
+  return list(tasks) + (["ax"] if do_predict and "mnli" in tasks else [])
+
+
+def missing_inputs(glue_dir, tasks, do_predict, flags_dir, exists):
+  """Every input of the suite that is not there, before anything runs.
+
+  Args:
+    glue_dir: the root of the GLUE download.
+    tasks: TASKS keys, ax included when it runs.
+    do_predict: whether the test files are read.
+    flags_dir: the directory of the per-task flagfiles.
+    exists: a path predicate (os.path.exists).
+
+  Returns:
+    A list of "path (what needs it)" strings, in task order.
+  """
+  missing = []
+  for name in tasks:
+    task = TASKS[name]
+    folder = os.path.join(glue_dir, task.folder)
+    files = task.eval_files + (task.test_files if do_predict else ())
+    if not exists(folder):
+      missing.append("%s/ (task %s)" % (folder, name))
+    else:
+      missing.extend("%s (task %s)" % (os.path.join(folder, f), name)
+                     for f in files if not exists(os.path.join(folder, f)))
+    flagfile = flagfile_path(flags_dir, name)
+    if not exists(flagfile):
+      missing.append("%s (the flags of task %s)" % (flagfile, name))
+  return missing
+
+
+def flagfile_path(flags_dir, task):
+  """The flagfile of a task; ax predicts with the MNLI model, MNLI's."""
+  return os.path.join(flags_dir, ("mnli" if task == "ax" else task)
+                      + FLAGS_SUFFIX)
+
+
+def seed_dir(output_dir, task, seed):
+  return os.path.join(output_dir, task, "seed_%d" % seed)
+
+
+def submission_paths(task, run_dir):
+  """The leaderboard files a run with --do_predict leaves in run_dir."""
+  return [os.path.join(run_dir, SUBMISSION_DIR, f)
+          for f in TASKS[task].submissions]
+
+
+def plan_runs(tasks, num_seeds, output_dir, do_predict, exists):
+  """One Run per (task, seed) of the scored tasks, seeds 1..num_seeds.
+
+  A run whose eval_results.json exists is finished (SKIP), unless
+  predictions are asked for and its submission files are missing
+  (PREDICT: the fine-tuned checkpoint is there). Others TRAIN.
+
+  Args:
+    tasks: TASKS keys (not ax).
+    num_seeds: runs per task; seed k is --tf_random_seed=k.
+    output_dir: the suite's output directory.
+    do_predict: whether each run also writes its submission files.
+    exists: a path predicate (os.path.exists).
+
+  Returns:
+    The runs, task by task, seeds in order.
+  """
+  runs = []
+  for task in tasks:
+    for seed in range(1, num_seeds + 1):
+      run_dir = seed_dir(output_dir, task, seed)
+      if not exists(os.path.join(run_dir, EVAL_RESULTS_FILE)):
+        action = TRAIN
+      elif do_predict and not all(
+          exists(p) for p in submission_paths(task, run_dir)):
+        action = PREDICT
+      else:
+        action = SKIP
+      runs.append(Run(task, seed, run_dir, action))
+  return runs
+
+
+def plan_ax(output_dir, exists):
+  """The AX run: predictions of the median MNLI run, unless already made."""
+  run_dir = os.path.join(output_dir, "ax")
+  done = all(exists(p) for p in submission_paths("ax", run_dir))
+  return Run("ax", None, run_dir, SKIP if done else PREDICT)
+
+
+# TensorFlow's record of a directory's checkpoints.
+CHECKPOINT_STATE = "checkpoint"
+
+
+def ax_checkpoint_state(mnli_dir, mnli_state):
+  """The checkpoint state that makes the AX run's directory predict with
+  the MNLI run's model.
+
+  The AX run predicts as a fine-tuned run does, from the checkpoint of its
+  --output_dir, which is the MNLI run's; its --init_checkpoint stays the
+  pretrained model's, so that a Hugging Face directory still gives the
+  config, and its weights are not read (a directory with a checkpoint
+  resumes from it).
+
+  Args:
+    mnli_dir: the median MNLI run's directory.
+    mnli_state: the text of its CHECKPOINT_STATE file.
+
+  Returns:
+    The text of the AX directory's CHECKPOINT_STATE file.
+
+  Raises:
+    UserError: the MNLI run records no checkpoint.
+  """
+  match = re.search(r'^model_checkpoint_path: "(.+)"$', mnli_state or "",
+                    re.M)
+  if not match:
+    raise UserError("%s holds no checkpoint to predict AX with" % mnli_dir)
+  prefix = os.path.join(os.path.abspath(mnli_dir), match.group(1))
+  return ('model_checkpoint_path: "%s"\nall_model_checkpoint_paths: "%s"\n'
+          % (prefix, prefix))
+
+
+SuiteConfig = collections.namedtuple("SuiteConfig", [
+    "python", "program", "flags_dir", "glue_dir", "init_checkpoint",
+    "bert_config_file", "vocab_file", "do_lower_case", "do_predict",
+    "extra_flags"])
+
+
+def classifier_command(run, config):
+  """The run_classifier.py command line of a run.
+
+  The task's flagfile comes first so that the suite's own flags and then
+  config.extra_flags (absl: the last value of a flag wins) override it.
+
+  Args:
+    run: a Run (TRAIN or PREDICT; ax: PREDICT, see ax_checkpoint_state).
+    config: a SuiteConfig.
+
+  Returns:
+    The argument list, the interpreter first.
+  """
+  task = TASKS[run.task]
+  args = [config.python, config.program,
+          "--flagfile=%s" % flagfile_path(config.flags_dir, run.task),
+          "--task_name=%s" % run.task,
+          "--data_dir=%s" % os.path.join(config.glue_dir, task.folder),
+          "--vocab_file=%s" % config.vocab_file,
+          "--do_lower_case=%s" % str(config.do_lower_case).lower(),
+          "--output_dir=%s" % run.output_dir]
+  if config.bert_config_file:
+    args.append("--bert_config_file=%s" % config.bert_config_file)
+  if run.task == "ax":
+    args.append("--do_predict")
+    if config.init_checkpoint:
+      args.append("--init_checkpoint=%s" % config.init_checkpoint)
+  elif run.action == PREDICT:
+    args.append("--do_predict")
+  else:
+    args += ["--do_train", "--do_eval", "--tf_random_seed=%d" % run.seed]
+    if config.do_predict:
+      args.append("--do_predict")
+    if config.init_checkpoint:
+      args.append("--init_checkpoint=%s" % config.init_checkpoint)
+  return args + list(config.extra_flags)
+
+
+def visible_gpus(environ, nvidia_smi_listing):
+  """The GPUs the suite spreads its runs over, one run per GPU at a time.
+
+  Args:
+    environ: the environment; a CUDA_VISIBLE_DEVICES in it is obeyed (its
+      entries, "" or -1 meaning none).
+    nvidia_smi_listing: the output of `nvidia-smi -L` (None: no nvidia-smi).
+
+  Returns:
+    The CUDA_VISIBLE_DEVICES value of each GPU (["0", "1"]); [] on a
+    machine without GPUs, where the runs go one after another.
+  """
+  visible = environ.get("CUDA_VISIBLE_DEVICES")
+  if visible is not None:
+    ids = [d.strip() for d in visible.split(",") if d.strip()]
+    return [] if not ids or ids[0].startswith("-") else ids
+  if not nvidia_smi_listing:
+    return []
+  return [m.group(1) for m in re.finditer(r"^GPU (\d+):",
+                                          nvidia_smi_listing, re.M)]
+
+
+def _metric_key(dev_set, metric):
+  """A metric's name in the results: "f1", or "dev_matched/accuracy"."""
+  return metric if dev_set == "dev" else "%s/%s" % (dev_set, metric)
+
+
+def metric_names(task):
+  return [_metric_key(d, m) for d, m in TASKS[task].metrics]
+
+
+def read_eval_results(path, task):
+  """A run's metrics from its eval_results.json.
+
+  Args:
+    path: the file (run_classifier.py's; docs/glue.md, "The contract").
+    task: the TASKS key of the run.
+
+  Returns:
+    {metric name (metric_names): value} of the task's metrics.
+
+  Raises:
+    UserError: the file is not JSON, is another task's or lacks a metric.
+  """
+  try:
+    with atomic_io.open_file(path) as f:
+      results = json.load(f)
+    dev_sets = results["dev_sets"]
+  except (ValueError, KeyError, TypeError) as e:
+    raise UserError("%s is not an eval_results.json of run_classifier.py "
+                    "(%s)" % (path, e))
+  if results.get("task") not in (None, task):
+    raise UserError("%s holds task %r; expected %r" % (
+        path, results.get("task"), task))
+  metrics = {}
+  for dev_set, metric in TASKS[task].metrics:
+    value = dev_sets.get(dev_set, {}).get(metric, "missing")
+    if value is None and metric in ("pearson", "spearman"):
+      # run_classifier writes null for the correlation of constant
+      # predictions: no correlation, scored as 0 (not a failed run).
+      value = 0.0
+    if not isinstance(value, (int, float)):
+      raise UserError("%s has no %s of dev set %r; expected the metrics %s" % (
+          path, metric, dev_set, ", ".join(metric_names(task))))
+    metrics[_metric_key(dev_set, metric)] = float(value)
+  return metrics
+
+
+def task_score(task, metrics):
+  """A run's score on the leaderboard: its metric, or the mean of two.
+
+  Args:
+    task: a TASKS key.
+    metrics: {metric name: value} (read_eval_results).
+
+  Returns:
+    float.
+  """
+  names = metric_names(task)
+  return sum(metrics[n] for n in names) / len(names)
+
+
+def median_seed(scores):
+  """The seed of the lower median of the task scores.
+
+  Args:
+    scores: {seed: task score}.
+
+  Returns:
+    The seed whose run's score is the median (odd counts) or the lower of
+    the two middle ones (even counts); ties by the lower seed.
+  """
+  ranked = sorted(scores, key=lambda seed: (scores[seed], seed))
+  return ranked[(len(ranked) - 1) // 2]
+
+
+def summarize_task(task, per_seed):
+  """A task's line of the results.
+
+  Args:
+    task: a TASKS key (not ax).
+    per_seed: {seed: {metric name: value}} of its finished runs.
+
+  Returns:
+    dict: task, leaderboard, seeds, metrics {name: {"per_seed": {seed:
+    value}, "median": value}}, score {"per_seed", "median"}, median_seed.
+  """
+  seeds = sorted(per_seed)
+  metrics = collections.OrderedDict()
+  for name in metric_names(task):
+    values = {s: per_seed[s][name] for s in seeds}
+    metrics[name] = {"per_seed": values,
+                     "median": statistics.median(values.values())}
+  scores = {s: task_score(task, per_seed[s]) for s in seeds}
+  return {"task": task, "leaderboard": TASKS[task].leaderboard,
+          "seeds": seeds, "metrics": metrics,
+          "score": {"per_seed": scores,
+                    "median": statistics.median(scores.values())},
+          "median_seed": median_seed(scores)}
+
+
+def glue_score(summaries):
+  """The GLUE score of task summaries: the mean of the nine task scores.
+
+  Args:
+    summaries: summarize_task results.
+
+  Returns:
+    (score, missing): score is None unless every scored task is there;
+    missing lists the scored tasks that are not.
+  """
+  scores = {s["task"]: s["score"]["median"] for s in summaries}
+  missing = [t for t in SCORED_TASKS if t not in scores]
+  if missing:
+    return None, missing
+  return statistics.fmean(scores[t] for t in SCORED_TASKS), []
+
+
+def results(summaries, num_seeds, failed=()):
+  """The content of glue_results.json.
+
+  Args:
+    summaries: summarize_task results, in task order.
+    num_seeds: the seeds asked for per task.
+    failed: "task seed k" strings of runs that failed.
+
+  Returns:
+    dict: glue_score (None unless all nine tasks are there), missing_tasks,
+    average_score (mean of the task scores present), seeds_per_task,
+    failed_runs, tasks (the summaries).
+  """
+  score, missing = glue_score(summaries)
+  present = [s["score"]["median"] for s in summaries]
+  return {"glue_score": score, "missing_tasks": missing,
+          "average_score": statistics.fmean(present) if present else None,
+          "seeds_per_task": num_seeds, "failed_runs": list(failed),
+          "tasks": summaries}
+
+
+def _percent(value):
+  return "" if value is None else "%.1f" % (100 * value)
+
+
+def leaderboard_cells(summary):
+  """A task's cell(s) as the leaderboard prints them: "88.9/84.8" for a
+  pair; MNLI as two columns, MNLI-m and MNLI-mm."""
+  values = [_percent(m["median"]) for m in summary["metrics"].values()]
+  if summary["task"] == "mnli":
+    return values
+  return ["/".join(values)]
+
+
+def _leaderboard_header():
+  names = []
+  for name in SCORED_TASKS:
+    names += (["MNLI-m", "MNLI-mm"] if name == "mnli"
+              else [TASKS[name].leaderboard])
+  return names
+
+
+def markdown(result):
+  """glue_results.md: the leaderboard line, then each task's seeds."""
+  by_task = {s["task"]: s for s in result["tasks"]}
+  header = ["GLUE"] + _leaderboard_header()
+  cells = [_percent(result["glue_score"]) or "-"]
+  for name in SCORED_TASKS:
+    width = 2 if name == "mnli" else 1
+    cells += (leaderboard_cells(by_task[name]) if name in by_task
+              else ["-"] * width)
+  out = ["# GLUE results\n",
+         "Dev-set medians over %d seed(s) per task, x 100. Pairs are F1/"
+         "accuracy (MRPC, QQP) and Pearson/Spearman (STS-B); CoLA is "
+         "Matthews correlation; the GLUE score is the mean of the nine task "
+         "scores, a pair counting as its mean and MNLI as the mean of "
+         "matched and mismatched.\n" % result["seeds_per_task"],
+         "| " + " | ".join(header) + " |",
+         "|" + "|".join(["---:"] * len(header)) + "|",
+         "| " + " | ".join(cells) + " |", ""]
+  if result["missing_tasks"]:
+    out.append("No GLUE score: no results for %s. Mean of the task scores "
+               "present: %s.\n" % (", ".join(result["missing_tasks"]),
+                                   _percent(result["average_score"]) or "-"))
+  out += ["| task | metric | " + "per seed (seed: value)" +
+          " | median |", "|---|---|---|---:|"]
+  for summary in result["tasks"]:
+    rows = list(summary["metrics"].items()) + [("task score",
+                                                summary["score"])]
+    for name, values in rows:
+      seeds = ", ".join("%d: %s" % (s, _percent(v))
+                        for s, v in values["per_seed"].items())
+      out.append("| %s | %s | %s | %s |" % (
+          summary["leaderboard"], name, seeds, _percent(values["median"])))
+  if result["failed_runs"]:
+    out += ["", "Failed runs (left out): %s." % ", ".join(
+        result["failed_runs"])]
+  return "\n".join(out) + "\n"
+
+
+CSV_FIELDS = ["task", "metric", "seed", "value"]
+
+
+def csv_text(result):
+  """glue_results.csv: one row per (task, metric, seed), then the median
+  (seed "median"); each task's "score" rows; a last "GLUE" row."""
+  buffer = io.StringIO()
+  writer = csv.writer(buffer, lineterminator="\n")
+  writer.writerow(CSV_FIELDS)
+  for summary in result["tasks"]:
+    rows = list(summary["metrics"].items()) + [("score", summary["score"])]
+    for name, values in rows:
+      for seed, value in values["per_seed"].items():
+        writer.writerow([summary["task"], name, seed, repr(value)])
+      writer.writerow([summary["task"], name, "median",
+                       repr(values["median"])])
+  score = result["glue_score"]
+  writer.writerow(["GLUE", "score", "median",
+                   "" if score is None else repr(score)])
+  return buffer.getvalue()
+
+
+def json_text(result):
+  """glue_results.json; seeds become strings, as JSON keys are."""
+  return json.dumps(result, indent=2) + "\n"
+
+
+def write_results(output_dir, result):
+  """Writes glue_results.md, .csv and .json atomically.
+
+  Returns:
+    The three paths.
+  """
+  paths = [os.path.join(output_dir, RESULTS_STEM + ext)
+           for ext in (".md", ".csv", ".json")]
+  for path, text in zip(paths, (markdown(result), csv_text(result),
+                                json_text(result))):
+    with atomic_io.atomic_open(path) as f:
+      f.write(text)
+  return paths
+
+
+def read_glue_score(path):
+  """The GLUE score in a glue_results.json (None if it has none).
+
+  Raises:
+    UserError: the file is not a glue_results.json.
+  """
+  try:
+    with atomic_io.open_file(path) as f:
+      score = json.load(f)["glue_score"]
+  except (ValueError, KeyError, TypeError) as e:
+    raise UserError("%s is not a glue_results.json of run_glue.py (%s)" % (
+        path, e))
+  return score
+
+
+def copy_submissions(output_dir, sources):
+  """Copies the leaderboard files into OUTPUT_DIR/submission, each whole.
+
+  Args:
+    output_dir: the suite's output directory.
+    sources: the run directories whose files to copy, e.g. each task's
+      median run.
+
+  Returns:
+    The copied files' new paths.
+  """
+  target = os.path.join(output_dir, SUBMISSION_DIR)
+  os.makedirs(target, exist_ok=True)
+  copied = []
+  for task, run_dir in sources:
+    for path in submission_paths(task, run_dir):
+      final = os.path.join(target, os.path.basename(path))
+      with atomic_io.atomic_path(final) as tmp:
+        shutil.copyfile(path, tmp)
+      copied.append(final)
+  return copied
