@@ -498,6 +498,42 @@ def test_mnli_learns_a_separable_task_and_ax_predicts_with_it(glue_work):
   assert not (ax_out / "eval_results.json").exists()
 
 
+# The classification tasks besides MNLI (above), each from its own official
+# layout: the metric the leaderboard scores it by, and a floor well above
+# chance (accuracy 1/2, F1 of always "1" 2/3, Matthews 0).
+LEARNED = [("cola", "matthews_corrcoef", 0.7), ("sst-2", "accuracy", 0.9),
+           ("mrpc", "f1", 0.9), ("qqp", "f1", 0.9), ("qnli", "accuracy", 0.9),
+           ("rte", "accuracy", 0.9), ("wnli", "accuracy", 0.9)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task, metric, floor", LEARNED)
+def test_each_classification_task_learns_a_separable_version(
+    glue_work, task, metric, floor):
+  rng = np.random.RandomState(2)
+  labels = (["entailment", "not_entailment"] if task in ("qnli", "rte")
+            else ["0", "1"])
+  keywords = dict(zip(labels, ["yes", "no"]))
+  single = task in ("cola", "sst-2")
+  data = glue_work / task
+  data.mkdir()
+  for name, count in (("train", 96), ("dev", 20)):
+    rows = separable_rows(rng, count, keywords)
+    if single:  # one text: it holds the keyword
+      rows = [(b, None, label) for _, b, label in rows]
+    write_glue_file(data / (name + ".tsv"), task, name, rows)
+  out = glue_work / (task + "_out")
+  run_ok(glue_args(glue_work, task, data, out, "--do_train", "--do_eval",
+                   "--num_train_epochs=8"))
+  dev = read_json(out / "eval_results.json")["dev_sets"]["dev"]
+  assert dev["num_examples"] == 20
+  assert dev[metric] >= floor, dev
+  expected = {"cola": {"matthews_corrcoef", "accuracy"},
+              "mrpc": {"f1", "accuracy"},
+              "qqp": {"f1", "accuracy"}}.get(task, {"accuracy"})
+  assert set(dev) == expected | {"eval_loss", "num_examples"}
+
+
 @pytest.mark.slow
 def test_stsb_learns_scores_and_its_export_predicts_the_same(glue_work):
   import torch
