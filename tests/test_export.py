@@ -386,6 +386,18 @@ def classifier_inputs(out):
                       ["input_ids", "input_mask", "segment_ids"])
 
 
+def hf_classifier_logits(model, inputs):
+  """A Hugging Face sequence classifier's logits [B, num_labels] on the
+  features of our records (classifier_inputs)."""
+  model.eval()
+  with torch.no_grad():
+    return model(
+        input_ids=torch.tensor(inputs["input_ids"], dtype=torch.long),
+        attention_mask=torch.tensor(inputs["input_mask"], dtype=torch.long),
+        token_type_ids=torch.tensor(inputs["segment_ids"],
+                                    dtype=torch.long)).logits
+
+
 def predicted_probabilities(out):
   return np.array([[float(p) for p in line.split("\t")] for line in
                    (out / "test_results.tsv").read_text().splitlines()])
@@ -408,13 +420,7 @@ def test_classifier_export_gives_run_classifier_probabilities(classifier):
   assert info["missing_keys"] == [] and info["unexpected_keys"] == []
   assert model.config.id2label == dict(enumerate(labels))
   inputs = classifier_inputs(out)
-  model.eval()
-  with torch.no_grad():
-    logits = model(
-        input_ids=torch.tensor(inputs["input_ids"], dtype=torch.long),
-        attention_mask=torch.tensor(inputs["input_mask"], dtype=torch.long),
-        token_type_ids=torch.tensor(inputs["segment_ids"],
-                                    dtype=torch.long)).logits
+  logits = hf_classifier_logits(model, inputs)
   expected = predicted_probabilities(out)
   assert expected.shape == (12, len(labels))
   np.testing.assert_allclose(torch.softmax(logits, -1).numpy(), expected,

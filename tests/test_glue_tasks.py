@@ -17,6 +17,7 @@ from bertkit.tasks import classifier
 from bertkit.tasks import classifier_data
 from bertkit.tasks import glue_tasks
 import modeling
+from test_export import classifier_inputs, hf_classifier_logits
 from conftest import (expect_user_error, read_eval_results, read_json,
                       run_ok, run_program, tiny_bert_config)
 
@@ -536,7 +537,6 @@ def test_each_classification_task_learns_a_separable_version(
 
 @pytest.mark.slow
 def test_stsb_learns_scores_and_its_export_predicts_the_same(glue_work):
-  import torch
   import transformers
   rng = np.random.RandomState(1)
   keywords = {"0.0": "zero", "2.5": "half", "5.0": "full"}
@@ -576,20 +576,8 @@ def test_stsb_learns_scores_and_its_export_predicts_the_same(glue_work):
       str(export / "huggingface"))
   assert model.config.num_labels == 1
   assert model.config.problem_type == "regression"
-  inputs = {name: [] for name in ("input_ids", "input_mask", "segment_ids")}
-  for record in list(tf.io.tf_record_iterator(
-      str(out / "predict.tf_record")))[:7]:
-    example = tf.train.Example.FromString(record)
-    for name in inputs:
-      inputs[name].append(example.features.feature[name].int64_list.value)
-  inputs = {name: np.array(v, np.int32) for name, v in inputs.items()}
-  model.eval()
-  with torch.no_grad():
-    logits = model(
-        input_ids=torch.tensor(inputs["input_ids"], dtype=torch.long),
-        attention_mask=torch.tensor(inputs["input_mask"], dtype=torch.long),
-        token_type_ids=torch.tensor(inputs["segment_ids"],
-                                    dtype=torch.long)).logits
+  inputs = classifier_inputs(out)  # the 7 test examples' features
+  logits = hf_classifier_logits(model, inputs)
   np.testing.assert_allclose(logits.numpy()[:, 0], scores, atol=1e-4, rtol=0)
   with tf.Graph().as_default(), tf.Session() as sess:
     meta = tf.saved_model.loader.load(sess, ["serve"],
