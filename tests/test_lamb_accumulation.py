@@ -163,8 +163,8 @@ def test_build_optimizer_uses_upstream_hyperparameters():
   assert optimization.build_optimizer("lamb", 0.5, True).bias_correction
   adamw = optimization.build_optimizer("adamw", 0.5)
   assert type(adamw) is optimization.AdamWeightDecayOptimizer
-  with pytest.raises(ValueError):
-    optimization.build_optimizer("adamw", 0.5, lamb_bias_correction=True)
+  assert not adamw.bias_correction
+  assert optimization.build_optimizer("adamw", 0.5, True).bias_correction
   with pytest.raises(ValueError):
     optimization.build_optimizer("sgd", 0.5)
 
@@ -188,7 +188,7 @@ def run_lamb_toy(strategy, session_config, steps=3):
         loss = tf.reduce_mean(tf.square(pred - tf.gather(y_t, rows)))
         return optimization.create_optimizer(
             distribution.replica_share(loss), 0.1, 10, 0,
-            optimizer_name="lamb", lamb_bias_correction=True)
+            optimizer_name="lamb", bias_correction=True)
 
       train_op = strategy.group(strategy.extended.call_for_each_replica(step))
       with tf.Session(config=session_config) as sess:
@@ -508,6 +508,8 @@ def test_fp16_accumulation_keeps_growing_the_loss_scale(runs):
     (["--num_accumulation_steps=0"], ["--num_accumulation_steps must be >= 1"]),
     (["--optimizer=adamw", "--lamb_bias_correction"],
      ["--lamb_bias_correction needs --optimizer=lamb"]),
+    (["--optimizer=lamb", "--adam_bias_correction"],
+     ["--adam_bias_correction needs --optimizer=adamw"]),
 ])
 def test_bad_accumulation_or_optimizer_flags_are_refused(workdir, extra,
                                                          fragments):

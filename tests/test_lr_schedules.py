@@ -140,6 +140,48 @@ def test_hyperparameters_reach_the_update():
   np.testing.assert_allclose(updated, expected, rtol=1e-6)
 
 
+def test_adamw_bias_correction_equals_torch_adamw():
+  """--adam_bias_correction: five updates of a weight with a changing
+  gradient equal torch.optim.AdamW's (decoupled decay, moments corrected,
+  epsilon added to sqrt(v_hat)), with an epsilon large enough to matter;
+  without it the first update is upstream's."""
+  torch = pytest.importorskip("torch")
+  hyper = optimizers.AdamHyperparameters(beta_1=0.8, beta_2=0.95,
+                                         epsilon=0.05, weight_decay_rate=0.1,
+                                         clip_norm=None)
+  start, scale, steps = [0.5, -1.5, 2.0], [1.0, 0.3, -2.0], 5
+
+  def ours(bias_correction):
+    with tf.Graph().as_default():
+      weight = tf.get_variable("w", initializer=tf.constant(start))
+      step = optimizers.create_accumulating_optimizer(
+          [lambda: tf.reduce_sum(tf.square(weight) * tf.constant(scale))],
+          0.1, 100, 0, hyperparameters=hyper, bias_correction=bias_correction,
+          lr_schedule=lr_schedules.WARMUP_STABLE_DECAY)
+      with tf.Session() as session:
+        session.run(tf.global_variables_initializer())
+        history = []
+        for _ in range(steps):
+          session.run(step.train_op)
+          history.append(session.run(weight))
+        return history
+
+  weight = torch.nn.Parameter(torch.tensor(start, dtype=torch.float64))
+  adamw = torch.optim.AdamW([weight], lr=0.1, betas=(0.8, 0.95), eps=0.05,
+                            weight_decay=0.1)
+  expected = []
+  for _ in range(steps):
+    adamw.zero_grad()
+    (weight ** 2 * torch.tensor(scale, dtype=torch.float64)).sum().backward()
+    adamw.step()
+    expected.append(weight.detach().numpy().copy())
+  np.testing.assert_allclose(ours(True), expected, rtol=1e-5)
+  grad = 2 * np.array(start) * np.array(scale)
+  upstream = np.array(start) * (1 - 0.1 * 0.1) - 0.1 * (
+      0.2 * grad / (np.sqrt(0.05 * grad ** 2) + 0.05))
+  np.testing.assert_allclose(ours(False)[0], upstream, rtol=1e-5)
+
+
 def test_clip_norm_flag_clips():
   hyper = optimizers.UPSTREAM_HYPERPARAMETERS._replace(clip_norm=0.5,
                                                        weight_decay_rate=0.0)

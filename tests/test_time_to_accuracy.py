@@ -275,6 +275,19 @@ def test_training_sequences_give_masked_tokens_back(tmp_path):
   assert [s["next_sentence_label"] for s in sequences] == [1, 0]
 
 
+def test_default_evaluation_interval_is_the_share_of_training_allowed():
+  """Held-out rows / (3 x share x batch), rounded up: 288 rows at batch 32
+  is exactly 30 steps, although the float quotient is 29.999999999999996;
+  a given --eval_every_n_steps wins."""
+  args = time_to_accuracy.parse_args(["--output_dir=/tmp/unused"])
+  assert time_to_accuracy.EVAL_SHARE == 0.1
+  assert time_to_accuracy.eval_every_n_steps(args, 288, 32) == 30
+  assert time_to_accuracy.eval_every_n_steps(args, 289, 32) == 31
+  assert time_to_accuracy.eval_every_n_steps(args, 8, 32) == 1
+  args.eval_every_n_steps = 7
+  assert time_to_accuracy.eval_every_n_steps(args, 288, 32) == 7
+
+
 def test_recipe_flagfiles_are_read_as_absl_reads_them(tmp_path):
   path = str(tmp_path / "r.flags")
   with open(path, "w") as f:

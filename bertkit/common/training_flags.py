@@ -150,6 +150,10 @@ def define_runner_flags():
   flags.DEFINE_bool("lamb_bias_correction", False,
                     "--optimizer=lamb: Adam's bias correction of the moments "
                     "(off in the LAMB paper's BERT recipe).")
+  flags.DEFINE_bool("adam_bias_correction", False,
+                    "--optimizer=adamw: Adam's bias correction of the moments "
+                    "(off in upstream's AdamW, on in torch.optim.AdamW and "
+                    "RoBERTa's).")
   define_optimizer_flags()
   flags.DEFINE_bool("stop_on_nonfinite_loss", True,
                     "Without --use_fp16, stop at the first step whose loss "
@@ -197,12 +201,16 @@ def check_optimizer_flags(values):
     values: the parsed flags (absl's FLAGS).
 
   Raises:
-    UserError: --lamb_bias_correction without --optimizer=lamb, or a
+    UserError: --lamb_bias_correction without --optimizer=lamb,
+      --adam_bias_correction without --optimizer=adamw, or a
       hyperparameter out of its range.
   """
   if values.lamb_bias_correction and values.optimizer != "lamb":
-    raise UserError("--lamb_bias_correction needs --optimizer=lamb; upstream's "
-                    "AdamW has no bias correction")
+    raise UserError("--lamb_bias_correction needs --optimizer=lamb; for "
+                    "AdamW use --adam_bias_correction")
+  if values.adam_bias_correction and values.optimizer != "adamw":
+    raise UserError("--adam_bias_correction needs --optimizer=adamw; for "
+                    "LAMB use --lamb_bias_correction")
   for name in ("adam_beta_1", "adam_beta_2"):
     if not 0.0 <= getattr(values, name) < 1.0:
       raise UserError("--%s=%r is out of range; expected 0 <= %s < 1" % (

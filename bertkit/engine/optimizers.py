@@ -239,24 +239,39 @@ class AdamWeightDecayOptimizer(DataParallelOptimizer):
   """Upstream's AdamW: Adam without bias correction, decoupled weight decay.
 
   update = m / (sqrt(v) + epsilon) + weight_decay_rate * w;  w -= lr * update
+
+  With bias_correction (not upstream's; torch.optim.AdamW's and RoBERTa's
+  update) m and v are divided by 1 - beta**t, t = global_step + 1 counting
+  updates: without it the first updates of a run are up to 1.5x larger than
+  the rate says (beta_2 0.98, steps 10 to 30) or smaller (step 1).
   """
 
   def __init__(self, learning_rate, weight_decay_rate=0.0, beta_1=0.9,
                beta_2=0.999, epsilon=1e-6,
                exclude_from_weight_decay=DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY,
                clip_norm=1.0, name="AdamWeightDecayOptimizer",
-               reduced_by_caller=False, replicas=None):
+               reduced_by_caller=False, replicas=None, bias_correction=False):
     super().__init__(learning_rate, weight_decay_rate,
                      exclude_from_weight_decay, clip_norm, name,
                      reduced_by_caller, replicas)
     self.beta_1 = beta_1
     self.beta_2 = beta_2
     self.epsilon = epsilon
+    self.bias_correction = bias_correction
 
   def _create_slots(self, var_list):
     for v in var_list:
       self._zeros_slot(v, "adam_m", "adam_m")
       self._zeros_slot(v, "adam_v", "adam_v")
+
+  def _beta_powers(self):
+    """beta_1**t and beta_2**t with t = global_step + 1 (updates made,
+    this one included)."""
+    if self._global_step is None:
+      raise ValueError("Bias correction counts updates with global_step; "
+                       "pass it to apply_gradients.")
+    t = tf.cast(self._global_step, tf.float32) + 1.0
+    return tf.pow(self.beta_1, t), tf.pow(self.beta_2, t)
 
   def _apply_update(self, var, grad):
     """TF's fused Adam kernel, after the weight decay.
@@ -266,6 +281,9 @@ class AdamWeightDecayOptimizer(DataParallelOptimizer):
     in one multi-threaded pass over the variable and its slots, where the
     same update as separate ops makes a dozen. Decaying first is upstream's
     `w - lr * (adam + decay * w)` regrouped: the Adam term does not read w.
+    With bias correction the kernel gets the powers, and its epsilon is
+    scaled by sqrt(1 - beta_2**t) so that it is added to sqrt(v_hat), as
+    torch.optim.AdamW adds it, not to sqrt(v).
     """
     m = self.get_slot(var, "adam_m")
     v = self.get_slot(var, "adam_v")
@@ -276,9 +294,15 @@ class AdamWeightDecayOptimizer(DataParallelOptimizer):
       # of them changes, and nothing else orders this write.
       with tf.control_dependencies([grad]):
         decayed = [var.assign_sub(decay * var)]
-    hyper = dict(beta1_power=0.0, beta2_power=0.0,
+    beta1_power, beta2_power, epsilon = 0.0, 0.0, self.epsilon
+    if self.bias_correction:
+      beta1_power, beta2_power = self._beta_powers()
+      epsilon = self.epsilon * tf.sqrt(1.0 - beta2_power)
+    hyper = dict(beta1_power=tf.cast(beta1_power, var.dtype),
+                 beta2_power=tf.cast(beta2_power, var.dtype),
                  lr=tf.cast(self.learning_rate, var.dtype), beta1=self.beta_1,
-                 beta2=self.beta_2, epsilon=self.epsilon, grad=grad)
+                 beta2=self.beta_2, epsilon=tf.cast(epsilon, var.dtype),
+                 grad=grad)
     with tf.control_dependencies(decayed):
       if resource_variable_ops.is_resource_variable(var):
         return tf.raw_ops.ResourceApplyAdam(
@@ -309,8 +333,7 @@ class LambOptimizer(AdamWeightDecayOptimizer):
                replicas=None):
     super().__init__(learning_rate, weight_decay_rate, beta_1, beta_2,
                      epsilon, exclude_from_weight_decay, clip_norm, name,
-                     reduced_by_caller, replicas)
-    self.bias_correction = bias_correction
+                     reduced_by_caller, replicas, bias_correction)
 
   def _apply_update(self, var, grad):
     m = self.get_slot(var, "adam_m")
@@ -324,12 +347,9 @@ class LambOptimizer(AdamWeightDecayOptimizer):
   def _direction(self, var, m, v):
     """The update before the learning rate, weight decay included."""
     if self.bias_correction:
-      if self._global_step is None:
-        raise ValueError("LAMB bias correction counts updates with "
-                         "global_step; pass it to apply_gradients.")
-      t = tf.cast(self._global_step, tf.float32) + 1.0
-      m = m / (1.0 - tf.pow(self.beta_1, t))
-      v = v / (1.0 - tf.pow(self.beta_2, t))
+      beta1_power, beta2_power = self._beta_powers()
+      m = m / (1.0 - beta1_power)
+      v = v / (1.0 - beta2_power)
     update = m / (tf.sqrt(v) + self.epsilon)
     if self._do_use_weight_decay(self._variable_name(var)):
       update += self.weight_decay_rate * var
@@ -344,7 +364,7 @@ class LambOptimizer(AdamWeightDecayOptimizer):
     return self.learning_rate * trust_ratio
 
 
-def build_optimizer(optimizer_name, learning_rate, lamb_bias_correction=False,
+def build_optimizer(optimizer_name, learning_rate, bias_correction=False,
                     reduced_by_caller=False, replicas=None,
                     hyperparameters=UPSTREAM_HYPERPARAMETERS):
   """An optimizer with upstream's hyperparameters unless told otherwise.
@@ -352,7 +372,8 @@ def build_optimizer(optimizer_name, learning_rate, lamb_bias_correction=False,
   Args:
     optimizer_name: one of OPTIMIZERS.
     learning_rate: float or scalar tensor.
-    lamb_bias_correction: LAMB only: Adam's bias correction of the moments.
+    bias_correction: Adam's bias correction of the moments (neither
+      upstream's AdamW nor the LAMB paper's BERT recipe has it).
     reduced_by_caller: see DataParallelOptimizer.
     replicas: see DataParallelOptimizer.
     hyperparameters: an AdamHyperparameters.
@@ -367,12 +388,9 @@ def build_optimizer(optimizer_name, learning_rate, lamb_bias_correction=False,
       epsilon=hyperparameters.epsilon, clip_norm=hyperparameters.clip_norm,
       reduced_by_caller=reduced_by_caller, replicas=replicas)
   if optimizer_name == "adamw":
-    if lamb_bias_correction:
-      raise ValueError("Bias correction is a LAMB option; upstream's AdamW "
-                       "has none.")
-    return AdamWeightDecayOptimizer(**options)
+    return AdamWeightDecayOptimizer(bias_correction=bias_correction, **options)
   if optimizer_name == "lamb":
-    return LambOptimizer(bias_correction=lamb_bias_correction, **options)
+    return LambOptimizer(bias_correction=bias_correction, **options)
   raise ValueError("Unknown optimizer %r; expected one of %s" %
                    (optimizer_name, ", ".join(OPTIMIZERS)))
 
@@ -430,7 +448,7 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
 def create_accumulating_optimizer(
     micro_batch_loss_fns, init_lr, num_train_steps, num_warmup_steps,
     use_tpu=False, precision=None, optimizer_name="adamw",
-    lamb_bias_correction=False, replicas=None,
+    bias_correction=False, replicas=None,
     hyperparameters=UPSTREAM_HYPERPARAMETERS, lr_schedule=lr_schedules.LINEAR,
     lr_decay_proportion=lr_schedules.DEFAULT_DECAY_PROPORTION,
     time_budget=None):
@@ -450,7 +468,7 @@ def create_accumulating_optimizer(
       effect on CPU); a non-finite gradient in any micro-batch then skips
       the whole update.
     optimizer_name: "adamw" (upstream) or "lamb".
-    lamb_bias_correction: see LambOptimizer.
+    bias_correction: see build_optimizer.
     replicas: the distribution.Replicas to sum over; see
       DataParallelOptimizer.
     hyperparameters: an AdamHyperparameters.
@@ -479,7 +497,7 @@ def create_accumulating_optimizer(
     # Set once the all-reduce has brought the chief's clock.
     learning_rate = None
   optimizer = build_optimizer(optimizer_name, learning_rate,
-                              lamb_bias_correction, reduced_by_caller=True,
+                              bias_correction, reduced_by_caller=True,
                               replicas=replicas,
                               hyperparameters=hyperparameters)
   # What computes and applies the gradients: the optimizer, or its fp16

@@ -188,7 +188,8 @@ def optimizer_options(values):
   """
   training_flags.check_optimizer_flags(values)
   return {"optimizer_name": values.optimizer,
-          "lamb_bias_correction": values.lamb_bias_correction,
+          "bias_correction": (values.lamb_bias_correction or
+                              values.adam_bias_correction),
           "hyperparameters": optimizers.AdamHyperparameters(
               beta_1=values.adam_beta_1, beta_2=values.adam_beta_2,
               epsilon=values.adam_epsilon,
