@@ -288,6 +288,26 @@ def test_default_evaluation_interval_is_the_share_of_training_allowed():
   assert time_to_accuracy.eval_every_n_steps(args, 288, 32) == 7
 
 
+def test_the_peer_takes_the_fast_recipe_and_refuses_uncorrected_adam(
+    tmp_path):
+  """The repository's fast recipe reaches the peer with its values; a
+  recipe whose AdamW leaves the moments uncorrected cannot be compared with
+  torch.optim.AdamW, which always corrects them."""
+  args = time_to_accuracy.parse_args(["--output_dir=%s" % tmp_path])
+  values = time_to_accuracy.peer_recipe_values(args)
+  assert (values["learning_rate"], values["lr_schedule"],
+          values["masked_lm_prob"], values["hidden_dropout_prob"]) == (
+              "5e-4", "warmup_stable_decay", "0.3", "0")
+  fast = tmp_path / "recipes" / "fast"
+  fast.mkdir(parents=True)
+  (fast / "create_pretraining_data.flags").write_text("--masking=dynamic\n")
+  (fast / "run_pretraining.flags").write_text("--learning_rate=5e-4\n")
+  args.recipes_dir = str(tmp_path / "recipes")
+  with pytest.raises(errors.UserError,
+                     match="without --adam_bias_correction"):
+    time_to_accuracy.peer_recipe_values(args)
+
+
 def test_recipe_flagfiles_are_read_as_absl_reads_them(tmp_path):
   path = str(tmp_path / "r.flags")
   with open(path, "w") as f:
