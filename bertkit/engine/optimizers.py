@@ -246,6 +246,8 @@ class AdamWeightDecayOptimizer(DataParallelOptimizer):
   the rate says (beta_2 0.98, steps 10 to 30) or smaller (step 1).
   """
 
+  # Size: upstream's AdamW keywords in upstream's order, then the
+  # data-parallel options and the bias correction upstream does not have.
   def __init__(self, learning_rate, weight_decay_rate=0.0, beta_1=0.9,
                beta_2=0.999, epsilon=1e-6,
                exclude_from_weight_decay=DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY,
