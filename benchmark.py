@@ -81,7 +81,7 @@ def define_flags():
                        "Masked positions per sequence (P).")
   flags.DEFINE_list("replicas", ["1", "2"],
                     "Replica counts: GPUs, or logical CPU devices without "
-                    "GPUs, or horovod processes.")
+                    "GPUs, or horovod ranks or BytePS workers.")
   flags.DEFINE_list("precisions", ["fp32"],
                     "Any of fp32, fp16 (--use_fp16), bf16 (--use_bf16).")
   flags.DEFINE_list("per_replica_batches", ["32"],
@@ -89,7 +89,9 @@ def define_flags():
                     "the replicas.")
   flags.DEFINE_list("strategies", ["mirrored"],
                     "Any of %s; horovod cells are launched with horovodrun "
-                    "-np N and skipped if horovod is not installed." %
+                    "-np N, byteps cells with scripts/run_pre_byteps.sh -n N "
+                    "(a scheduler, a server, N workers), each skipped if its "
+                    "engine is not installed." %
                     ", ".join(sweep.STRATEGIES))
   flags.DEFINE_list("xla", ["off"], "off and/or on (--use_xla).")
   flags.DEFINE_integer("num_train_steps", 30, "Training steps of each cell.")

@@ -11,9 +11,9 @@ google-research/bert. Everything else lives here, one subpackage per concern:
   data     corpus reading, pretraining instances, TFRecord features, sharded
            data creation, packing, the fast tokenizer
   engine   the training runner and what it is made of: set-up, the precision
-           record, distribution, horovod, hooks, throughput, checkpoints and
-           their formats, the input pipeline, dynamic masking, the train step,
-           preemption
+           record, distribution, horovod and BytePS, hooks, throughput,
+           checkpoints and their formats, the input pipeline, dynamic
+           masking, the train step, preemption
   tasks    what the runner runs: pretraining (heads, losses, metrics), the
            classifier (data processors, features, head, outputs), the GLUE
            tasks and suite, SQuAD
@@ -33,5 +33,6 @@ Rules (tests/test_layout.py enforces the first three):
   3. At most 12 Python files at the root, none of them a library module.
   4. Module-level state lives only in modules whose docstring says who writes
      it and who reads it (engine.preemption's signal flag, engine.distribution's
-     process group, engine.horovod_engine's handle).
+     process group, engine.horovod_engine's and engine.byteps_engine's
+     handles).
 """

@@ -9,8 +9,8 @@ Usage: scripts/benchmark.sh OUTPUT_DIR [benchmark.py flags...]
 Sweeps short pretraining runs and writes OUTPUT_DIR/results.csv, results.md
 (the layout of the published multi-GPU BERT tables) and results.png. Without flags it runs the sweep of
 docs/benchmarks.md: BERT-mini, sequence 128, 32 examples per replica, 1 and 2
-replicas, fp32 and fp16, MirroredStrategy, MultiWorkerMirroredStrategy and
-horovod (skipped with a note when horovod is not installed). Flags given
+replicas, fp32 and fp16, MirroredStrategy, MultiWorkerMirroredStrategy,
+horovod and BytePS (each skipped with a note when it is not installed). Flags given
 after OUTPUT_DIR are passed to benchmark.py and override those defaults, e.g.
 
   scripts/benchmark.sh /tmp/bench --replicas=1,2,4 --per_replica_batches=4 \
@@ -45,7 +45,7 @@ exec "$PYTHON" "$HERE/benchmark.py" \
   --per_replica_batches=32 \
   --replicas=1,2 \
   --precisions=fp32,fp16 \
-  --strategies=mirrored,multi_worker,horovod \
+  --strategies=mirrored,multi_worker,horovod,byteps \
   --num_train_steps=30 \
   --throughput_warmup_steps=10 \
   "$@"

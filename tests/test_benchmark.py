@@ -154,6 +154,17 @@ def test_cell_commands():
   assert hvd[1:3] == ["-np", "4"]
   assert "--train_batch_size=32" in hvd
   assert not any(a.startswith(("--cpu_replicas", "--num_gpus")) for a in hvd)
+  bps = sweep.cell_command(cell._replace(strategy="byteps", replicas=4),
+                           "/c.json", "/d", "/o", 20, 30, 10, "cpu")
+  # The launcher with its own arguments, then the cell's flags after `--`,
+  # which override the launcher's defaults (absl keeps a flag's last value).
+  assert bps[:12] == ["env", "PYTHON=%s" % sys.executable,
+                      sweep.RUN_PRE_BYTEPS, "-n", "4", "-c", "/c.json",
+                      "-i", "/d", "-o", "/o", "--"]
+  assert bps[12] == "--do_train"
+  assert "--train_batch_size=32" in bps and "--distribution_strategy=byteps" \
+      in bps
+  assert not any(a.startswith(("--cpu_replicas", "--num_gpus")) for a in bps)
   assert sweep.cell_name(cell) == "mirrored-c-s128-xla_on-fp16-b8-r2"
   assert "--use_bf16=False" in argv
   bf16 = sweep.cell_command(cell._replace(precision="bf16"), "/c.json",
@@ -308,3 +319,17 @@ def test_pytorch_comparison_summary_takes_medians_ratio_and_numpy_mfu():
   assert summary["ours_mfu"] == pytest.approx(0.6)
   assert summary["pytorch_mfu"] == pytest.approx(0.48)
 
+
+
+def test_cells_of_a_missing_engine_are_skipped_with_the_reason(monkeypatch):
+  real_find_spec = sweep.importlib.util.find_spec
+  monkeypatch.setattr(sweep.importlib.util, "find_spec",
+                      lambda name: None if name in ("horovod", "byteps")
+                      else real_find_spec(name))
+  missing = sweep.engines_available()
+  assert sorted(missing) == ["byteps", "horovod"]
+  assert "scripts/install_byteps.sh" in missing["byteps"]
+  cell = sweep.expand_cells(["byteps"], ["configs/bert_tiny.json"], [128],
+                            ["off"], ["fp32"], [8], [2])[0]
+  assert sweep._skip_reason(cell, missing) == missing["byteps"]  # pylint: disable=protected-access
+  assert sweep._skip_reason(cell._replace(strategy="mirrored"), missing) == ""  # pylint: disable=protected-access

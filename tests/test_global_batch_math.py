@@ -10,6 +10,7 @@ same 6 steps of global batch 16 and must end with the weights of one device
 with batch 16, to 1e-4, and log the same (global) loss at every step.
 """
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -30,6 +31,8 @@ try:
   HOROVOD_MISSING = None
 except (ImportError, tf.errors.NotFoundError) as e:
   HOROVOD_MISSING = "horovod is not importable (%s)" % str(e).splitlines()[0]
+BYTEPS_MISSING = (None if importlib.util.find_spec("byteps") else
+                  "byteps is not installed (scripts/install_byteps.sh)")
 
 
 def masked_count(record):
@@ -173,6 +176,53 @@ def horovod_run(data, output_dir):
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
 
+# ssh as run_pre_byteps.sh -H calls it, running the command on this machine
+# instead: two "machines" at 127.0.0.1 and 127.0.0.2.
+FAKE_SSH = """#!/bin/bash
+host="$1"; shift
+echo "$host" >> "$FAKE_SSH_LOG"
+exec bash -c "$*"
+"""
+
+
+def byteps_run(data, output_dir, launcher_args, extra, one_file=False):
+  """BytePS workers, servers and the scheduler through the launcher; worker
+  r of 2 reads rank file r, as horovod's ranks do, and one worker the
+  records file."""
+  inputs = data["records"] if one_file else ",".join(data["rank_files"])
+  from test_byteps import free_port  # pylint: disable=g-import-not-at-top
+  ssh = data["dir"] / "fake_ssh"
+  ssh.write_text(FAKE_SSH)
+  ssh.chmod(0o755)
+  env = dict(os.environ, PYTHON=sys.executable, TF_CPP_MIN_LOG_LEVEL="3",
+             BERT_BYTEPS_SCRATCH_ROOT=str(output_dir) + "-scratch",
+             SSH=str(ssh), FAKE_SSH_LOG=str(output_dir) + "-ssh.log")
+  command = [
+      os.path.join(REPO_ROOT, "scripts", "run_pre_byteps.sh")] + list(
+          launcher_args) + [
+      "-P", str(free_port()), "-c", str(data["dir"] / "config.json"),
+      "-i", inputs, "-o", str(output_dir),
+      "-b", str(BATCH), "-s", str(SEQ), "-p", str(PREDS), "-t", str(STEPS),
+      "-w", "2", "-l", "1e-3", "--", "--tf_random_seed", "7",
+      "--log_every_n_steps", "1", "--throughput_warmup_steps", "1"] + list(
+          extra)
+  result = subprocess.run(command, capture_output=True, text=True,
+                          timeout=600, env=env, cwd=REPO_ROOT)
+  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+# The BytePS runs (launcher arguments, run_pretraining.py flags[, one file]):
+# one machine; 2 micro-batches of 4 per worker; two machines of one worker
+# and one server each, started through (a stand-in for) ssh; one worker.
+BYTEPS_RUNS = {
+    "byteps": (["-n", "2"], []),
+    "byteps_k2": (["-n", "2"], ["--num_accumulation_steps", "2"]),
+    "byteps_two_machines": (["-n", "1", "-H", "127.0.0.1,127.0.0.2"], []),
+    # One worker still sums through the server.
+    "byteps_one_worker": (["-n", "1"], [], True),
+}
+
+
 @pytest.fixture(scope="module")
 def runs(data):
   """Output directory of each run, started on first use."""
@@ -185,6 +235,14 @@ def runs(data):
         two_worker_run(data, out)
       elif name == "horovod":
         horovod_run(data, out)
+      elif name in BYTEPS_RUNS:
+        byteps_run(data, out, *BYTEPS_RUNS[name])
+        if name == "byteps_two_machines":
+          with open(str(out) + "-ssh.log") as f:
+            # The scheduler, a server and a worker on the first machine; a
+            # server and a worker on the second.
+            assert sorted(f.read().split()) == ["127.0.0.1"] * 3 + [
+                "127.0.0.2"] * 2
       elif name in DYNAMIC_RUNS:
         run_ok(pretrain_args(data, out, *DYNAMIC_RUNS[name]) +
                dynamic_args(data))
@@ -214,7 +272,9 @@ RUN_NAMES = [
     pytest.param("two_workers", marks=pytest.mark.slow),
     pytest.param("horovod", marks=pytest.mark.skipif(
         HOROVOD_MISSING is not None, reason=HOROVOD_MISSING or "")),
-]
+] + [pytest.param(name, marks=pytest.mark.skipif(
+    BYTEPS_MISSING is not None, reason=BYTEPS_MISSING or ""))
+     for name in BYTEPS_RUNS]
 
 
 @pytest.mark.slow

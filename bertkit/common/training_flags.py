@@ -20,7 +20,7 @@ from bertkit.common.errors import UserError
 
 # --distribution_strategy and --all_reduce_alg (engine/distribution.py).
 STRATEGIES = ("one_device", "mirrored", "multi_worker", "central_storage",
-              "horovod")
+              "horovod", "byteps")
 ALL_REDUCE_ALGS = ("auto", "nccl", "hierarchical_copy", "one_device", "ring")
 
 # --optimizer (engine/optimizers.py).
@@ -79,8 +79,9 @@ def define_distribution_flags():
   flags.DEFINE_integer("collective_timeout_seconds", 600,
                        "multi_worker: a collective that waits longer than "
                        "this (e.g. a peer died) fails instead of hanging; "
-                       "with several workers or horovod ranks, also the "
-                       "longest a training step may take.")
+                       "with several workers, horovod ranks or BytePS "
+                       "workers, also the longest a training step may "
+                       "take.")
   flags.DEFINE_integer("slurm_port_base", None,
                        "Under srun with several tasks (and no TF_CONFIG): "
                        "each task listens on this port + its SLURM_LOCALID. "

@@ -23,16 +23,19 @@ Strategies (`--distribution_strategy`):
                which are reduced to that device and applied there once.
   horovod      one process per device, launched by horovodrun (see
                horovod_engine.py).
+  byteps       one process per device, a BytePS worker; a scheduler and
+               servers (parameter servers that sum) run beside the workers,
+               started by scripts/run_pre_byteps.sh (see byteps_engine.py).
 
 What a training step sums over is a `Replicas`: the runner builds one from
-the engine (the ProcessGroup of horovod, or tf.distribute's replicas in the
-graph) and the run's stop vote, and hands it to the optimizer.
+the engine (the ProcessGroup of horovod or BytePS, or tf.distribute's
+replicas in the graph) and the run's stop vote, and hands it to the optimizer.
 
 Module state: the ProcessGroup of an engine with one process per replica.
-horovod_engine.init writes it (`join_process_group`), once per process. The
-in-graph helpers below read it (`replica_share`, `global_sum`,
-`sum_across_replicas`, `num_replicas_in_sync`, `num_local_replicas`), since
-the tasks' loss functions and train_step call them inside a model_fn, where
+horovod_engine.init or byteps_engine.init writes it (`join_process_group`),
+once per process. The in-graph helpers below read it (`replica_share`,
+`global_sum`, `sum_across_replicas`, `num_replicas_in_sync`,
+`num_local_replicas`), since the tasks' loss functions and train_step call them inside a model_fn, where
 nothing can be handed to them; so do training_setup.input_context and
 runner.task_name.
 """
@@ -50,6 +53,12 @@ from bertkit.common import slurm_env
 from bertkit.common import training_flags
 
 STRATEGIES = training_flags.STRATEGIES
+# Engines that run one process per replica, each with its own launcher;
+# every other strategy is a tf.distribute strategy.
+PROCESS_ENGINES = ("horovod", "byteps")
+# What a BytePS worker reads from its environment (DMLC_* is ps-lite's).
+BYTEPS_ENVIRONMENT = ("DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT",
+                      "DMLC_NUM_WORKER", "DMLC_NUM_SERVER", "DMLC_WORKER_ID")
 
 
 def define_flags():
@@ -152,8 +161,8 @@ def use_slurm_cluster(values):
       range or taken, or a step of several tasks with a strategy of one
       process (one_device, mirrored, central_storage).
   """
-  if values.distribution_strategy == "horovod":
-    return  # horovod's ranks find each other through its own launcher
+  if values.distribution_strategy in PROCESS_ENGINES:
+    return  # their processes find each other through their own launcher
   _, _, step = cluster_from_environment(values.slurm_port_base)
   if step is None:
     tasks = os.environ.get("SLURM_NTASKS", "")
@@ -207,8 +216,8 @@ def plan_from_flags(values, num_gpus_present):
                     "TensorFlow; use --cpu_replicas N to run N replicas on "
                     "the CPU")
 
-  if name == "horovod":
-    return _horovod_plan(values, num_gpus_present, cluster)
+  if name in PROCESS_ENGINES:
+    return _process_engine_plan(values, num_gpus_present, cluster)
   if values.cpu_replicas:
     devices = ["/cpu:%d" % i for i in range(values.cpu_replicas)]
   else:
@@ -297,18 +306,77 @@ def horovod_world_size():
   return 1
 
 
-def _horovod_plan(values, num_gpus_present, cluster):
-  """One replica per horovod rank: each process drives one device."""
+def byteps_world_size(env):
+  """The BytePS workers of a run, from a worker's DMLC_* environment.
+
+  BytePS counts DMLC_NUM_WORKER machines of BYTEPS_LOCAL_SIZE worker
+  processes each; scripts/run_pre_byteps.sh starts one process per worker
+  (local size 1).
+
+  Args:
+    env: the environment (os.environ).
+
+  Returns:
+    The number of worker processes.
+
+  Raises:
+    UserError: a variable is missing or not what BytePS expects; without
+      this, BytePS aborts with a C++ check or waits forever.
+  """
+  missing = [name for name in BYTEPS_ENVIRONMENT if not env.get(name)]
+  if missing:
+    raise UserError(
+        "--distribution_strategy=byteps runs as a BytePS worker, but %s "
+        "%s not set; start the workers, a server and the scheduler with "
+        "scripts/run_pre_byteps.sh (docs/byteps.md)" % (
+            ", ".join(missing), "is" if len(missing) == 1 else "are"))
+  if env["DMLC_ROLE"] != "worker":
+    raise UserError("--distribution_strategy=byteps runs as a BytePS worker "
+                    "but DMLC_ROLE=%s; the scheduler and servers run "
+                    "`python -c 'import byteps.server'`" % env["DMLC_ROLE"])
+  numbers = {}
+  for name in ("DMLC_PS_ROOT_PORT", "DMLC_NUM_WORKER", "DMLC_NUM_SERVER",
+               "DMLC_WORKER_ID", "BYTEPS_LOCAL_SIZE", "BYTEPS_LOCAL_RANK"):
+    value = env.get(name, "1" if name == "BYTEPS_LOCAL_SIZE" else "0")
+    if not value.isdigit():
+      raise UserError("%s=%s: expected a non-negative integer" % (name, value))
+    numbers[name] = int(value)
+  for name in ("DMLC_NUM_WORKER", "DMLC_NUM_SERVER", "BYTEPS_LOCAL_SIZE"):
+    if numbers[name] < 1:
+      raise UserError("%s=%d: expected at least 1" % (name, numbers[name]))
+  if numbers["DMLC_WORKER_ID"] >= numbers["DMLC_NUM_WORKER"]:
+    raise UserError("DMLC_WORKER_ID=%d is out of range for DMLC_NUM_WORKER=%d"
+                    " (ids count from 0)" % (numbers["DMLC_WORKER_ID"],
+                                             numbers["DMLC_NUM_WORKER"]))
+  if numbers["BYTEPS_LOCAL_RANK"] >= numbers["BYTEPS_LOCAL_SIZE"]:
+    raise UserError("BYTEPS_LOCAL_RANK=%d is out of range for "
+                    "BYTEPS_LOCAL_SIZE=%d" % (numbers["BYTEPS_LOCAL_RANK"],
+                                              numbers["BYTEPS_LOCAL_SIZE"]))
+  if not 0 < numbers["DMLC_PS_ROOT_PORT"] < 65536:
+    raise UserError("DMLC_PS_ROOT_PORT=%d is not a port" %
+                    numbers["DMLC_PS_ROOT_PORT"])
+  return numbers["DMLC_NUM_WORKER"] * numbers["BYTEPS_LOCAL_SIZE"]
+
+
+LAUNCHERS = {"horovod": "horovodrun -np N",
+             "byteps": "scripts/run_pre_byteps.sh -n N"}
+
+
+def _process_engine_plan(values, num_gpus_present, cluster):
+  """One replica per process of horovod or BytePS: each drives one device."""
+  name = values.distribution_strategy
   if cluster:
-    raise UserError("--distribution_strategy=horovod does not use TF_CONFIG; "
-                    "unset it and launch with horovodrun")
+    raise UserError("--distribution_strategy=%s does not use TF_CONFIG; "
+                    "unset it and launch with %s" % (name, LAUNCHERS[name]))
   if values.cpu_replicas > 1 or values.num_gpus > 1 or values.multi_gpu:
-    raise UserError("--distribution_strategy=horovod runs one device per "
-                    "process; start more processes with horovodrun -np N "
-                    "instead of --cpu_replicas/--num_gpus/--multi_gpu")
+    raise UserError("--distribution_strategy=%s runs one device per "
+                    "process; start more processes with %s instead of "
+                    "--cpu_replicas/--num_gpus/--multi_gpu" % (
+                        name, LAUNCHERS[name]))
   device = "/gpu:0" if num_gpus_present else "/cpu:0"
-  return StrategyPlan(name="horovod", devices=[device],
-                      num_workers=horovod_world_size(),
+  num_workers = (horovod_world_size() if name == "horovod" else
+                 byteps_world_size(os.environ))
+  return StrategyPlan(name=name, devices=[device], num_workers=num_workers,
                       all_reduce_alg=values.all_reduce_alg,
                       collective_timeout_seconds=values.collective_timeout_seconds,
                       cluster=None)
@@ -366,8 +434,9 @@ def _collective_strategy(devices, alg, timeout_seconds, multi_machine):
 
 
 def build_strategy(plan):
-  """Returns the tf.distribute strategy for `plan` (None for horovod)."""
-  if plan.name == "horovod":
+  """Returns the tf.distribute strategy for `plan` (None for an engine of
+  processes: horovod, byteps)."""
+  if plan.name in PROCESS_ENGINES:
     return None
   if plan.name == "one_device":
     return tf.distribute.OneDeviceStrategy(plan.devices[0])
@@ -404,8 +473,8 @@ def describe(plan, global_batch):
 
 
 # The processes of an engine that runs one process per replica
-# (horovod_engine.init); `sum_across_processes(tensors, compress)` is its
-# batched SUM all-reduce, which may send floats as float16 when `compress`.
+# (horovod_engine.init, byteps_engine.init); `sum_across_processes(tensors,
+# compress)` is its batched SUM all-reduce (BytePS: push_pull), which may send floats as float16 when `compress`.
 # None under tf.distribute strategies, whose replicas live in one graph.
 ProcessGroup = collections.namedtuple(
     "ProcessGroup", ["engine", "rank", "size", "sum_across_processes"])

@@ -11,7 +11,7 @@ runner.mean_loss_shares), the sum is the gradient of the global-batch loss,
 so the learning rate means what it means on one device. Rank 0 alone writes
 checkpoints and summaries to --output_dir; the other ranks start from its
 variables (`broadcast_hook`) and keep their model directory in a scratch
-location.
+location (rank_zero.py, shared with the BytePS engine).
 
 horovod is optional: this module imports without it, and `init` turns its
 absence into one clear error line. Build it with scripts/install_horovod.sh;
@@ -23,25 +23,18 @@ functions below; `init` returns the distribution.ProcessGroup that the
 runner hands the optimizer.
 """
 
-import atexit
-import os
-import shutil
 import sys
-import tempfile
 
 from absl import logging
 import tensorflow as tf2
 import tensorflow.compat.v1 as tf
 
-from bertkit.common import atomic_io
 from bertkit.common.errors import UserError
 from bertkit.engine import distribution
+from bertkit.engine import rank_zero
 
-# Directory under which non-zero ranks create their scratch model_dir. When
-# set, the scratch directories are kept after the run (for inspection and
-# tests); by default they live in the system temp directory and are removed
-# at exit.
-SCRATCH_ROOT_ENV = "BERT_HOROVOD_SCRATCH_ROOT"
+# Where non-zero ranks keep their scratch model_dir (rank_zero.py).
+SCRATCH_ROOT_ENV = rank_zero.scratch_root_variable("horovod")
 
 _STATE = {"hvd": None}
 
@@ -159,82 +152,32 @@ def barrier():
 
 
 def scratch_model_dir(output_dir):
-  """A fresh model_dir for a non-zero rank, outside output_dir.
-
-  It starts with a checkpoint state file naming output_dir's latest
-  checkpoint (when this machine can see it), so that this rank resumes, or
-  finds training already finished, exactly as rank 0 does. At the end of
-  training the rank saves its final weights here (the runner hands it to
-  broadcast_hook), which `Estimator.evaluate` then reads.
-
-  Args:
-    output_dir: rank 0's --output_dir.
-
-  Returns:
-    The directory path.
-  """
-  rank = _hvd().rank()
-  root = os.environ.get(SCRATCH_ROOT_ENV)
-  if root:
-    tf.io.gfile.makedirs(root)
-  path = tempfile.mkdtemp(prefix="bert-horovod-rank%d-" % rank, dir=root)
-  if not root:
-    atexit.register(shutil.rmtree, path, True)
-  latest = tf.train.latest_checkpoint(output_dir)
-  if latest:
-    if not atomic_io.is_url(latest):
-      latest = os.path.abspath(latest)
-    tf.train.update_checkpoint_state(path, latest,
-                                     all_model_checkpoint_paths=[latest])
-  logging.info("horovod rank %d: scratch model_dir %s (starts from %s)",
-               rank, path, latest or "rank 0's broadcast")
-  return path
-
-
-class BroadcastFromRankZeroHook(tf.train.SessionRunHook):
-  """Makes every rank start from rank 0's variables.
-
-  The broadcast runs after session creation, i.e. after rank 0 restored its
-  checkpoint (or initialised fresh weights), and covers every global
-  variable: weights, optimizer slots, loss scale and global_step. A rank
-  given a `final_checkpoint_dir` saves its final variables there at the end.
-  """
-
-  def __init__(self, hvd, final_checkpoint_dir=None):
-    self._hvd = hvd
-    self._final_dir = final_checkpoint_dir
-    self._broadcast = None
-    self._saver = None
-    self._global_step = None
-
-  def begin(self):
-    self._broadcast = self._hvd.broadcast_variables(tf.global_variables(),
-                                                    root_rank=0)
-    if self._final_dir:
-      self._global_step = tf.train.get_global_step()
-      self._saver = tf.train.Saver(sharded=True, max_to_keep=1)
-
-  def after_create_session(self, session, coord):
-    del coord
-    session.run(self._broadcast)
-
-  def end(self, session):
-    if self._saver is None:
-      return
-    step = int(session.run(self._global_step))
-    path = self._saver.save(session, os.path.join(self._final_dir,
-                                                  "model.ckpt"),
-                            global_step=step, write_meta_graph=False)
-    logging.info("horovod rank %d: final weights of step %d in %s",
-                 self._hvd.rank(), step, path)
+  """A fresh model_dir for a non-zero rank (rank_zero.scratch_model_dir)."""
+  return rank_zero.scratch_model_dir(output_dir, "horovod", _hvd().rank())
 
 
 def broadcast_hook(final_checkpoint_dir=None):
-  """The hook every rank adds to training (see BroadcastFromRankZeroHook).
+  """The hook every rank adds to training (rank_zero.BroadcastFromRankZeroHook).
 
   Args:
     final_checkpoint_dir: a non-zero rank's scratch model_dir
       (scratch_model_dir), where it saves its final weights; None on rank 0,
       whose checkpoints the Estimator writes.
   """
-  return BroadcastFromRankZeroHook(_hvd(), final_checkpoint_dir)
+  hvd = _hvd()
+  return rank_zero.BroadcastFromRankZeroHook(
+      lambda variables, root_rank: hvd.broadcast_variables(
+          variables, root_rank=root_rank),
+      hvd.rank(), final_checkpoint_dir)
+
+
+def lost_a_rank(message):
+  """Whether an OpError of a horovod run says another rank is gone.
+
+  Depending on which collective was running, a dead rank shows as horovod
+  shutting down or as gloo's connection to it being reset.
+  """
+  return ("Horovod has been shut down" in message or
+          ("gloo/transport" in message and
+           ("Connection reset by peer" in message or
+            "Connection closed by peer" in message)))

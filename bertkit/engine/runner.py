@@ -10,7 +10,7 @@ a function building input_fns, then calls
              runner.EvalStage(...), runner.PredictStage(...))
 
 The runner owns the rest, once: the flags the programs share
-(`define_flags`), the engine (training_setup.py: strategy or horovod,
+(`define_flags`), the engine (training_setup.py: strategy, horovod or BytePS,
 precision, RunConfig), what the optimizer is handed (the run's Precision,
 and the distribution.Replicas it sums over, which carries the stop vote),
 the model_fn (optimizer, gradient accumulation, loss scale, the step
@@ -40,7 +40,6 @@ from bertkit.common import training_flags
 from bertkit.engine import checkpoints
 from bertkit.engine import distribution
 from bertkit.engine import evaluation as held_out
-from bertkit.engine import horovod_engine
 from bertkit.engine import input_pipeline
 from bertkit.engine import optimizers
 from bertkit.engine import preemption
@@ -441,10 +440,11 @@ def for_this_process(setup, input_fn, files):
   """`input_fn` reading this process's share of the training `files`.
 
   One decision for every engine: tf.distribute strategies hand the input_fn
-  their InputContext (one pipeline per worker); horovod ranks get theirs
-  from training_setup.input_context. The input_fns share out whole files
-  when there are at least as many as pipelines, else records; the log says
-  which, from the same input_pipeline.process_share the input_fn uses.
+  their InputContext (one pipeline per worker); horovod ranks and BytePS
+  workers get theirs from training_setup.input_context. The input_fns share
+  out whole files when there are at least as many as pipelines, else
+  records; the log says which, from the same input_pipeline.process_share
+  the input_fn uses.
   """
   context = training_setup.input_context(setup)
   if context is None:
@@ -452,12 +452,13 @@ def for_this_process(setup, input_fn, files):
   share = input_pipeline.process_share(files, context)
   rank, size = share.pipeline_id, share.num_pipelines
   if share.by_record:
-    logging.info("horovod rank %d of %d reads one record in %d, from record "
-                 "%d, of %d input file(s) (fewer files than ranks)", rank,
-                 size, size, rank, len(files))
+    logging.info("%s rank %d of %d reads one record in %d, from record "
+                 "%d, of %d input file(s) (fewer files than ranks)",
+                 setup.plan.name, rank, size, size, rank, len(files))
   else:
-    logging.info("horovod rank %d reads %d of %d input files, first %s",
-                 rank, len(share.files), len(files), share.files[0])
+    logging.info("%s rank %d reads %d of %d input files, first %s",
+                 setup.plan.name, rank, len(share.files), len(files),
+                 share.files[0])
 
   def input_fn_of_rank(params=None):
     return input_fn(params, input_context=context)
@@ -560,18 +561,20 @@ def train(estimator, setup, train_input_fn, eval_input_fn, max_steps,
   if watch.time_budget_seconds:
     hooks.append(training_hooks.TimeBudgetHook(watch.time_budget_seconds))
   hooks.append(training_hooks.NonFiniteLossHook(setup.precision))
+  watchdog = None
   if setup.plan.num_workers > 1 and setup.plan.collective_timeout_seconds:
-    hooks.append(training_hooks.StallWatchdogHook(
-        setup.plan.collective_timeout_seconds))
+    watchdog = training_hooks.StallWatchdogHook(
+        setup.plan.collective_timeout_seconds)
+    hooks.append(watchdog)
   if setup.profile_steps:
     hooks.append(training_hooks.ProfilerHook(setup.output_dir,
                                              *setup.profile_steps))
   listeners = [throughput.CheckpointMarker(hook)]
   if watch.clock is not None and setup.is_chief:
     listeners.append(held_out.ClockRecorder(setup.output_dir, watch.clock))
-  if setup.plan.name == "horovod":
+  if setup.process_engine:
     # A non-zero rank saves its final weights in its scratch model_dir.
-    hooks.append(horovod_engine.broadcast_hook(
+    hooks.append(setup.process_engine.broadcast_hook(
         None if setup.is_chief else setup.run_config.model_dir))
     if not setup.is_chief:
       # Saving listeners need a CheckpointSaverHook; only rank 0 has one.
@@ -594,9 +597,14 @@ def train(estimator, setup, train_input_fn, eval_input_fn, max_steps,
         "Lower --learning_rate or check the data") from None
   except tf.errors.OpError as e:
     raise _training_failure(e, setup, input_files) from None
+  finally:
+    # Training failed in this process: no step is coming, and the error
+    # says why (hooks' end() does not run after an exception).
+    if watchdog:
+      watchdog.stop()
   if stop_hook.stopped_at_step is not None or preemption.requested_signal():
-    if setup.plan.name == "horovod":
-      horovod_engine.barrier()
+    if setup.process_engine:
+      setup.process_engine.barrier()
     raise errors.TrainingStopped(_stop_message(setup, stop_hook.final_step))
   return getattr(hook, "summary", None)
 
@@ -613,26 +621,15 @@ def _training_failure(error, setup, input_files):
         "lost contact with another worker (%s: %s); rerun every worker with "
         "the same command to resume from the last checkpoint" %
         (type(error).__name__, reason))
-  if setup.plan.name == "horovod" and _lost_a_horovod_rank(error.message):
+  if setup.process_engine and setup.process_engine.lost_a_rank(error.message):
     return errors.TrainingFailed(
-        "another horovod rank failed or died, and horovod shut down; rerun "
-        "the same command to resume every rank from the last checkpoint")
+        "another %s rank failed or died, and %s shut down; rerun the same "
+        "command to resume every rank from the last checkpoint" % (
+            setup.plan.name, setup.plan.name))
   if isinstance(error, tf.errors.DataLossError):
     return errors.TrainingFailed(input_pipeline.corrupt_input_message(
         input_files or [], reason))
   return error
-
-
-def _lost_a_horovod_rank(message):
-  """Whether an OpError of a horovod run says another rank is gone.
-
-  Depending on which collective was running, a dead rank shows as horovod
-  shutting down or as gloo's connection to it being reset.
-  """
-  return ("Horovod has been shut down" in message or
-          ("gloo/transport" in message and
-           ("Connection reset by peer" in message or
-            "Connection closed by peer" in message)))
 
 
 def _stop_message(setup, step):

@@ -94,10 +94,12 @@ class StallWatchdogHook(tf.train.SessionRunHook):
   """Ends the process when training stops making progress (a peer died).
 
   With several worker processes a dead peer leaves the others blocked inside
-  a collective, and MonitoredSession even re-creates the session on a lost
-  connection and waits again. Once the first step has run, a step that does
-  not finish within `timeout_seconds` ends this process with one error line;
-  rerunning every worker resumes from the last checkpoint.
+  a collective (a BytePS push_pull waits for ever), and MonitoredSession even
+  re-creates the session on a lost connection and waits again. From the
+  moment the session exists (before the start-up broadcast, which a dead
+  peer blocks too), a step that does not finish within `timeout_seconds` of
+  the previous one ends this process with one error line; rerunning every
+  worker resumes from the last checkpoint.
   """
 
   def __init__(self, timeout_seconds):
@@ -106,12 +108,18 @@ class StallWatchdogHook(tf.train.SessionRunHook):
     self._stop = threading.Event()
     self._thread = None
 
+  def after_create_session(self, session, coord):
+    del session, coord
+    # Once: a session that MonitoredSession re-creates after losing a peer
+    # is not progress.
+    if self._thread is None:
+      self._last_step_time = time.time()
+      self._thread = threading.Thread(target=self._watch, daemon=True)
+      self._thread.start()
+
   def after_run(self, run_context, run_values):
     del run_context, run_values
     self._last_step_time = time.time()
-    if self._thread is None:
-      self._thread = threading.Thread(target=self._watch, daemon=True)
-      self._thread.start()
 
   def _watch(self):
     while not self._stop.wait(1.0):
@@ -124,9 +132,13 @@ class StallWatchdogHook(tf.train.SessionRunHook):
               flush=True)
         os._exit(errors.EXIT_TRAINING_FAILED)  # pylint: disable=protected-access
 
+  def stop(self):
+    """Ends the watch (training ended, normally or not)."""
+    self._stop.set()
+
   def end(self, session):
     del session
-    self._stop.set()
+    self.stop()
 
 
 class WeightsFingerprintHook(tf.train.SessionRunHook):

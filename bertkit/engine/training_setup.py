@@ -1,12 +1,13 @@
-"""The engine a run trains on: strategy or horovod, precision, RunConfig.
+"""The engine a run trains on: strategy, horovod or BytePS, precision,
+RunConfig.
 
 `prepare` turns the distribution / precision / logging options (the flags
 runner.define_flags defines) into a `Setup`: the strategy plan, the run's
 precision.Precision (decided once, by `resolve_precision`), the tf.distribute
-strategy (or horovod started in this process), the Estimator's RunConfig and
-session config, whether this process is the chief, and the output directory
-checked writable (falling back to its newest readable checkpoint). runner.py
-runs tasks on it.
+strategy (or the horovod or BytePS worker started in this process), the
+Estimator's RunConfig and session config, whether this process is the chief,
+and the output directory checked writable (falling back to its newest
+readable checkpoint). runner.py runs tasks on it.
 """
 
 import collections
@@ -22,6 +23,7 @@ from tensorflow.python.util import _pywrap_util_port
 
 from bertkit.common import atomic_io
 from bertkit.common.errors import UserError
+from bertkit.engine import byteps_engine
 from bertkit.engine import checkpoints
 from bertkit.engine import distribution
 from bertkit.engine import horovod_engine
@@ -29,6 +31,11 @@ from bertkit.engine.precision import (FLOAT32, MIXED_BFLOAT16, MIXED_FLOAT16,
                                       LossScale, Precision)
 
 MIN_FREE_DISK_BYTES = 50 * 1024 * 1024
+
+# The engines of one process per replica (distribution.PROCESS_ENGINES), by
+# strategy name. Each module has the same functions: init, visible_gpu_list,
+# scratch_model_dir, broadcast_hook, barrier, lost_a_rank.
+PROCESS_ENGINES = {"horovod": horovod_engine, "byteps": byteps_engine}
 
 
 # The values `prepare` needs: the flags of runner.define_flags (the
@@ -60,13 +67,15 @@ def options_from_flags(values, output_dir, global_batch_size):
 
 # What the runner uses of a prepared engine. `precision` is the run's
 # Precision; `process_group` the distribution.ProcessGroup of an engine with
-# one process per replica (horovod), else None. `extra_info` holds the facts
+# one process per replica (horovod, byteps), else None, and `process_engine`
+# that engine's module (PROCESS_ENGINES), else None. `extra_info` holds the facts
 # written into throughput_summary.json (strategy, precision, records
 # skipped, ...); nothing reads decisions back from it.
 Setup = collections.namedtuple(
     "Setup", ["plan", "strategy", "run_config", "is_chief", "output_dir",
               "global_batch_size", "profile_steps", "log_every",
-              "warmup_steps", "precision", "process_group", "extra_info"])
+              "warmup_steps", "precision", "process_group", "process_engine",
+              "extra_info"])
 
 
 def check_output_dir(output_dir):
@@ -222,8 +231,9 @@ def session_config(plan, use_xla, compute=FLOAT32):
   if len(plan.devices) > 1 and plan.devices[0].startswith("/cpu"):
     # Graph-mode sessions only see logical CPUs that the ConfigProto asks for.
     config.device_count["CPU"] = len(plan.devices)
-  if plan.name == "horovod" and plan.devices[0].startswith("/gpu"):
-    config.gpu_options.visible_device_list = horovod_engine.visible_gpu_list()
+  if plan.name in PROCESS_ENGINES and plan.devices[0].startswith("/gpu"):
+    config.gpu_options.visible_device_list = (
+        PROCESS_ENGINES[plan.name].visible_gpu_list())
   if use_xla:
     config.graph_options.optimizer_options.global_jit_level = (
         tf.OptimizerOptions.ON_1)
@@ -251,14 +261,15 @@ def prepare(options):
   check_output_dir(options.output_dir)
   checkpoints.fall_back_to_readable(options.output_dir)
   model_dir, process_group = options.output_dir, None
-  if plan.name == "horovod":
+  process_engine = PROCESS_ENGINES.get(plan.name)
+  if process_engine:
     strategy = None
-    process_group = horovod_engine.init(plan, precision)
+    process_group = process_engine.init(plan, precision)
     is_chief = process_group.rank == 0
     if not is_chief:
       # Only rank 0 writes checkpoints and summaries; the others start from
       # its weights through the broadcast hook.
-      model_dir = horovod_engine.scratch_model_dir(options.output_dir)
+      model_dir = process_engine.scratch_model_dir(options.output_dir)
   else:
     distribution.split_cpu(len(plan.devices)
                            if plan.devices[0].startswith("/cpu") else 0)
@@ -292,7 +303,7 @@ def prepare(options):
                log_every=options.log_every_n_steps,
                warmup_steps=options.throughput_warmup_steps,
                precision=precision, process_group=process_group,
-               extra_info=extra_info)
+               process_engine=process_engine, extra_info=extra_info)
 
 
 def _decide_precision(options, num_gpus):
@@ -314,16 +325,16 @@ def input_context(setup):
   """The tf.distribute.InputContext of this process's training input.
 
   Strategies hand theirs to the input_fn themselves (Estimator passes one per
-  worker). Horovod ranks have none, so without this every rank would read
+  worker). Horovod ranks and BytePS workers have none, so without this every rank would read
   every record, and with the same --tf_random_seed in the same order: N
   copies of one batch instead of a global batch. Each rank is one input
   pipeline of one replica; the input_fns share out files, or records of
   fewer files than pipelines, by it.
 
   Returns:
-    An InputContext under horovod, else None.
+    An InputContext under horovod or byteps, else None.
   """
-  if setup.plan.name != "horovod":
+  if setup.plan.name not in PROCESS_ENGINES:
     return None
   group = distribution.process_group()
   return tf.distribute.InputContext(num_input_pipelines=group.size,

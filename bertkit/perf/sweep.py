@@ -27,6 +27,8 @@ from bertkit.perf import synthetic_data
 import modeling
 
 STRATEGIES = distribution.STRATEGIES
+RUN_PRE_BYTEPS = os.path.join(child_runs.REPO_ROOT, "scripts",
+                              "run_pre_byteps.sh")
 PRECISIONS = ("fp32", "fp16", "bf16")
 # What run_pretraining's throughput_summary.json calls each cell's precision
 # when it takes effect (--use_fp16 needs a GPU, --use_bf16 oneDNN's kernels).
@@ -117,14 +119,19 @@ def parse_axes(strategies, bert_config_files, seq_lengths, xla, precisions,
       _int_list(replicas, "replicas"))
 
 
-def horovod_available():
-  """(True, "") or (False, why) for launching horovod cells."""
+def engines_available():
+  """{strategy: why its cells cannot run here} for the engines of processes
+  that are missing (horovod, byteps); an available engine is absent."""
+  missing = {}
   if importlib.util.find_spec("horovod") is None:
-    return False, ("horovod is not installed (scripts/install_horovod.sh); "
-                   "cell skipped")
-  if not _horovodrun_path():
-    return False, "horovodrun is not on PATH; cell skipped"
-  return True, ""
+    missing["horovod"] = ("horovod is not installed "
+                          "(scripts/install_horovod.sh); cell skipped")
+  elif not _horovodrun_path():
+    missing["horovod"] = "horovodrun is not on PATH; cell skipped"
+  if importlib.util.find_spec("byteps") is None:
+    missing["byteps"] = ("byteps is not installed "
+                         "(scripts/install_byteps.sh); cell skipped")
+  return missing
 
 
 def _horovodrun_path():
@@ -173,6 +180,11 @@ def cell_command(cell, config_path, input_file, cell_dir, max_predictions,
   if cell.strategy == "horovod":
     return [_horovodrun_path(), "-np", str(cell.replicas), sys.executable
            ] + args
+  if cell.strategy == "byteps":
+    # The launcher's own flags first; the cell's, after `--`, override them.
+    return ["env", "PYTHON=%s" % sys.executable, RUN_PRE_BYTEPS,
+            "-n", str(cell.replicas), "-c", config_path, "-i", input_file,
+            "-o", cell_dir, "--"] + args[1:]
   if device == "gpu":
     args.append("--num_gpus=%d" % cell.replicas)
   else:
@@ -241,10 +253,10 @@ def base_row(cell, device, num_steps):
   return row
 
 
-def _skip_reason(cell, horovod_ok, horovod_note):
+def _skip_reason(cell, engines_missing):
   """Why `cell` cannot run here, or "" when it can."""
-  if cell.strategy == "horovod" and not horovod_ok:
-    return horovod_note
+  if cell.strategy in engines_missing:
+    return engines_missing[cell.strategy]
   if cell.strategy == "one_device" and cell.replicas > 1:
     return "one_device runs 1 replica"
   return ""
@@ -301,7 +313,7 @@ def run_sweep(cells, device, options):
     list of row dicts, one per cell in order: `base_row`'s keys, the
     measured figures and flops_per_example.
   """
-  horovod_ok, horovod_note = horovod_available()
+  engines_missing = engines_available()
   data_dir = os.path.join(options.output_dir, "data")
   num_files = max(cell.replicas for cell in cells)
   rows = []
@@ -312,7 +324,7 @@ def run_sweep(cells, device, options):
     row["flops_per_example"] = model_flops.flops_for_config(
         config, cell.seq_length, options.max_predictions_per_seq)
     rows.append(row)
-    skip = _skip_reason(cell, horovod_ok, horovod_note)
+    skip = _skip_reason(cell, engines_missing)
     if skip:
       row.update(status="skipped", note=skip)
       continue
