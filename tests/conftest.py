@@ -112,6 +112,29 @@ def run_ok(args, env=None, timeout=600):
   return result
 
 
+def write_real_text_records(directory, seq, preds, vocab_size, config):
+  """vocab.txt, records.tfrecord and config.json in `directory`, made from
+  sample_data/corpus.txt as a user makes them (create_vocab.py, then
+  create_pretraining_data.py with --dupe_factor=1).
+
+  Returns:
+    The path of records.tfrecord.
+  """
+  corpus = os.path.join(REPO_ROOT, "sample_data", "corpus.txt")
+  run_ok(["create_vocab.py", "--input_file=%s" % corpus,
+          "--output_file=%s" % (directory / "vocab.txt"),
+          "--vocab_size=%d" % vocab_size])
+  records = str(directory / "records.tfrecord")
+  run_ok(["create_pretraining_data.py", "--input_file=%s" % corpus,
+          "--output_file=%s" % records,
+          "--vocab_file=%s" % (directory / "vocab.txt"),
+          "--max_seq_length=%d" % seq, "--max_predictions_per_seq=%d" % preds,
+          "--dupe_factor=1"])
+  with open(directory / "config.json", "w") as f:
+    json.dump(config, f)
+  return records
+
+
 def expect_user_error(result, *fragments):
   """Asserts a user-error exit: code 2, one `error:` line holding every
   fragment, no traceback; returns the line."""

@@ -27,8 +27,8 @@ import tensorflow.compat.v1 as tf
 from bertkit.common import errors
 from bertkit.common.errors import UserError
 from bertkit.engine import distribution
-from conftest import (REPO_ROOT, load_checkpoint, run_ok, run_program,
-                      tiny_bert_config)
+from conftest import (REPO_ROOT, load_checkpoint, run_program,
+                      tiny_bert_config, write_real_text_records)
 from test_preemption import STOP_LINE, check_resumed, logged_step
 from test_reliability import flip_a_bit_in_records
 
@@ -138,29 +138,26 @@ def real_text(tmp_path_factory):
   """A vocabulary and records made from sample_data/corpus.txt, and a tiny
   config for them."""
   d = tmp_path_factory.mktemp("byteps_text")
-  corpus = os.path.join(REPO_ROOT, "sample_data", "corpus.txt")
-  run_ok(["create_vocab.py", "--input_file=%s" % corpus,
-          "--output_file=%s" % (d / "vocab.txt"), "--vocab_size=%d" % VOCAB])
-  run_ok(["create_pretraining_data.py", "--input_file=%s" % corpus,
-          "--output_file=%s" % (d / "records.tfrecord"),
-          "--vocab_file=%s" % (d / "vocab.txt"),
-          "--max_seq_length=%d" % SEQ, "--max_predictions_per_seq=%d" % PREDS,
-          "--dupe_factor=1"])
-  (d / "config.json").write_text(json.dumps(tiny_bert_config(
-      max_position_embeddings=SEQ, vocab_size=VOCAB)))
+  write_real_text_records(d, SEQ, PREDS, VOCAB, tiny_bert_config(
+      max_position_embeddings=SEQ, vocab_size=VOCAB))
   return d
+
+
+def worker_args(real_text, output_dir, *extra, inputs=None):
+  """run_pretraining.py's arguments for one BytePS worker of a short run."""
+  return ["run_pretraining.py",
+          "--bert_config_file=%s" % (real_text / "config.json"),
+          "--input_file=%s" % (inputs or real_text / "records.tfrecord"),
+          "--output_dir=%s" % output_dir, "--do_train",
+          "--max_seq_length=%d" % SEQ, "--max_predictions_per_seq=%d" % PREDS,
+          "--train_batch_size=8", "--distribution_strategy=byteps"] + list(
+              extra)
 
 
 def test_missing_byteps_is_one_error_line(real_text, tmp_path):
   env = dict(worker_environment(free_port(), 0), **hide_byteps(tmp_path))
-  result = run_program(
-      ["run_pretraining.py", "--bert_config_file=%s" %
-       (real_text / "config.json"),
-       "--input_file=%s" % (real_text / "records.tfrecord"),
-       "--output_dir=%s" % (tmp_path / "out"), "--do_train",
-       "--max_seq_length=%d" % SEQ, "--max_predictions_per_seq=%d" % PREDS,
-       "--train_batch_size=8", "--num_train_steps=2",
-       "--distribution_strategy=byteps"], env=env)
+  result = run_program(worker_args(real_text, tmp_path / "out",
+                                   "--num_train_steps=2"), env=env)
   assert result.returncode == errors.EXIT_USER_ERROR, result.stderr[-2000:]
   lines = [l for l in result.stderr.splitlines() if l.startswith("error:")]
   assert len(lines) == 1, result.stderr[-2000:]
@@ -485,13 +482,8 @@ def test_a_worker_that_never_starts_ends_the_other_at_start_up(real_text,
   try:
     started = time.time()
     result = run_program(
-        ["run_pretraining.py", "--bert_config_file=%s" %
-         (real_text / "config.json"),
-         "--input_file=%s" % (real_text / "records.tfrecord"),
-         "--output_dir=%s" % (tmp_path / "out"), "--do_train",
-         "--max_seq_length=%d" % SEQ, "--max_predictions_per_seq=%d" % PREDS,
-         "--train_batch_size=8", "--num_train_steps=2",
-         "--distribution_strategy=byteps", "--collective_timeout_seconds=5"],
+        worker_args(real_text, tmp_path / "out", "--num_train_steps=2",
+                    "--collective_timeout_seconds=5"),
         env=services.worker_env(0), timeout=120)
   finally:
     for proc in services.procs:
@@ -519,13 +511,10 @@ def test_a_failed_worker_does_not_wait_for_ever_at_exit(real_text, tmp_path):
   corrupt = tmp_path / "corrupt.tfrecord"
   flip_a_bit_in_records(real_text / "records.tfrecord", corrupt, [40])
   services = Services(str(tmp_path))
-  args = [sys.executable, "run_pretraining.py", "--bert_config_file=%s" %
-          (real_text / "config.json"),
-          "--input_file=%s,%s" % (real_text / "records.tfrecord", corrupt),
-          "--output_dir=%s" % (tmp_path / "out"), "--do_train",
-          "--max_seq_length=%d" % SEQ, "--max_predictions_per_seq=%d" % PREDS,
-          "--train_batch_size=8", "--num_train_steps=1000",
-          "--distribution_strategy=byteps", "--collective_timeout_seconds=10"]
+  args = [sys.executable] + worker_args(
+      real_text, tmp_path / "out", "--num_train_steps=1000",
+      "--collective_timeout_seconds=10",
+      inputs="%s,%s" % (real_text / "records.tfrecord", corrupt))
   workers = [subprocess.Popen(
       args, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
       text=True, env=dict(os.environ, BERT_BYTEPS_SCRATCH_ROOT=str(

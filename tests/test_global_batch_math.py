@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from conftest import REPO_ROOT, run_ok, tiny_bert_config
+from conftest import (REPO_ROOT, run_ok, tiny_bert_config,
+                      write_real_text_records)
 
 SEQ, PREDS, VOCAB = 64, 10, 1000
 BATCH, STEPS = 16, 6
@@ -70,21 +71,12 @@ def data(tmp_path_factory):
   """
   d = tmp_path_factory.mktemp("real_text")
   corpus = os.path.join(REPO_ROOT, "sample_data", "corpus.txt")
-  run_ok(["create_vocab.py", "--input_file=%s" % corpus,
-          "--output_file=%s" % (d / "vocab.txt"),
-          "--vocab_size=%d" % VOCAB])
-  run_ok(["create_pretraining_data.py", "--input_file=%s" % corpus,
-          "--output_file=%s" % (d / "records.tfrecord"),
-          "--vocab_file=%s" % (d / "vocab.txt"),
-          "--max_seq_length=%d" % SEQ, "--max_predictions_per_seq=%d" % PREDS,
-          "--dupe_factor=1"])
+  write_real_text_records(d, SEQ, PREDS, VOCAB, CONFIG)
   run_ok(["create_pretraining_data.py", "--input_file=%s" % corpus,
           "--output_file=%s" % (d / "unmasked.tfrecord"),
           "--vocab_file=%s" % (d / "vocab.txt"),
           "--max_seq_length=%d" % SEQ, "--max_predictions_per_seq=%d" % PREDS,
           "--masking=dynamic"])
-  with open(d / "config.json", "w") as f:
-    json.dump(CONFIG, f)
   records = list(tf.io.tf_record_iterator(str(d / "records.tfrecord")))
   rank_files = write_rank_records(d, records)
   return {"dir": d, "records": str(d / "records.tfrecord"),

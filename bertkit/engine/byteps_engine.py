@@ -195,11 +195,8 @@ def barrier():
   Built in a graph of its own: in eager mode BytePS names an unnamed tensor
   at random, and a push_pull is matched across workers by name.
   """
-  bps = _bps()
-  from byteps.tensorflow.ops import ReduceOps  # pylint: disable=g-import-not-at-top
   with tf.Graph().as_default():
-    total = bps.push_pull(tf.constant(0.0, name="bert_byteps_barrier"),
-                          op=ReduceOps.Sum)
+    total, = sum_across_ranks([tf.constant(0.0, name="bert_byteps_barrier")])
     with tf.Session() as session:
       session.run(total)
 
