@@ -210,6 +210,7 @@ class Services(object):
 
   def __init__(self, log_dir, num_workers=2):
     self.port = free_port()
+    _LAUNCHED_PORTS.append(self.port)  # its workers carry the port too
     self.num_workers = num_workers
     self.procs = []
     for role in ("scheduler", "server"):
@@ -343,6 +344,7 @@ def launch(real_text, output_dir, *extra, steps, port, log_name):
              "-p", str(PREDS), "-t", str(steps), "-w", "2", "-l", "1e-3",
              "--", "--tf_random_seed=1", "--log_every_n_steps=1",
              "--save_checkpoints_steps=1000000"] + list(extra)
+  _LAUNCHED_PORTS.append(port)
   proc = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=log,
                           stderr=subprocess.STDOUT, start_new_session=True)
   return proc, log.name
@@ -378,6 +380,41 @@ def wait_for_step(proc, output_dir, min_step, timeout=300):
     assert time.time() < deadline, "step %d never logged" % min_step
     time.sleep(0.05)
   return logged_step(output_dir)
+
+
+def launch_pids(port):
+  """Pids of the scheduler, servers and workers of the launch on `port`."""
+  found = []
+  for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+      with open("/proc/%s/environ" % pid, "rb") as f:
+        if b"DMLC_PS_ROOT_PORT=%d" % port in f.read().split(b"\0"):
+          found.append(int(pid))
+    except OSError:
+      continue
+  return found
+
+
+def kill_launch(port):
+  """Kills what the launch on `port` left running. The launcher starts each
+  process in a session of its own, so killing its process group does not."""
+  for pid in launch_pids(port):
+    try:
+      os.kill(pid, signal.SIGKILL)
+    except OSError:
+      pass
+
+
+# The scheduler ports of this test's launches, for `cleanup`.
+_LAUNCHED_PORTS = []
+
+
+@pytest.fixture(autouse=True)
+def cleanup():
+  """After each test, nothing of its launches runs, even when it failed."""
+  yield
+  while _LAUNCHED_PORTS:
+    kill_launch(_LAUNCHED_PORTS.pop())
 
 
 def finish(proc, timeout=180):
@@ -459,16 +496,7 @@ def test_a_dead_worker_ends_the_other_with_one_error_line(real_text,
   assert error_lines[0].startswith("error: no training step finished for ")
   assert "rerun every worker with the same command" in error_lines[0].lower()
   # The scheduler and the server did not outlive the launcher.
-  assert not [p for p in filter(str.isdigit, os.listdir("/proc"))
-              if _has_port(p, port)]
-
-
-def _has_port(pid, port):
-  try:
-    with open("/proc/%s/environ" % pid, "rb") as f:
-      return b"DMLC_PS_ROOT_PORT=%d" % port in f.read().split(b"\0")
-  except OSError:
-    return False
+  assert not launch_pids(port)
 
 
 

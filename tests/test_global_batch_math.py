@@ -182,7 +182,8 @@ def byteps_run(data, output_dir, launcher_args, extra, one_file=False):
   r of 2 reads rank file r, as horovod's ranks do, and one worker the
   records file."""
   inputs = data["records"] if one_file else ",".join(data["rank_files"])
-  from test_byteps import free_port  # pylint: disable=g-import-not-at-top
+  from test_byteps import free_port, kill_launch  # pylint: disable=g-import-not-at-top
+  port = free_port()
   ssh = data["dir"] / "fake_ssh"
   ssh.write_text(FAKE_SSH)
   ssh.chmod(0o755)
@@ -192,14 +193,17 @@ def byteps_run(data, output_dir, launcher_args, extra, one_file=False):
   command = [
       os.path.join(REPO_ROOT, "scripts", "run_pre_byteps.sh")] + list(
           launcher_args) + [
-      "-P", str(free_port()), "-c", str(data["dir"] / "config.json"),
+      "-P", str(port), "-c", str(data["dir"] / "config.json"),
       "-i", inputs, "-o", str(output_dir),
       "-b", str(BATCH), "-s", str(SEQ), "-p", str(PREDS), "-t", str(STEPS),
       "-w", "2", "-l", "1e-3", "--", "--tf_random_seed", "7",
       "--log_every_n_steps", "1", "--throughput_warmup_steps", "1"] + list(
           extra)
-  result = subprocess.run(command, capture_output=True, text=True,
-                          timeout=600, env=env, cwd=REPO_ROOT)
+  try:
+    result = subprocess.run(command, capture_output=True, text=True,
+                            timeout=600, env=env, cwd=REPO_ROOT)
+  finally:
+    kill_launch(port)  # on a timeout, the workers would outlive the launcher
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
 
