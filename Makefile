@@ -1,13 +1,14 @@
 # Two commands on a fresh machine with Python 3.11:
 #   make run    set up .venv, then vocab -> data -> pretrain + eval -> export on the sample
-#   make test   set up .venv with test tools, then run the whole test suite
+#   make test       set up .venv with test tools, then every test not marked slow
+#   make test-all   the same, then every test (what CI runs)
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 VPY := $(VENV)/bin/python
 WORK_DIR ?= $(CURDIR)/runs/sample
 PYTEST_ARGS ?=
 
-.PHONY: run test venv clean
+.PHONY: run test test-all venv clean
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +33,9 @@ run: $(VENV)/.installed
 	  "SavedModel next to it"
 
 test: $(VENV)/.installed-dev
+	TF_CPP_MIN_LOG_LEVEL=2 $(VPY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+test-all: $(VENV)/.installed-dev
 	TF_CPP_MIN_LOG_LEVEL=2 $(VPY) -m pytest -q $(PYTEST_ARGS)
 
 clean:

@@ -23,7 +23,7 @@ final shuffle, so memory does not grow with --dupe_factor.
 
 Sharded (--num_workers, --output_dir or --dask_scheduler): for corpora of
 any size, on every core or on a Dask cluster; see
-bertkit/data/pretraining_shards.py.
+bertkit/data/sharded_mode.py.
 Each shard is upstream's algorithm over that shard, so the records differ
 from faithful mode's.
 
@@ -44,6 +44,7 @@ the program with one `error:` line, and output files only appear under
 their final names once completely written.
 """
 
+import dataclasses
 import os
 import random
 import sys
@@ -57,11 +58,14 @@ from bertkit.common import errors
 from bertkit.common import file_patterns
 from bertkit.common import shared_flags
 from bertkit.data import corpus_input
+from bertkit.data import creation_options
 from bertkit.data import pretraining_instances
 from bertkit.data import pretraining_records
-from bertkit.data import pretraining_shards
+from bertkit.data import sharded_mode
 
 FLAGS = flags.FLAGS
+# The flags' defaults: those of the options they make.
+DEFAULTS = creation_options.CreationOptions
 
 # The shell's status for a command ended by Ctrl-C (128 + SIGINT).
 EXIT_INTERRUPTED = 130
@@ -83,9 +87,12 @@ def _define_input_and_output_flags():
                       "Each item may be a glob, a directory (sharded mode) or "
                       "a URL fsspec serves (s3://, gs://, hdfs://, ... with "
                       "the matching fsspec package installed).")
-  corpus_input.define_flags()  # --input_format, --text_field
+  flags.DEFINE_string("input_format", DEFAULTS.input_format,
+                      corpus_input.INPUT_FORMAT_HELP)
+  flags.DEFINE_string("text_field", DEFAULTS.text_field,
+                      corpus_input.TEXT_FIELD_HELP)
   flags.DEFINE_string(
-      "output_file", None,
+      "output_file", DEFAULTS.output_file,
       "Output TF example file (or comma-separated list of files).")
 
 
@@ -94,30 +101,31 @@ def _define_tokenizer_flags():
   shared_flags.define_vocab_file()
   shared_flags.define_do_lower_case()
   flags.DEFINE_enum(
-      "tokenizer_backend", "fast", ["fast", "python"],
+      "tokenizer_backend", DEFAULTS.tokenizer_backend, ["fast", "python"],
       "fast: bertkit/data/fast_tokenization.py. python: tokenization.py "
       "(upstream's code). Same tokens, so the same records.")
 
 
 def _define_instance_flags():
   """How instances are cut, masked, repeated and packed."""
-  shared_flags.define_max_seq_length(128)
+  shared_flags.define_max_seq_length(DEFAULTS.max_seq_length)
   shared_flags.define_masking_rate()
-  flags.DEFINE_integer("random_seed", 12345, "Random seed for data generation.")
+  flags.DEFINE_integer("random_seed", DEFAULTS.random_seed,
+                       "Random seed for data generation.")
   flags.DEFINE_integer(
-      "dupe_factor", None,
+      "dupe_factor", DEFAULTS.dupe_factor,
       "Number of times to duplicate the input data (with different masks). "
       "Default: 10 (upstream's) with --masking=static, 1 with "
       "--masking=dynamic.")
   flags.DEFINE_enum(
-      "masking", pretraining_instances.STATIC,
+      "masking", DEFAULTS.masking,
       list(pretraining_instances.MASKING_CHOICES),
       "static: upstream's records, masks drawn here once per record. "
       "dynamic: records without masks (input_ids, input_mask, segment_ids, "
       "next_sentence_labels), of the same token pairs; run_pretraining.py "
       "draws new masks every epoch.")
   flags.DEFINE_bool(
-      "next_sentence_prediction", True,
+      "next_sentence_prediction", DEFAULTS.next_sentence_prediction,
       "true: upstream's segment pairs with next-sentence labels. false: "
       "RoBERTa's FULL-SENTENCES: each record is one segment of consecutive "
       "sentences filling --max_seq_length, across documents (an extra [SEP] "
@@ -125,11 +133,11 @@ def _define_instance_flags():
       "run_pretraining.py then trains the masked LM alone. "
       "--short_seq_prob does not apply to it.")
   flags.DEFINE_float(
-      "short_seq_prob", 0.1,
+      "short_seq_prob", DEFAULTS.short_seq_prob,
       "Probability of creating sequences which are shorter than the "
       "maximum length.")
   flags.DEFINE_bool(
-      "pack_sequences", False,
+      "pack_sequences", DEFAULTS.pack_sequences,
       "Pack the instances into rows of --max_seq_length, at most "
       "--max_sequences_per_pack to a row (bertkit/data/packing.py: "
       "shortest-pack-first histogram packing), so that training computes "
@@ -140,37 +148,37 @@ def _define_instance_flags():
       "the rows hold no masks and run_pretraining.py draws each sequence's "
       "masks.")
   flags.DEFINE_integer(
-      "max_sequences_per_pack", 3,
+      "max_sequences_per_pack", DEFAULTS.max_sequences_per_pack,
       "With --pack_sequences: the most sequences in one row.")
 
 
 def _define_sharded_mode_flags():
-  """The job of sharded mode (`pretraining_shards.ShardedJob`)."""
+  """Where and on what sharded mode runs (bertkit/data/sharded_mode.py)."""
   flags.DEFINE_integer(
-      "num_workers", None,
-      "Sharded mode (see bertkit/data/pretraining_shards.py): number of "
+      "num_workers", DEFAULTS.num_workers,
+      "Sharded mode (see bertkit/data/sharded_mode.py): number of "
       "local worker processes (default when --output_dir is given: one per "
       "core).")
   flags.DEFINE_string(
-      "dask_scheduler", None,
+      "dask_scheduler", DEFAULTS.dask_scheduler,
       "Sharded mode on a Dask cluster: the scheduler's address, "
       "tcp://HOST:PORT (as `dask scheduler` prints it). Its workers must "
       "import this repository, read --input_file and write the output "
       "directory at the same paths.")
   flags.DEFINE_string(
-      "output_dir", None,
+      "output_dir", DEFAULTS.output_dir,
       "Sharded mode: directory for the shard files "
       "part-SSSSS-of-NNNNN.tfrecord (created if missing). Without it, "
       "--output_file is the shards' prefix.")
   flags.DEFINE_float(
-      "shard_size_mb", 16.0,
+      "shard_size_mb", DEFAULTS.shard_size_mb,
       "Sharded mode: the largest input MB of a shard. Shards are planned "
       "from the corpus size (about 32 of them, none under 0.25 MB); small "
       "files are packed together, larger ones split at document boundaries. "
       "Worker memory grows with the shard size; next-sentence negatives come "
       "from the same shard.")
   flags.DEFINE_bool(
-      "resume", True,
+      "resume", DEFAULTS.resume,
       "Sharded mode: skip shards whose output file already exists (files get "
       "their final name only once complete). --noresume rewrites every shard.")
 
@@ -263,15 +271,13 @@ def _example_logger(vocab):
   return log_example
 
 
-def run_faithful_mode(corpus, output_file, recipe):
-  """Faithful mode, from flag values to written output files.
+def run_faithful_mode(options):
+  """Faithful mode, from the options to written output files.
 
   Args:
-    corpus: the `corpus_input.Corpus` (files, globs or URLs; directories
-      are refused).
-    output_file: comma-separated output files.
-    recipe: the `pretraining_instances.RecordRecipe`; its random_seed seeds
-      the one `random.Random` behind every choice.
+    options: the `creation_options.CreationOptions` (files, globs or URLs;
+      directories are refused); its random_seed seeds the one
+      `random.Random` behind every choice.
 
   Returns:
     The number of records written.
@@ -279,30 +285,35 @@ def run_faithful_mode(corpus, output_file, recipe):
   Raises:
     errors.UserError: on bad input; no output file is then created.
   """
-  params, dupe_factor = recipe.params, recipe.dupe_factor
-  pretraining_instances.validate_params(params, dupe_factor)
-  output_files = file_patterns.split_file_list(output_file, "output_file")
+  if not options.output_file:
+    raise errors.UserError(
+        "--output_file is required (or --output_dir/--num_workers/"
+        "--dask_scheduler for sharded mode)")
+  params, dupe_factor = options.params, options.num_passes
+  output_files = file_patterns.split_file_list(options.output_file,
+                                               "output_file")
   check_output_files(output_files)
-  vocab = pretraining_instances.load_checked_vocab(recipe.vocab_file)
-  input_files = corpus_input.expand_corpus(corpus, read_directories=False)
+  vocab = pretraining_instances.load_checked_vocab(options.vocab_file)
+  input_files = corpus_input.expand_corpus(options.corpus,
+                                           read_directories=False)
   logging.info("*** Reading from input files ***")
   for f in input_files:
     logging.info("  %s (%s)", f.path, f.format)
 
   tokenize_to_ids = pretraining_instances.make_tokenizer(
-      vocab, recipe.do_lower_case, recipe.tokenizer_backend).tokenize_to_ids
+      vocab, options.do_lower_case, options.tokenizer_backend).tokenize_to_ids
   codes = pretraining_instances.make_encoder(vocab, params).token_codes
   input_bytes = sum(f.size for f in input_files)
   progress = pretraining_instances.Progress(sys.stderr,
                                             input_bytes * (1 + dupe_factor))
   documents = read_corpus_documents(
       input_files, lambda text: [codes[i] for i in tokenize_to_ids(text)],
-      progress.add, corpus.text_field)
+      progress.add, options.text_field)
   num_records = pretraining_instances.write_instances(
-      documents, random.Random(recipe.random_seed), vocab, params,
+      documents, random.Random(options.random_seed), vocab, params,
       dupe_factor, output_files, progress.add, pass_work=input_bytes,
       log_example=_example_logger(vocab),
-      max_sequences_per_pack=recipe.max_sequences_per_pack)
+      max_sequences_per_pack=options.pack_limit)
   progress.close()
   logging.info("done: %s", progress.line())
   logging.info("Wrote %d total instances to %s", num_records,
@@ -310,67 +321,46 @@ def run_faithful_mode(corpus, output_file, recipe):
   return num_records
 
 
-def recipe_from_flags():
-  """The `pretraining_instances.RecordRecipe` the flags ask for.
+def options_from_flags():
+  """The `creation_options.CreationOptions` the flags ask for, checked.
 
   Raises:
-    errors.UserError: --pack_sequences with --max_sequences_per_pack < 1
-      or with --next_sentence_prediction=false.
+    errors.UserError: a flag value is out of range (`creation_options`).
   """
-  params = pretraining_instances.InstanceParams(
-      max_seq_length=FLAGS.max_seq_length,
-      short_seq_prob=FLAGS.short_seq_prob,
-      masked_lm_prob=FLAGS.masked_lm_prob,
-      max_predictions_per_seq=FLAGS.max_predictions_per_seq,
-      do_whole_word_mask=FLAGS.do_whole_word_mask,
-      masking=FLAGS.masking,
-      next_sentence_prediction=FLAGS.next_sentence_prediction)
-  dupe_factor = FLAGS.dupe_factor
-  if dupe_factor is None:
-    dupe_factor = 1 if FLAGS.masking == pretraining_instances.DYNAMIC else 10
-  max_sequences_per_pack = None
-  if FLAGS.pack_sequences and not FLAGS.next_sentence_prediction:
-    raise errors.UserError(
-        "--pack_sequences with --next_sentence_prediction=false: its "
-        "sequences already fill --max_seq_length, there is nothing to pack; "
-        "drop --pack_sequences")
-  if FLAGS.pack_sequences:
-    if FLAGS.max_sequences_per_pack < 1:
-      raise errors.UserError(
-          "--max_sequences_per_pack=%d must be at least 1"
-          % FLAGS.max_sequences_per_pack)
-    max_sequences_per_pack = FLAGS.max_sequences_per_pack
-  return pretraining_instances.RecordRecipe(
-      FLAGS.vocab_file, FLAGS.do_lower_case, params, FLAGS.random_seed,
-      dupe_factor, FLAGS.tokenizer_backend, max_sequences_per_pack)
+  return creation_options.CreationOptions(**{
+      field.name: getattr(FLAGS, field.name)
+      for field in dataclasses.fields(creation_options.CreationOptions)})
+
+
+def run(options):
+  """One run of the program, faithful or sharded as the options say.
+
+  Raises:
+    errors.UserError: on bad input.
+    errors.TrainingFailed: a local worker died or the Dask scheduler was
+      lost (sharded mode).
+  """
+  if not options.sharded:
+    run_faithful_mode(options)
+    return
+  output = sharded_mode.run_sharded(options)
+  logging.info("Wrote %d total instances to %s (%d shard file(s) now "
+               "complete; run_pretraining.py reads them with "
+               "--input_file='%s')", output.num_instances, output.pattern,
+               len(output.paths), output.pattern)
 
 
 def main(argv):
   del argv  # Unused.
-  recipe = recipe_from_flags()
-  corpus = corpus_input.Corpus(FLAGS.input_file, FLAGS.input_format,
-                               FLAGS.text_field)
-  if (FLAGS.num_workers is not None or FLAGS.output_dir is not None or
-      FLAGS.dask_scheduler is not None):
-    try:
-      output = pretraining_shards.run_sharded(
-          corpus, recipe, pretraining_shards.ShardedJob(
-              FLAGS.output_file, FLAGS.output_dir, FLAGS.num_workers,
-              FLAGS.shard_size_mb, FLAGS.resume, FLAGS.dask_scheduler))
-    except KeyboardInterrupt:
-      print("\ninterrupted: complete shard files are kept; rerun the same "
-            "command to make the others", file=sys.stderr, flush=True)
-      sys.exit(EXIT_INTERRUPTED)
-    logging.info("Wrote %d total instances to %s (%d shard file(s) now "
-                 "complete; run_pretraining.py reads them with "
-                 "--input_file='%s')", output.num_instances, output.pattern,
-                 len(output.paths), output.pattern)
-    return
-  if not FLAGS.output_file:
-    raise errors.UserError(
-        "--output_file is required (or --output_dir/--num_workers/"
-        "--dask_scheduler for sharded mode)")
-  run_faithful_mode(corpus, FLAGS.output_file, recipe)
+  options = options_from_flags()
+  try:
+    run(options)
+  except KeyboardInterrupt:
+    if not options.sharded:
+      raise
+    print("\ninterrupted: complete shard files are kept; rerun the same "
+          "command to make the others", file=sys.stderr, flush=True)
+    sys.exit(EXIT_INTERRUPTED)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ Example:
     --output_file=/tmp/vocab.txt --vocab_size=3000
 """
 
+import dataclasses
 import os
 import sys
 
@@ -71,10 +72,13 @@ def define_flags():
       "The corpus, as create_pretraining_data.py reads it: comma-separated "
       "files, globs, directories or URLs fsspec serves. Text: one sentence "
       "per line; blank lines are ignored.")
-  corpus_input.define_flags()  # --input_format, --text_field
+  flags.DEFINE_string("input_format", VocabOptions.input_format,
+                      corpus_input.INPUT_FORMAT_HELP)
+  flags.DEFINE_string("text_field", VocabOptions.text_field,
+                      corpus_input.TEXT_FIELD_HELP)
   flags.DEFINE_string("output_file", None, "Where to write vocab.txt.")
   flags.DEFINE_integer(
-      "vocab_size", 30522,
+      "vocab_size", VocabOptions.vocab_size,
       "Maximum number of tokens in the vocab, special tokens included. From "
       "%d up: [PAD]=0, [unused0..98]=1..99, [UNK]=100, [CLS]=101, [SEP]=102, "
       "[MASK]=103 (Google's layout); below that: [PAD]=0, [UNK]=1, [CLS]=2, "
@@ -82,9 +86,10 @@ def define_flags():
       % GOOGLE_LAYOUT_MIN_VOCAB_SIZE)
   shared_flags.define_do_lower_case()
   flags.DEFINE_integer(
-      "min_frequency", 2, "Only merge pieces seen at least this many times.")
+      "min_frequency", VocabOptions.min_frequency,
+      "Only merge pieces seen at least this many times.")
   flags.DEFINE_integer(
-      "limit_alphabet", 1000,
+      "limit_alphabet", VocabOptions.limit_alphabet,
       "Keep at most this many distinct characters (the most frequent ones).")
 
 
@@ -212,26 +217,66 @@ def check_flags(vocab_size, min_frequency, limit_alphabet):
         "--limit_alphabet=%d must be at least 1" % limit_alphabet)
 
 
-def main(argv):
-  del argv  # Unused.
-  check_flags(FLAGS.vocab_size, FLAGS.min_frequency, FLAGS.limit_alphabet)
+@dataclasses.dataclass(frozen=True)
+class VocabOptions:
+  """What a create_vocab run is told (its flags; defaults as theirs).
+
+  Attributes:
+    input_file: comma-separated files, globs, directories or URLs.
+    output_file: where to write vocab.txt.
+    input_format: "auto" (by file name), "text", "jsonl" or "parquet".
+    text_field: the JSON field / Parquet column holding a document.
+    vocab_size: tokens in the vocab, special tokens included.
+    do_lower_case: lower-case and strip accents (uncased models).
+    min_frequency: only merge pieces seen at least this many times.
+    limit_alphabet: keep at most this many distinct characters.
+  """
+  input_file: str
+  output_file: str
+  input_format: str = "auto"
+  text_field: str = corpus_input.DEFAULT_TEXT_FIELD
+  vocab_size: int = 30522
+  do_lower_case: bool = True
+  min_frequency: int = 2
+  limit_alphabet: int = 1000
+
+
+def run(options):
+  """Trains and writes the vocab the options ask for.
+
+  Returns:
+    The one-line summary the program prints.
+
+  Raises:
+    errors.UserError: a bad value, an unusable corpus, or learned tokens
+      that do not fit.
+  """
+  check_flags(options.vocab_size, options.min_frequency,
+              options.limit_alphabet)
   files = corpus_input.expand_corpus(corpus_input.Corpus(
-      FLAGS.input_file, FLAGS.input_format, FLAGS.text_field))
-  logging.info("Training a %d-token vocab on %d file(s)", FLAGS.vocab_size,
+      options.input_file, options.input_format, options.text_field))
+  logging.info("Training a %d-token vocab on %d file(s)", options.vocab_size,
                len(files))
-  reader = CorpusReader(files, FLAGS.text_field)
-  num_reserved = len(special_tokens(FLAGS.vocab_size))
-  learned = train_wordpieces(reader, FLAGS.vocab_size - num_reserved,
-                             FLAGS.do_lower_case, FLAGS.min_frequency,
-                             FLAGS.limit_alphabet)
+  reader = CorpusReader(files, options.text_field)
+  num_reserved = len(special_tokens(options.vocab_size))
+  learned = train_wordpieces(reader, options.vocab_size - num_reserved,
+                             options.do_lower_case, options.min_frequency,
+                             options.limit_alphabet)
   if reader.num_lines == 0:
     raise errors.UserError(
         "--input_file %s holds no text (only empty or blank lines)"
         % ",".join(f.path for f in files))
-  tokens = build_vocab(FLAGS.vocab_size, learned, FLAGS.limit_alphabet)
-  write_vocab(tokens, FLAGS.output_file)
-  print("Wrote %d tokens (%d reserved, %d learned) to %s"
-        % (len(tokens), num_reserved, len(learned), FLAGS.output_file))
+  tokens = build_vocab(options.vocab_size, learned, options.limit_alphabet)
+  write_vocab(tokens, options.output_file)
+  return ("Wrote %d tokens (%d reserved, %d learned) to %s"
+          % (len(tokens), num_reserved, len(learned), options.output_file))
+
+
+def main(argv):
+  del argv  # Unused.
+  print(run(VocabOptions(**{
+      field.name: getattr(FLAGS, field.name)
+      for field in dataclasses.fields(VocabOptions)})))
 
 
 if __name__ == "__main__":

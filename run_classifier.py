@@ -9,8 +9,9 @@ gradient accumulation, preemption, throughput logs, a run summary.
 `--train_batch_size` is the global batch over all replicas.
 
 This program holds the flags and their checks; the task lives in
-bertkit/tasks: classifier_data.py (processors, features, records),
-classifier.py (head, task, output files).
+bertkit/tasks: task_registry.py (every task's names, files and labels),
+classifier_data.py (processors), classifier_features.py (features,
+records), classifier.py (head, task, output files).
 
 Tasks (`--task_name`) and the files they read from `--data_dir`:
   cola   train.tsv, dev.tsv (no header): label in column 1, sentence in 3;
@@ -97,6 +98,7 @@ from bertkit.common import atomic_io
 from bertkit.common import console
 from bertkit.common import cpu_kernels
 from bertkit.common.errors import UserError, main_with_user_errors, parse_flags
+from bertkit.common import options
 from bertkit.common import shared_flags
 from bertkit.common import training_flags
 import tokenization
@@ -118,8 +120,9 @@ UPSTREAM_API = dict(
      for name in ("create_model", "model_fn_builder")] +
     [(name, "bertkit.tasks.classifier_data")
      for name in ("ColaProcessor", "DataProcessor", "InputExample",
-                  "InputFeatures", "MnliProcessor", "MrpcProcessor",
-                  "PaddingInputExample", "XnliProcessor",
+                  "MnliProcessor", "MrpcProcessor", "XnliProcessor")] +
+    [(name, "bertkit.tasks.classifier_features")
+     for name in ("InputFeatures", "PaddingInputExample",
                   "convert_single_example",
                   "file_based_convert_examples_to_features")])
 
@@ -172,35 +175,25 @@ def define_flags():
       "With --pack_sequences: the most examples in one row.")
 
 
-def check_flags():
-  """The checks that need no TensorFlow, made before it is imported: the
-  flags, their ranges and the files and directory named."""
-  if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict):
-    raise UserError("At least one of --do_train, --do_eval or --do_predict "
-                    "must be True")
-  # --bert_config_file: checked by load_checked_config, which takes the
-  # config of a Hugging Face --init_checkpoint instead.
-  shared_flags.require(FLAGS, ("data_dir", "task_name", "vocab_file",
-                               "output_dir"))
-  for name in ("eval_batch_size", "predict_batch_size"):
-    if getattr(FLAGS, name) < 1:
-      raise UserError("--%s must be >= 1, got %d" %
-                      (name, getattr(FLAGS, name)))
-  shared_flags.check_fine_tuning(FLAGS)
-  training_flags.check_optimizer_flags(FLAGS)
-  if FLAGS.max_seq_length < 3:
-    raise UserError("--max_seq_length must be >= 3 ([CLS] and two [SEP])")
-  if FLAGS.pack_sequences and FLAGS.max_sequences_per_pack < 1:
-    raise UserError("--max_sequences_per_pack=%d must be at least 1" %
-                    FLAGS.max_sequences_per_pack)
-  shared_flags.check_local_files(FLAGS, ("bert_config_file", "vocab_file"))
-  if not (atomic_io.gfile().isdir(FLAGS.data_dir)
-          if atomic_io.is_url(FLAGS.data_dir)
-          else os.path.isdir(FLAGS.data_dir)):
-    raise UserError("--data_dir %s is not a directory" % FLAGS.data_dir)
+def options_from_flags():
+  """The run's options.ClassifierOptions, from the parsed flags."""
+  return training_flags.options_from_flags(
+      options.ClassifierOptions, FLAGS,
+      run=training_flags.run_options_from_flags(FLAGS),
+      labels=tuple(FLAGS.labels) if FLAGS.labels else None)
 
 
-def validate_flags():
+def check_files(opts):
+  """The files and the directory named, checked before TensorFlow is
+  imported."""
+  shared_flags.check_local_files(opts, ("bert_config_file", "vocab_file"))
+  if not (atomic_io.gfile().isdir(opts.data_dir)
+          if atomic_io.is_url(opts.data_dir)
+          else os.path.isdir(opts.data_dir)):
+    raise UserError("--data_dir %s is not a directory" % opts.data_dir)
+
+
+def validate(opts):
   """Checks the rest of the flags (with TensorFlow) and reads the data before
   any long work.
 
@@ -213,131 +206,145 @@ def validate_flags():
   from bertkit.tasks import classifier_data
   from bertkit.tasks.fine_tuning import load_checked_config
   bert_config = load_checked_config(
-      FLAGS.bert_config_file, FLAGS.max_seq_length, FLAGS.vocab_file,
-      FLAGS.do_lower_case, FLAGS.init_checkpoint)
-  processor = classifier_data.make_processor(FLAGS.task_name, FLAGS.data_dir,
-                                             FLAGS)
-  examples = {split: read_split(processor, split)
-              for split in wanted_splits(FLAGS.task_name)}
-  if FLAGS.pack_sequences and classifier_data.is_regression(
+      opts.bert_config_file, opts.max_seq_length, opts.vocab_file,
+      opts.do_lower_case, opts.run.init_checkpoint)
+  processor = classifier_data.make_processor(
+      opts.task_name, opts.data_dir, classifier_data.TsvOptions(
+          opts.text_a_column, opts.label_column, opts.text_b_column,
+          opts.tsv_has_header, opts.labels))
+  examples = {split: read_split(processor, split, opts.data_dir)
+              for split in wanted_splits(opts)}
+  if opts.pack_sequences and classifier_data.is_regression(
       processor.get_labels()):
     raise UserError("--pack_sequences is for classification; task %s "
-                    "regresses" % FLAGS.task_name)
+                    "regresses" % opts.task_name)
   # With --init_checkpoint a model can predict without fine-tuning here
   # (ax: an MNLI model on the diagnostic set).
-  if ((FLAGS.do_eval or FLAGS.do_predict) and not FLAGS.do_train and
-      not FLAGS.init_checkpoint and
-      not tf.train.latest_checkpoint(FLAGS.output_dir)):
+  if ((opts.do_eval or opts.do_predict) and not opts.do_train and
+      not opts.run.init_checkpoint and
+      not tf.train.latest_checkpoint(opts.run.output_dir)):
     raise UserError("--do_eval/--do_predict without --do_train need a "
                     "fine-tuned checkpoint in --output_dir %s; there is none"
-                    % FLAGS.output_dir)
+                    % opts.run.output_dir)
   return bert_config, processor, processor.get_labels(), examples
 
 
 def glue_task(task_name):
-  """The glue_tasks.TASKS key of --task_name, or None for another task."""
-  from bertkit.tasks import classifier_data
-  from bertkit.tasks import glue_tasks
-  name = classifier_data.canonical_task_name(task_name)
-  return name if name in glue_tasks.TASKS else None
+  """The task_registry name of --task_name, or None for a task outside
+  GLUE."""
+  from bertkit.tasks import task_registry
+  task = task_registry.get(task_name)
+  return task.name if task.is_glue else None
 
 
-def wanted_splits(task_name):
-  """The processor splits the --do_* flags read: train, dev and test, and
+def wanted_splits(opts):
+  """The processor splits the --do_* options read: train, dev and test, and
   the further dev and test sets of a GLUE task (MNLI's mismatched)."""
-  from bertkit.tasks import glue_tasks
-  glue = glue_tasks.TASKS.get(glue_task(task_name))
-  splits = ["train"] if FLAGS.do_train else []
-  if FLAGS.do_eval:
+  from bertkit.tasks import task_registry
+  glue = (task_registry.get(opts.task_name) if glue_task(opts.task_name)
+          else None)
+  splits = ["train"] if opts.do_train else []
+  if opts.do_eval:
     # ax has no dev set: reading "dev" refuses --do_eval with one line.
     dev_sets = [split for _, split in glue.dev_sets] if glue else []
     splits += dev_sets or ["dev"]
-  if FLAGS.do_predict:
+  if opts.do_predict:
     splits += [split for _, split in glue.test_sets] if glue else ["test"]
   return splits
 
 
-def read_split(processor, split):
+def read_split(processor, split, data_dir):
   """The InputExamples of one split of --data_dir."""
   read = {"train": processor.get_train_examples,
           "dev": processor.get_dev_examples,
           "test": processor.get_test_examples}.get(split)
   if read is None:
-    return processor.get_split_examples(FLAGS.data_dir, split)
-  return read(FLAGS.data_dir)
+    return processor.get_split_examples(data_dir, split)
+  return read(data_dir)
 
 
-def prediction_stage(examples, label_list, files, glue_run, packed):
+def prediction_stage(opts, examples, label_list, files, glue_run, packed):
   """The runner's PredictStage: the test set (a GLUE task: its dev and
   test sets, glue_tasks.GlueRun)."""
   from bertkit.engine import runner
   from bertkit.tasks.classifier import write_predictions
   if glue_run is None:
     return runner.PredictStage(
-        files=files.get("test"), batch_size=FLAGS.predict_batch_size,
+        files=files.get("test"), batch_size=opts.predict_batch_size,
         message="***** Predict: %d examples, batch %d *****" % (
-            len(examples.get("test", ())), FLAGS.predict_batch_size),
+            len(examples.get("test", ())), opts.predict_batch_size),
         use_predictions=functools.partial(
-            write_predictions, FLAGS.output_dir, examples.get("test"),
-            label_list, FLAGS.task_name.lower() == "rerank", packed))
+            write_predictions, opts.run.output_dir, examples.get("test"),
+            label_list, opts.task_name.lower() == "rerank", packed))
   return runner.PredictStage(
       files=glue_run.prediction_files() or None,
-      batch_size=FLAGS.predict_batch_size,
+      batch_size=opts.predict_batch_size,
       message="***** Predict: %d dev and %d test examples, batch %d *****"
       % (sum(len(s.examples) for s in glue_run.dev_sets),
          sum(len(s.examples) for s in glue_run.test_sets),
-         FLAGS.predict_batch_size),
+         opts.predict_batch_size),
       use_predictions=functools.partial(glue_run.use_predictions,
-                                        FLAGS.output_dir))
+                                        opts.run.output_dir))
 
 
-def main(argv):
-  del argv
-  check_flags()
+def run(opts):
+  """Fine-tunes, evaluates and predicts a classification task as `opts`
+  say.
+
+  Args:
+    opts: an options.ClassifierOptions.
+  """
+  check_files(opts)
   from bertkit.engine import runner
   from bertkit.engine import distribution
-  distribution.use_slurm_cluster(FLAGS)  # before the strategy is built
+  distribution.use_slurm_cluster(opts.run.distribution)  # before the strategy
   from bertkit.tasks import classifier_data
   from bertkit.tasks.classifier import (classifier_task, input_fn_maker,
                                         write_inputs)
   from bertkit.tasks.fine_tuning import train_steps
   from bertkit.tasks.glue_tasks import GlueRun
-  bert_config, _, label_list, examples = validate_flags()
-  logging.info("Task %s, labels %s", FLAGS.task_name, label_list)
-  run = runner.prepare(FLAGS, classifier_task(bert_config, len(label_list)))
-  per_pack = FLAGS.max_sequences_per_pack if FLAGS.pack_sequences else None
+  bert_config, _, label_list, examples = validate(opts)
+  logging.info("Task %s, labels %s", opts.task_name, label_list)
+  prepared = runner.prepare(opts.run,
+                            classifier_task(bert_config, len(label_list)))
+  per_pack = opts.max_sequences_per_pack if opts.pack_sequences else None
   files, counts = write_inputs(
-      run.setup.is_chief, FLAGS.output_dir, examples, label_list,
-      tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case),
-      FLAGS.max_seq_length, FLAGS.eval_batch_size, FLAGS.predict_batch_size,
+      prepared.setup.is_chief, opts.run.output_dir, examples, label_list,
+      tokenization.FullTokenizer(opts.vocab_file, opts.do_lower_case),
+      opts.max_seq_length, opts.eval_batch_size, opts.predict_batch_size,
       per_pack)
-  glue = glue_task(FLAGS.task_name)
+  glue = glue_task(opts.task_name)
   glue_run = glue and GlueRun(glue, label_list, examples, files, counts,
                               per_pack is not None)
-  if glue_run and run.setup.is_chief:
-    glue_run.remove_stale_results(FLAGS.output_dir)
+  if glue_run and prepared.setup.is_chief:
+    glue_run.remove_stale_results(opts.run.output_dir)
   num_train_steps, num_warmup_steps = 0, 0
-  if FLAGS.do_train:
+  if opts.do_train:
     num_train_steps, num_warmup_steps = train_steps(
-        counts["train"], FLAGS.train_batch_size, FLAGS.num_train_epochs,
-        FLAGS.warmup_proportion)
+        counts["train"], opts.run.train_batch_size, opts.num_train_epochs,
+        opts.warmup_proportion)
     logging.info("***** Training: %d examples%s, global batch %d, %d steps "
                  "*****", len(examples["train"]),
                  " in %d packed rows" % counts["train"] if per_pack else "",
-                 FLAGS.train_batch_size, num_train_steps)
+                 opts.run.train_batch_size, num_train_steps)
   runner.run(
-      run, input_fn_maker(FLAGS.max_seq_length, per_pack,
+      prepared, input_fn_maker(opts.max_seq_length, per_pack,
                           classifier_data.is_regression(label_list)),
       runner.Schedule(num_train_steps, num_warmup_steps),
       train_files=files.get("train"),
       evaluation=runner.EvalStage(
-          files=files.get("dev"), batch_size=FLAGS.eval_batch_size,
+          files=files.get("dev"), batch_size=opts.eval_batch_size,
           message="***** Eval: %d examples, batch %d *****" % (
-              len(examples.get("dev", ())), FLAGS.eval_batch_size)),
-      prediction=prediction_stage(examples, label_list, files, glue_run,
+              len(examples.get("dev", ())), opts.eval_batch_size)),
+      prediction=prediction_stage(opts, examples, label_list, files, glue_run,
                                   per_pack is not None))
-  if glue_run and run.setup.is_chief:
-    glue_run.write_results(FLAGS.output_dir)
+  if glue_run and prepared.setup.is_chief:
+    glue_run.write_results(opts.run.output_dir)
+
+
+def main(argv):
+  del argv
+  run(options_from_flags())
 
 
 if __name__ == "__main__":

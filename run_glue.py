@@ -25,9 +25,13 @@ flagfile, e.g. `-- --num_train_epochs=2 --use_fp16`.
 Runs go one after another on a CPU, and in parallel over the GPUs when there
 are several (one run per GPU, CUDA_VISIBLE_DEVICES set per process; the GPUs
 are CUDA_VISIBLE_DEVICES's if set, else those `nvidia-smi -L` lists). A rerun
-skips the runs whose eval_results.json exists and completes the others. A
-failing run is named with its exit code and log; the suite goes on with the
-others, writes the table of what finished and exits with 3.
+skips the runs whose eval_results.json exists and completes the others.
+What every run would refuse (a missing file or GLUE folder, an
+--init_checkpoint without a checkpoint, a TensorFlow checkpoint without
+--bert_config_file) is refused before the first run: one `error:` line,
+exit 2, nothing written. A failing run is named with its exit code and log;
+the suite goes on with the others, writes the table of what finished and
+exits with 3.
 
 Example:
   python run_glue.py --init_checkpoint=/tmp/pretrain \
@@ -51,6 +55,7 @@ from bertkit.common import errors
 from bertkit.common.errors import UserError, main_with_user_errors, parse_flags
 from bertkit.common import shared_flags
 from bertkit.tasks import glue_suite
+from bertkit.tasks import task_registry
 
 REPO_ROOT = os.path.dirname(os.path.abspath(__file__))
 CLASSIFIER = os.path.join(REPO_ROOT, "run_classifier.py")
@@ -96,8 +101,19 @@ def define_flags():
       "Directory of <task>.flags, each task's run_classifier flags.")
 
 
-def _is_checkpoint(path):
-  return os.path.isdir(path) or os.path.exists(path + ".index")
+def check_output_dir(path):
+  """Refuses an --output_dir that cannot become a directory: it, or the
+  nearest of its parents that exists, is not one.
+
+  Raises:
+    UserError: naming the flag and the path in the way.
+  """
+  existing = os.path.abspath(path)
+  while not os.path.exists(existing):
+    existing = os.path.dirname(existing)
+  if not os.path.isdir(existing):
+    raise UserError("--output_dir %s: %s is a file, not a directory" % (
+        path, existing))
 
 
 def check_flags(extra_flags):
@@ -107,25 +123,25 @@ def check_flags(extra_flags):
     extra_flags: the arguments after `--`.
 
   Returns:
-    The TASKS keys to run, ax included when it runs.
+    The task names to run, ax included when it runs.
 
   Raises:
-    UserError: a missing or wrong flag, file or GLUE folder.
+    UserError: a missing or wrong flag, file or GLUE folder, or a
+      pretrained model that every run would refuse.
   """
   shared_flags.require(FLAGS, ("init_checkpoint", "vocab_file", "glue_dir",
                                "output_dir"))
   shared_flags.check_local_files(FLAGS, ("bert_config_file", "vocab_file"))
-  if not _is_checkpoint(FLAGS.init_checkpoint):
-    raise UserError("--init_checkpoint %s is neither a directory nor a "
-                    "checkpoint prefix" % FLAGS.init_checkpoint)
+  glue_suite.check_init_checkpoint(FLAGS.init_checkpoint,
+                                   FLAGS.bert_config_file)
   if FLAGS.seeds < 1:
     raise UserError("--seeds must be >= 1, got %d" % FLAGS.seeds)
   if not os.path.isdir(FLAGS.glue_dir):
     raise UserError("--glue_dir %s is not a directory" % FLAGS.glue_dir)
+  check_output_dir(FLAGS.output_dir)
+  # errors.parse_flags has refused an argument that is no flag, after `--`
+  # as before it.
   for arg in extra_flags:
-    if not arg.startswith("-"):
-      raise UserError("unexpected argument %r; run_classifier.py flags go "
-                      "after -- as --name=value" % arg)
     name = arg.lstrip("-").split("=")[0]
     if name not in SUITE_FLAGS and name.startswith("no"):  # --noNAME
       name = name[2:]
@@ -160,7 +176,8 @@ def _metrics_text(run):
   if run.task == "ax":
     return "AX predicted"
   metrics = glue_suite.read_eval_results(
-      os.path.join(run.output_dir, glue_suite.EVAL_RESULTS_FILE), run.task)
+      os.path.join(run.output_dir, task_registry.EVAL_RESULTS_FILE),
+      run.task)
   return ", ".join("%s %.4f" % item for item in metrics.items())
 
 
@@ -227,7 +244,7 @@ def run_all(runs, config, gpus):
     for run in runs:
       if run.action == glue_suite.SKIP:
         logging.info("%s: finished before (%s found), skipped", _label(run),
-                     glue_suite.EVAL_RESULTS_FILE if run.seed else
+                     task_registry.EVAL_RESULTS_FILE if run.seed else
                      "submission file")
         continue
       command = glue_suite.classifier_command(run, config)
@@ -252,7 +269,7 @@ def summarize(tasks, failed):
   without one).
 
   Args:
-    tasks: TASKS keys.
+    tasks: task names.
     failed: labels of the failed runs; a run whose results cannot be read
       is added (once).
 
@@ -264,7 +281,7 @@ def summarize(tasks, failed):
     per_seed = {}
     for seed in range(1, FLAGS.seeds + 1):
       path = os.path.join(glue_suite.seed_dir(FLAGS.output_dir, task, seed),
-                          glue_suite.EVAL_RESULTS_FILE)
+                          task_registry.EVAL_RESULTS_FILE)
       if not os.path.exists(path):
         continue
       try:
@@ -344,7 +361,7 @@ def gather_submissions(summaries, ax_run, failed):
       missing.append("%s submission" % task)
   copied = glue_suite.copy_submissions(FLAGS.output_dir, present)
   logging.info("%d submission files in %s", len(copied),
-               os.path.join(FLAGS.output_dir, glue_suite.SUBMISSION_DIR))
+               os.path.join(FLAGS.output_dir, task_registry.SUBMISSION_DIR))
   return missing
 
 

@@ -26,6 +26,7 @@ from bertkit.common import console
 from bertkit.common import cpu_kernels
 from bertkit.common.errors import UserError, main_with_user_errors, parse_flags
 from bertkit.common import file_patterns
+from bertkit.common import options
 from bertkit.common import shared_flags
 from bertkit.common import training_flags
 from bertkit.data import pretraining_instances
@@ -56,15 +57,10 @@ def __getattr__(name):
 
 FLAGS = flags.FLAGS
 
-# --masking: create_pretraining_data's two kinds, or whichever the records
-# need.
-MASKING_AUTO = "auto"
 # The masking rate of evaluated records without masks of their own: BERT's,
 # whatever the training recipe masks, so recipes answer the same questions
 # (Wettig et al. train at 30 % and evaluate at 15 %).
 EVAL_MASKED_LM_PROB = 0.15
-# Warm-up share of a time budget when --warmup_proportion is not given.
-DEFAULT_BUDGET_WARMUP_PROPORTION = 0.01
 
 
 def define_flags():
@@ -78,8 +74,7 @@ def define_flags():
   flags.DEFINE_string("input_file", None,
                       "Input TFRecord file(s): comma-separated globs.")
   flags.DEFINE_enum(
-      "masking", MASKING_AUTO,
-      [MASKING_AUTO] + list(pretraining_instances.MASKING_CHOICES),
+      "masking", options.MASKING_AUTO, options.MASKING_CHOICES,
       "auto: the records' own masks (create_pretraining_data.py "
       "--masking=static), or masks drawn in the input pipeline, anew every "
       "epoch, for records without masks (--masking=dynamic). static: the "
@@ -91,7 +86,7 @@ def define_flags():
   shared_flags.define_max_seq_length(128)
   shared_flags.define_evaluation()
   flags.DEFINE_integer("num_train_steps", 100000, "Number of training steps.")
-  flags.DEFINE_integer("num_warmup_steps", 10000,
+  flags.DEFINE_integer("num_warmup_steps", options.UPSTREAM_WARMUP_STEPS,
                        "Number of warm-up steps; wins over "
                        "--warmup_proportion when given.")
   flags.DEFINE_float("warmup_proportion", None,
@@ -183,86 +178,49 @@ def describe_masking(record_kind, masking):
               else "per wordpiece"))
 
 
-# What check_flags found before TensorFlow is imported: whether the run
-# evaluates, the training records, and the records evaluated with the flag
-# naming them (--eval_input_file, else --input_file).
+# What check_inputs found before TensorFlow is imported: the training
+# records, and the records evaluated with the flag naming them
+# (--eval_input_file, else --input_file).
 Checked = collections.namedtuple(
-    "Checked", ["evaluate", "input_files", "eval_flag", "eval_files"])
+    "Checked", ["input_files", "eval_flag", "eval_files"])
 
-# What validate_flags found: the model's config, the training records and
-# their input_pipeline.PretrainingInput, the records evaluated and theirs
+# What validate found: the model's config, the training records and their
+# input_pipeline.PretrainingInput, the records evaluated and theirs
 # (eval_files None: no evaluation), and the learning-rate schedule.
 Plan = collections.namedtuple(
     "Plan", ["bert_config", "input_files", "train_input", "eval_files",
              "eval_input", "schedule"])
 
 
-def check_ranges():
-  """The numeric flags' ranges and combinations, before anything is read."""
-  training_flags.check_optimizer_flags(FLAGS)
-  for name in ("eval_batch_size", "num_train_steps",
-               "max_predictions_per_seq"):
-    if getattr(FLAGS, name) < 1:
-      raise UserError("--%s must be >= 1, got %d"
-                      % (name, getattr(FLAGS, name)))
-  if FLAGS.num_warmup_steps < 0:
-    raise UserError("--num_warmup_steps must be >= 0")
-  if FLAGS.eval_every_n_steps is not None and FLAGS.eval_every_n_steps < 1:
-    raise UserError("--eval_every_n_steps must be >= 1, got %d" %
-                    FLAGS.eval_every_n_steps)
-  target = FLAGS.target_masked_lm_accuracy
-  if target is not None and not 0.0 < target <= 1.0:
-    raise UserError("--target_masked_lm_accuracy=%r is out of range; "
-                    "expected 0 < A <= 1" % target)
-  budget = FLAGS.train_time_budget_hours
-  if budget is not None and budget <= 0.0:
-    raise UserError("--train_time_budget_hours must be > 0, got %r" % budget)
-  if budget is not None and FLAGS["num_warmup_steps"].present:
-    raise UserError(
-        "--num_warmup_steps counts steps but --train_time_budget_hours "
-        "runs the schedule over training time; give the warm-up as "
-        "--warmup_proportion of the budget")
-  for name in ("warmup_proportion", "hidden_dropout_prob",
-               "attention_probs_dropout_prob"):
-    value = getattr(FLAGS, name)
-    if value is not None and not 0.0 <= value < 1.0:
-      raise UserError("--%s=%r is out of range; expected 0 <= %s < 1" % (
-          name, value, name))
+def options_from_flags():
+  """The run's options.PretrainingOptions, from the parsed flags."""
+  return training_flags.options_from_flags(
+      options.PretrainingOptions, FLAGS,
+      run=training_flags.run_options_from_flags(FLAGS),
+      num_warmup_steps=(FLAGS.num_warmup_steps
+                        if FLAGS["num_warmup_steps"].present else None))
 
 
-def learning_rate_schedule_of_flags():
-  """The runner.Schedule of the step, warm-up and time-budget flags.
-
-  --num_warmup_steps, when given, wins over --warmup_proportion; with
-  --train_time_budget_hours (which check_ranges keeps apart from
-  --num_warmup_steps) the warm-up is a share of the budget
-  (--warmup_proportion, 0.01 if not given: upstream's 10k of 1M steps).
-  """
+def learning_rate_schedule(opts):
+  """The runner.Schedule of a run's steps, warm-up and time budget."""
   from bertkit.engine import runner
-  if FLAGS.train_time_budget_hours is not None:
-    seconds = FLAGS.train_time_budget_hours * 3600.0
-    proportion = (DEFAULT_BUDGET_WARMUP_PROPORTION
-                  if FLAGS.warmup_proportion is None
-                  else FLAGS.warmup_proportion)
-    return runner.Schedule(FLAGS.num_train_steps, 0,
-                           time_budget_seconds=seconds,
-                           warmup_seconds=proportion * seconds)
-  warmup_steps = FLAGS.num_warmup_steps
-  if (FLAGS.warmup_proportion is not None and
-      not FLAGS["num_warmup_steps"].present):
-    warmup_steps = int(round(FLAGS.warmup_proportion * FLAGS.num_train_steps))
-  return runner.Schedule(FLAGS.num_train_steps, warmup_steps)
+  if opts.train_time_budget_hours is not None:
+    seconds = opts.train_time_budget_hours * 3600.0
+    return runner.Schedule(
+        opts.num_train_steps, 0, time_budget_seconds=seconds,
+        warmup_seconds=opts.budget_warmup_proportion * seconds)
+  return runner.Schedule(opts.num_train_steps, opts.warmup_steps)
 
 
-def training_input(bert_config, input_files):
-  """The PretrainingInput of the training records, from the flags."""
+def training_input(opts, bert_config, input_files):
+  """The PretrainingInput of the training records."""
   from bertkit.engine import input_pipeline
   record_kind, max_sequences_per_pack = (
       input_pipeline.check_pretraining_records(
-          input_files, FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
+          input_files, opts.max_seq_length, opts.max_predictions_per_seq,
           vocab_size=bert_config.vocab_size))
   if record_kind is pretraining_records.PACKED:
-    if FLAGS.masking == pretraining_instances.DYNAMIC:
+    if opts.masking == pretraining_instances.DYNAMIC:
       raise UserError(
           "--masking=dynamic but the --input_file rows are packed with their "
           "masks; drop --masking=dynamic, or make the rows with "
@@ -270,15 +228,15 @@ def training_input(bert_config, input_files):
     masking = None
   else:
     masking = masking_for_records(
-        FLAGS.masking, record_kind, FLAGS.vocab_file, FLAGS.max_seq_length,
-        FLAGS.max_predictions_per_seq, FLAGS.masked_lm_prob,
-        FLAGS.do_whole_word_mask)
+        opts.masking, record_kind, opts.vocab_file, opts.max_seq_length,
+        opts.max_predictions_per_seq, opts.masked_lm_prob,
+        opts.do_whole_word_mask)
   return input_pipeline.PretrainingInput(
-      FLAGS.max_seq_length, FLAGS.max_predictions_per_seq, record_kind,
-      max_sequences_per_pack, masking, masking_seed=FLAGS.tf_random_seed)
+      opts.max_seq_length, opts.max_predictions_per_seq, record_kind,
+      max_sequences_per_pack, masking, masking_seed=opts.run.tf_random_seed)
 
 
-def evaluation_input(bert_config, eval_files, flag_name):
+def evaluation_input(opts, bert_config, eval_files, flag_name):
   """The PretrainingInput of the evaluated records: the same questions
   whatever the training recipe.
 
@@ -290,68 +248,63 @@ def evaluation_input(bert_config, eval_files, flag_name):
   predictions = input_pipeline.predictions_per_record(eval_files[0])
   if predictions is None:
     predictions = max(1, int(round(EVAL_MASKED_LM_PROB *
-                                   FLAGS.max_seq_length)))
+                                   opts.max_seq_length)))
   record_kind, max_sequences_per_pack = (
       input_pipeline.check_pretraining_records(
-          eval_files, FLAGS.max_seq_length, predictions,
+          eval_files, opts.max_seq_length, predictions,
           vocab_size=bert_config.vocab_size, flag_name=flag_name))
   masking = masking_for_records(
-      MASKING_AUTO, record_kind, FLAGS.vocab_file, FLAGS.max_seq_length,
-      predictions, EVAL_MASKED_LM_PROB, False, flag_name)
+      options.MASKING_AUTO, record_kind, opts.vocab_file,
+      opts.max_seq_length, predictions, EVAL_MASKED_LM_PROB, False,
+      flag_name)
   return input_pipeline.PretrainingInput(
-      FLAGS.max_seq_length, predictions, record_kind,
+      opts.max_seq_length, predictions, record_kind,
       max_sequences_per_pack, masking)
 
 
-def check_flags():
+def check_inputs(opts):
   """The checks that need no TensorFlow, made before it is imported: the
-  flags, their ranges, the files named and the input globs.
+  files named and the input globs.
 
   Returns:
     A Checked.
   """
-  evaluate = bool(FLAGS.do_eval or FLAGS.eval_input_file or
-                  FLAGS.eval_every_n_steps or FLAGS.target_masked_lm_accuracy)
-  if not FLAGS.do_train and not evaluate:
-    raise UserError("At least one of --do_train or --do_eval must be True")
-  shared_flags.require(FLAGS, ("input_file", "output_dir"))
-  check_ranges()
-  shared_flags.check_local_files(FLAGS, ("bert_config_file", "vocab_file"))
-  input_files = file_patterns.expand_file_patterns(FLAGS.input_file)
-  # Built whatever the flags: a TF_CONFIG cluster's train_and_evaluate
+  shared_flags.check_local_files(opts, ("bert_config_file", "vocab_file"))
+  input_files = file_patterns.expand_file_patterns(opts.input_file)
+  # Built whatever the options: a TF_CONFIG cluster's train_and_evaluate
   # is handed an eval input_fn even when nothing evaluates.
-  flag_name = "eval_input_file" if FLAGS.eval_input_file else "input_file"
+  flag_name = "eval_input_file" if opts.eval_input_file else "input_file"
   eval_files = file_patterns.expand_file_patterns(
-      getattr(FLAGS, flag_name), flag_name)
-  return Checked(evaluate, input_files, flag_name, eval_files)
+      getattr(opts, flag_name), flag_name)
+  return Checked(input_files, flag_name, eval_files)
 
 
-def validate_flags(checked):
-  """Checks the rest of the flags and the inputs (with TensorFlow) before
+def validate(opts, checked):
+  """Checks the model, the vocab and the records (with TensorFlow) before
   any long work; returns what they load.
 
   Args:
-    checked: what check_flags returned.
+    opts: the options.PretrainingOptions.
+    checked: what check_inputs returned.
 
   Returns:
     A Plan.
   """
   from bertkit.engine import checkpoints
-  from bertkit.engine import runner
   import modeling
-  bert_config = checkpoints.resolve_bert_config(FLAGS.bert_config_file,
-                                                FLAGS.init_checkpoint)
+  bert_config = checkpoints.resolve_bert_config(opts.bert_config_file,
+                                                opts.run.init_checkpoint)
   for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
-    if getattr(FLAGS, name) is not None:
-      setattr(bert_config, name, getattr(FLAGS, name))
-  modeling.check_seq_length_fits(bert_config, FLAGS.max_seq_length)
-  if FLAGS.vocab_file:
-    tokenization.check_vocab_fits_config(FLAGS.vocab_file,
+    if getattr(opts, name) is not None:
+      setattr(bert_config, name, getattr(opts, name))
+  modeling.check_seq_length_fits(bert_config, opts.max_seq_length)
+  if opts.vocab_file:
+    tokenization.check_vocab_fits_config(opts.vocab_file,
                                          bert_config.vocab_size)
-  schedule = learning_rate_schedule_of_flags()
-  train_input = training_input(bert_config, checked.input_files)
+  schedule = learning_rate_schedule(opts)
+  train_input = training_input(opts, bert_config, checked.input_files)
   flag_name = checked.eval_flag
-  eval_input = evaluation_input(bert_config, checked.eval_files,
+  eval_input = evaluation_input(opts, bert_config, checked.eval_files,
                                 "--" + flag_name)
   if (pretraining_records.has_next_sentence(eval_input.record_kind) !=
       pretraining_records.has_next_sentence(train_input.record_kind)):
@@ -361,7 +314,7 @@ def validate_flags(checked):
             flag_name, eval_input.record_kind.description,
             train_input.record_kind.description))
   return Plan(bert_config, checked.input_files, train_input,
-              checked.eval_files if checked.evaluate else None, eval_input,
+              checked.eval_files if opts.evaluate else None, eval_input,
               schedule)
 
 
@@ -391,16 +344,24 @@ def input_fn_maker(train_input, eval_input, seed, output_dir):
   return make_input_fn
 
 
-def main(argv):
-  del argv
-  checked = check_flags()
+def run(opts):
+  """Pretrains (and evaluates) as `opts` say.
+
+  Args:
+    opts: an options.PretrainingOptions.
+
+  Raises:
+    UserError: inputs that do not fit the options or the machine.
+    errors.TrainingFailed, errors.TrainingStopped: see runner.run.
+  """
+  checked = check_inputs(opts)
   from bertkit.engine import runner
   from bertkit.engine import distribution
-  distribution.use_slurm_cluster(FLAGS)  # before the strategy is built
+  distribution.use_slurm_cluster(opts.run.distribution)  # before the strategy
   from bertkit.tasks.pretraining import pretraining_task
-  plan = validate_flags(checked)
+  plan = validate(opts, checked)
   train_input = plan.train_input
-  run = runner.prepare(FLAGS, pretraining_task(
+  prepared = runner.prepare(opts.run, pretraining_task(
       plan.bert_config,
       pretraining_records.has_next_sentence(train_input.record_kind)))
   logging.info("Input files: %d, first %s", len(plan.input_files),
@@ -411,7 +372,7 @@ def main(argv):
                  train_input.max_sequences_per_pack)
   logging.info("%s", describe_masking(train_input.record_kind,
                                       train_input.masking))
-  if plan.eval_files and FLAGS.eval_input_file:
+  if plan.eval_files and opts.eval_input_file:
     eval_input = plan.eval_input
     logging.info(
         "held-out evaluation: %d file(s), first %s; %s records, %s",
@@ -422,15 +383,20 @@ def main(argv):
             eval_input.masking.masked_lm_prob,
             eval_input.masking.max_predictions_per_seq))
   runner.run(
-      run, input_fn_maker(train_input, plan.eval_input, FLAGS.tf_random_seed,
-                          FLAGS.output_dir),
+      prepared, input_fn_maker(train_input, plan.eval_input,
+                               opts.run.tf_random_seed, opts.run.output_dir),
       plan.schedule,
-      train_files=plan.input_files if FLAGS.do_train else None,
+      train_files=plan.input_files if opts.do_train else None,
       evaluation=runner.EvalStage(
-          files=plan.eval_files, batch_size=FLAGS.eval_batch_size,
-          steps=FLAGS.max_eval_steps, during_training=True,
-          every_n_steps=FLAGS.eval_every_n_steps,
-          target=FLAGS.target_masked_lm_accuracy))
+          files=plan.eval_files, batch_size=opts.eval_batch_size,
+          steps=opts.max_eval_steps, during_training=True,
+          every_n_steps=opts.eval_every_n_steps,
+          target=opts.target_masked_lm_accuracy))
+
+
+def main(argv):
+  del argv
+  run(options_from_flags())
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ from absl import logging
 from bertkit.common import console
 from bertkit.common import cpu_kernels
 from bertkit.common.errors import UserError, main_with_user_errors, parse_flags
+from bertkit.common import options
 from bertkit.common import shared_flags
 from bertkit.common import training_flags
 from bertkit.tasks import squad_data
@@ -117,57 +118,24 @@ def define_flags():
                      "score exceeds this.")
 
 
-def check_window_flags(max_seq_length, max_query_length, doc_stride):
-  """Upstream's length checks, and a doc_stride that skips no context.
-
-  Raises:
-    UserError: no room is left for the context, or windows would not
-      overlap.
-  """
-  room = max_seq_length - max_query_length - 3
-  if room < 1:
-    raise UserError(
-        "--max_seq_length=%d must be greater than --max_query_length=%d + 3 "
-        "([CLS] and two [SEP]): no room is left for the context" %
-        (max_seq_length, max_query_length))
-  if not 1 <= doc_stride < room:
-    raise UserError(
-        "--doc_stride=%d must be between 1 and the room left for the context "
-        "(--max_seq_length - --max_query_length - 3 = %d), exclusive: "
-        "windows moving by that much or more would not overlap, and a "
-        "longer one would skip context tokens" % (doc_stride, room))
+def options_from_flags():
+  """The run's options.SquadOptions, from the parsed flags."""
+  return training_flags.options_from_flags(
+      options.SquadOptions, FLAGS,
+      run=training_flags.run_options_from_flags(FLAGS))
 
 
-def check_flags():
-  """The checks that need no TensorFlow, made before it is imported: the
-  flags, their ranges and the files named."""
-  if not (FLAGS.do_train or FLAGS.do_predict):
-    raise UserError("At least one of --do_train or --do_predict must be "
-                    "True")
-  # --bert_config_file: checked by load_checked_config, which takes the
-  # config of a Hugging Face --init_checkpoint instead.
-  shared_flags.require(FLAGS, ("vocab_file", "output_dir"))
-  if FLAGS.do_train and not FLAGS.train_file:
-    raise UserError("--do_train needs --train_file")
-  if FLAGS.do_predict and not FLAGS.predict_file:
-    raise UserError("--do_predict needs --predict_file")
-  for name in ("predict_batch_size", "n_best_size", "max_answer_length"):
-    if getattr(FLAGS, name) < 1:
-      raise UserError("--%s must be >= 1, got %d" %
-                      (name, getattr(FLAGS, name)))
-  shared_flags.check_fine_tuning(FLAGS)
-  training_flags.check_optimizer_flags(FLAGS)
-  check_window_flags(FLAGS.max_seq_length, FLAGS.max_query_length,
-                     FLAGS.doc_stride)
+def check_files(opts):
+  """The files named, checked before TensorFlow is imported."""
   files = ["bert_config_file", "vocab_file"]
-  if FLAGS.do_train:
+  if opts.do_train:
     files.append("train_file")
-  if FLAGS.do_predict:
+  if opts.do_predict:
     files.append("predict_file")
-  shared_flags.check_local_files(FLAGS, files)
+  shared_flags.check_local_files(opts, files)
 
 
-def validate_flags():
+def validate(opts):
   """Checks the rest of the flags (with TensorFlow) and reads the SQuAD files
   before any long work.
 
@@ -177,24 +145,24 @@ def validate_flags():
   import tensorflow.compat.v1 as tf
   from bertkit.tasks.fine_tuning import load_checked_config
   bert_config = load_checked_config(
-      FLAGS.bert_config_file, FLAGS.max_seq_length, FLAGS.vocab_file,
-      FLAGS.do_lower_case, FLAGS.init_checkpoint)
+      opts.bert_config_file, opts.max_seq_length, opts.vocab_file,
+      opts.do_lower_case, opts.run.init_checkpoint)
   train_examples = predict_examples = None
-  if FLAGS.do_train:
+  if opts.do_train:
     train_examples, _ = squad_data.read_squad_examples(
-        FLAGS.train_file, True, FLAGS.version_2_with_negative)
+        opts.train_file, True, opts.version_2_with_negative)
     if not train_examples:
       raise UserError("--train_file %s has no usable training question" %
-                      FLAGS.train_file)
-  if FLAGS.do_predict:
+                      opts.train_file)
+  if opts.do_predict:
     predict_examples, _ = squad_data.read_squad_examples(
-        FLAGS.predict_file, False, FLAGS.version_2_with_negative)
+        opts.predict_file, False, opts.version_2_with_negative)
     if not predict_examples:
       raise UserError("--predict_file %s has no question" %
-                      FLAGS.predict_file)
-    if not FLAGS.do_train and not tf.train.latest_checkpoint(
-        FLAGS.output_dir):
-      check_fine_tuned(FLAGS.init_checkpoint, FLAGS.output_dir)
+                      opts.predict_file)
+    if not opts.do_train and not tf.train.latest_checkpoint(
+        opts.run.output_dir):
+      check_fine_tuned(opts.run.init_checkpoint, opts.run.output_dir)
   return bert_config, train_examples, predict_examples
 
 
@@ -223,50 +191,59 @@ def check_fine_tuned(init_checkpoint, output_dir):
                     (init_checkpoint, squad_task.OUTPUT_WEIGHTS))
 
 
-def main(argv):
-  del argv
+def run(opts):
+  """Fine-tunes on SQuAD and predicts (and evaluates) as `opts` say.
+
+  Args:
+    opts: an options.SquadOptions.
+  """
   # --verbose_logging: also the answers whose text could not be aligned back
   # to the original words (squad_predictions.final_text's debug lines).
-  if FLAGS.verbose_logging:
+  if opts.verbose_logging:
     logging.set_verbosity(logging.DEBUG)
-  check_flags()
+  check_files(opts)
   from bertkit.engine import runner
   from bertkit.engine import distribution
-  distribution.use_slurm_cluster(FLAGS)  # before the strategy is built
+  distribution.use_slurm_cluster(opts.run.distribution)  # before the strategy
   from bertkit.tasks.fine_tuning import train_steps
   from bertkit.tasks.squad_io import answers, input_fn_maker, write_inputs
   from bertkit.tasks.squad_task import question_answering_task
-  bert_config, train_examples, predict_examples = validate_flags()
+  bert_config, train_examples, predict_examples = validate(opts)
   num_train_steps, num_warmup_steps = 0, 0
-  if FLAGS.do_train:
+  if opts.do_train:
     num_train_steps, num_warmup_steps = train_steps(
-        len(train_examples), FLAGS.train_batch_size, FLAGS.num_train_epochs,
-        FLAGS.warmup_proportion)
-  run = runner.prepare(FLAGS, question_answering_task(bert_config))
+        len(train_examples), opts.run.train_batch_size, opts.num_train_epochs,
+        opts.warmup_proportion)
+  prepared = runner.prepare(opts.run, question_answering_task(bert_config))
   train_files, num_train_features, predict_files, predict_features = (
-      write_inputs(FLAGS.output_dir, train_examples, predict_examples,
-                   tokenization.FullTokenizer(FLAGS.vocab_file,
-                                              FLAGS.do_lower_case),
-                   FLAGS.max_seq_length, FLAGS.doc_stride,
-                   FLAGS.max_query_length))
-  if FLAGS.do_train:
+      write_inputs(opts.run.output_dir, train_examples, predict_examples,
+                   tokenization.FullTokenizer(opts.vocab_file,
+                                              opts.do_lower_case),
+                   opts.max_seq_length, opts.doc_stride,
+                   opts.max_query_length))
+  if opts.do_train:
     logging.info("***** Training: %d questions in %d windows, global batch "
                  "%d, %d steps *****", len(train_examples), num_train_features,
-                 FLAGS.train_batch_size, num_train_steps)
+                 opts.run.train_batch_size, num_train_steps)
   runner.run(
-      run, input_fn_maker(FLAGS.max_seq_length),
+      prepared, input_fn_maker(opts.max_seq_length),
       runner.Schedule(num_train_steps, num_warmup_steps),
       train_files=train_files,
       prediction=runner.PredictStage(
-          files=predict_files, batch_size=FLAGS.predict_batch_size,
+          files=predict_files, batch_size=opts.predict_batch_size,
           message="***** Predict: %d questions in %d windows, batch %d "
           "*****" % (len(predict_examples or ()), len(predict_features),
-                     FLAGS.predict_batch_size),
+                     opts.predict_batch_size),
           use_predictions=functools.partial(
-              answers, predict_examples, predict_features, FLAGS.n_best_size,
-              FLAGS.max_answer_length, FLAGS.do_lower_case,
-              FLAGS.version_2_with_negative, FLAGS.null_score_diff_threshold,
-              FLAGS.output_dir, FLAGS.predict_file)))
+              answers, predict_examples, predict_features, opts.n_best_size,
+              opts.max_answer_length, opts.do_lower_case,
+              opts.version_2_with_negative, opts.null_score_diff_threshold,
+              opts.run.output_dir, opts.predict_file)))
+
+
+def main(argv):
+  del argv
+  run(options_from_flags())
 
 
 if __name__ == "__main__":

@@ -152,9 +152,7 @@ def define_flags():
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise UserError("unexpected arguments %s; all settings are --flags" %
-                    " ".join(argv[1:]))
+  del argv  # parse_flags refuses arguments that are not flags
   shared_flags.require(FLAGS, ("baseline_steps", "batch_per_gpu"))
   print(format_plan(plan_phase(
       FLAGS.baseline_batch, FLAGS.baseline_steps, FLAGS.batch_per_gpu,

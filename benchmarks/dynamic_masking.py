@@ -34,7 +34,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
-from bertkit.common import shared_flags
+from bertkit.common import options
 from bertkit.data import pretraining_instances
 from bertkit.engine import dynamic_masking
 from bertkit.engine import input_pipeline
@@ -165,7 +165,8 @@ def main():
                       help="create_pretraining_data.py records (static)")
   parser.add_argument("--max_seq_length", type=int, default=128)
   parser.add_argument("--max_predictions_per_seq", type=int, default=20)
-  parser.add_argument("--masked_lm_prob", type=float, default=shared_flags.MASKED_LM_PROB)
+  parser.add_argument("--masked_lm_prob", type=float,
+                      default=options.MASKED_LM_PROB)
   parser.add_argument("--seed", type=int, default=12345)
   parser.add_argument("--batch_size", type=int, default=32)
   parser.add_argument("--speed_batches", type=int, default=300)

@@ -45,7 +45,7 @@ sys.path.insert(0, REPO_ROOT)
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from bertkit.common import atomic_io
-from bertkit.common import shared_flags
+from bertkit.common import options as run_options
 from bertkit.data import packing
 from bertkit.perf import child_runs
 from bertkit.perf import sweep
@@ -188,7 +188,7 @@ def main(options):
   widths = {"unpacked": options.max_predictions_per_seq,
             "packed": packing.masked_positions_per_row(
                 options.max_seq_length, options.max_predictions_per_seq,
-                shared_flags.MASKED_LM_PROB,
+                run_options.MASKED_LM_PROB,
                 options.max_sequences_per_pack)}
   padding = {kind: 1.0 - sum(c[0] for c in counts[kind]) / float(
       options.max_seq_length * len(counts[kind]))

@@ -21,7 +21,7 @@ google-research/bert. Everything else lives here, one subpackage per concern:
            fine-tuning tasks share
   perf     the benchmark's FLOP model, sweep, probes and reports
 
-Rules (tests/test_layout.py enforces the first three):
+Rules (tests/common/test_layout.py enforces the first three):
   1. Imports point down. Layers, lowest first: common; tokenization and
      modeling; data; engine; tasks and optimization (upstream's names for
      engine.optimizers); perf; programs. A module imports only from its own

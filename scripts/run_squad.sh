@@ -27,7 +27,7 @@ starting with -- are passed on to run_squad.py, e.g. --cpu_replicas=2,
   PYTHON                  Python interpreter (default: python3)
   WORK_DIR                base of the default paths (default: /tmp/bert_sample)
   TRAIN_FILE              SQuAD json to train on, e.g. train-v1.1.json
-                          (default: tests/data/squad/squad_v1.json of the
+                          (default: tests/fixtures/squad/squad_v1.json of the
                           repo, 23 hand-made questions: a smoke run)
   PREDICT_FILE            SQuAD json to predict, e.g. dev-v1.1.json
                           (default: TRAIN_FILE)
@@ -71,7 +71,7 @@ parse_settings "$@"
 
 PYTHON="${PYTHON:-python3}"
 WORK_DIR="${WORK_DIR:-/tmp/bert_sample}"
-TRAIN_FILE="${TRAIN_FILE:-$REPO_ROOT/tests/data/squad/squad_v1.json}"
+TRAIN_FILE="${TRAIN_FILE:-$REPO_ROOT/tests/fixtures/squad/squad_v1.json}"
 PREDICT_FILE="${PREDICT_FILE:-$TRAIN_FILE}"
 VERSION_2_WITH_NEGATIVE="${VERSION_2_WITH_NEGATIVE:-false}"
 VOCAB_FILE="${VOCAB_FILE:-$WORK_DIR/data/vocab.txt}"

@@ -28,6 +28,15 @@ import tensorflow.compat.v1 as tf  # noqa: E402
 
 tf.disable_v2_behavior()
 
+# Programs run in this process split the CPU for --cpu_replicas; TensorFlow
+# allows it once, before its runtime starts, so it is split here for them
+# all (distribution.split_cpu then keeps it). Sessions see one CPU unless
+# their ConfigProto asks for more, as the programs' do.
+IN_PROCESS_CPU_REPLICAS = 3
+tf.config.set_logical_device_configuration(
+    tf.config.list_physical_devices("CPU")[0],
+    [tf.config.LogicalDeviceConfiguration()] * IN_PROCESS_CPU_REPLICAS)
+
 from bertkit.engine.precision import LossScale  # noqa: E402
 from bertkit.engine import training_setup  # noqa: E402
 from bertkit.perf import synthetic_data  # noqa: E402
@@ -258,3 +267,91 @@ def graph():
   """A fresh default graph for a test."""
   with tf.Graph().as_default() as g:
     yield g
+
+
+def options_from_args(cls, args, **given):
+  """A program's options dataclass from its command-line arguments
+  ("--name=value", "--flag", "--noflag"), for running it in this process.
+
+  Values are converted by the fields' types, as the program's flags would
+  convert them; the program's own flag parsing is tested by launching it.
+  """
+  from bertkit.common import options
+  types = _option_field_types(cls)
+  values = {}
+  for arg in args:
+    assert arg.startswith("--"), arg
+    name, has_value, text = arg[2:].partition("=")
+    if not has_value:
+      is_bool = types.get(name) is bool
+      name, value = (name, True) if is_bool else (name[2:], False)
+      assert types.get(name) is bool, arg
+    elif types[name] is bool:
+      value = text.lower() in ("true", "1")
+    elif types[name] is tuple:
+      value = options.parse_profile_steps(text)
+    else:
+      value = types[name](text)
+    values[name] = value
+  return options.build(cls, values, **given)
+
+
+def _option_field_types(cls):
+  """{field name: int, float, str, bool or tuple} of an options dataclass
+  and the options dataclasses it holds."""
+  import dataclasses
+  import typing
+  types = {}
+  for name, hint in typing.get_type_hints(cls).items():
+    if dataclasses.is_dataclass(hint):
+      types.update(_option_field_types(hint))
+      continue
+    inner = [t for t in typing.get_args(hint) if t is not type(None)]
+    hint = inner[0] if inner else hint
+    types[name] = typing.get_origin(hint) or hint
+  return types
+
+
+class InProcessRun:
+  """What a program run in this process logged, as `run_program`'s result
+  holds it: the log lines in `stderr` (`stdout` holds the run summary)."""
+
+  def __init__(self, stdout, stderr):
+    self.stdout, self.stderr, self.returncode = stdout, stderr, 0
+
+
+def run_in_process(run_fn, options_value):
+  """Calls a program's run(options) here; returns an InProcessRun of what it
+  logged and printed (user errors propagate as exceptions)."""
+  import contextlib
+  import io
+  import logging as py_logging
+  from absl import logging as absl_logging
+  lines = []
+
+  class Collect(py_logging.Handler):
+    def emit(self, record):
+      lines.append(record.getMessage())
+
+  handler = Collect(level=py_logging.INFO)
+  logger = absl_logging.get_absl_logger()
+  previous = logger.level
+  logger.addHandler(handler)
+  logger.setLevel(py_logging.INFO)
+  stdout = io.StringIO()
+  try:
+    with contextlib.redirect_stdout(stdout):
+      run_fn(options_value)
+  finally:
+    logger.removeHandler(handler)
+    logger.setLevel(previous)
+  return InProcessRun(stdout.getvalue(), "\n".join(lines))
+
+
+def pretrain_in_process(workdir, output_dir, *extra, **kwargs):
+  """run_pretraining.run in this process, with pretrain_args' arguments."""
+  import run_pretraining
+  from bertkit.common import options
+  args = pretrain_args(workdir, output_dir, *extra, **kwargs)[1:]
+  return run_in_process(run_pretraining.run, options_from_args(
+      options.PretrainingOptions, args))

@@ -7,6 +7,7 @@ from absl import flags
 from absl import logging
 
 from bertkit.common import console
+from bertkit.common import flag_parsing
 
 EXIT_USER_ERROR = 2
 EXIT_TRAINING_FAILED = 3
@@ -83,12 +84,14 @@ def op_error_reason(text):
 
 
 def parse_flags(argv):
-  """absl's flag parser for `app.run(..., flags_parser=parse_flags)`: a
-  value absl refuses (an enum outside its choices, a number that is not
-  one, an unknown flag) gives one `error:` line and exit 2, as every other
-  bad input does, instead of absl's FATAL line and usage hint."""
+  """absl's flag parser for `app.run(..., flags_parser=parse_flags)`, shared
+  by every program: what absl refuses (an enum outside its choices, a number
+  that is not one, an unknown flag) and what it would let through unnoticed
+  (a stray argument, a flagfile line without `--`, a missing flagfile, a
+  float flag given nan or inf; flag_parsing.py) give one `error:` line and
+  exit 2, as every other bad input does, before the program's main runs."""
   try:
-    return flags.FLAGS(argv)
-  except flags.Error as e:
+    return flag_parsing.parse(argv, flags.FLAGS)
+  except flag_parsing.CommandLineError as e:
     print("error: %s" % e, file=sys.stderr, flush=True)
     sys.exit(EXIT_USER_ERROR)

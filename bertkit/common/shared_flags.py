@@ -11,12 +11,12 @@ import os
 from absl import flags
 
 from bertkit.common import atomic_io
+from bertkit.common import options
 from bertkit.common.errors import UserError
 
-# BERT's masked LM (Devlin et al. 2018, section 3.1): 15 % of the tokens
-# masked, at most 20 per 128-token sequence (upstream's flag defaults).
-MASKED_LM_PROB = 0.15
-MAX_PREDICTIONS_PER_SEQ = 20
+# The fine-tuning flags' defaults are the options'.
+FINE_TUNING = options.FineTuningOptions
+
 
 
 def define_bert_config_file():
@@ -52,9 +52,10 @@ def define_max_seq_length(default):
 
 def define_masking_rate():
   """--masked_lm_prob, --max_predictions_per_seq and --do_whole_word_mask."""
-  flags.DEFINE_float("masked_lm_prob", MASKED_LM_PROB,
+  flags.DEFINE_float("masked_lm_prob", options.MASKED_LM_PROB,
                      "Fraction of a sequence's tokens masked.")
-  flags.DEFINE_integer("max_predictions_per_seq", MAX_PREDICTIONS_PER_SEQ,
+  flags.DEFINE_integer("max_predictions_per_seq",
+                       options.MAX_PREDICTIONS_PER_SEQ,
                        "Masked positions per sequence (P): the records' "
                        "slots, at most this many masked.")
   flags.DEFINE_bool("do_whole_word_mask", False,
@@ -67,7 +68,8 @@ def define_evaluation():
   flags.DEFINE_bool("do_eval", False,
                     "Whether to evaluate (pretraining: the input records; "
                     "fine-tuning: the dev set).")
-  flags.DEFINE_integer("eval_batch_size", 8, "Total batch size for eval.")
+  flags.DEFINE_integer("eval_batch_size", FINE_TUNING.eval_batch_size,
+                       "Total batch size for eval.")
 
 
 def define_fine_tuning():
@@ -75,20 +77,12 @@ def define_fine_tuning():
   flags.DEFINE_bool("do_predict", False,
                     "Whether to predict the test set (SQuAD: --predict_file, "
                     "evaluated too).")
-  flags.DEFINE_integer("predict_batch_size", 8,
+  flags.DEFINE_integer("predict_batch_size", FINE_TUNING.predict_batch_size,
                        "Total batch size for predict.")
-  flags.DEFINE_float("num_train_epochs", 3.0, "Epochs of training.")
-  flags.DEFINE_float("warmup_proportion", 0.1,
+  flags.DEFINE_float("num_train_epochs", FINE_TUNING.num_train_epochs,
+                     "Epochs of training.")
+  flags.DEFINE_float("warmup_proportion", FINE_TUNING.warmup_proportion,
                      "Fraction of the training steps with linear warm-up.")
-
-
-def check_fine_tuning(flag_values):
-  """Raises UserError for a --num_train_epochs or --warmup_proportion that no
-  schedule can follow (define_fine_tuning's flags)."""
-  if flag_values.num_train_epochs <= 0:
-    raise UserError("--num_train_epochs must be > 0")
-  if not 0.0 <= flag_values.warmup_proportion <= 1.0:
-    raise UserError("--warmup_proportion must be in [0, 1]")
 
 
 def require(flag_values, names):
@@ -106,20 +100,21 @@ def require(flag_values, names):
       raise UserError("--%s is required" % name)
 
 
-def check_local_files(flag_values, names):
+def check_local_files(values, names):
   """Raises UserError for a flag naming a local file that is not there.
 
   The programs call it before importing TensorFlow, so a mistyped path is
   refused at once; a URL is checked when it is read (tf.io.gfile).
 
   Args:
-    flag_values: the parsed flags (absl's FLAGS).
-    names: names of flags holding one file's path (None or "": not given).
+    values: a program's options (or its parsed flags).
+    names: names of the flags (fields) holding one file's path (None or "":
+      not given).
 
   Raises:
     UserError: "--NAME PATH: no such file" for the first one missing.
   """
   for name in names:
-    path = getattr(flag_values, name)
+    path = getattr(values, name)
     if path and not atomic_io.is_url(path) and not os.path.isfile(path):
       raise UserError("--%s %s: no such file" % (name, path))

@@ -3,45 +3,27 @@
 run_pretraining.py, run_classifier.py and run_squad.py define these flags
 (`define_runner_flags`) and check what they can before TensorFlow is
 imported, so that a bad flag is refused in well under a second rather than
-after the seconds TensorFlow's import takes. The engine reads the parsed
-values (engine/runner.py, engine/distribution.py, engine/training_setup.py);
-the choices of the enum flags and the optimizer's default hyperparameters
-are defined here, where the flags and the engine both find them.
+after the seconds TensorFlow's import takes. The flags become the runner's
+options.RunOptions here (`run_options_from_flags`), the one place the
+engine's values leave absl; the choices and defaults are those of
+common/options.py.
 """
 
-import collections
 import os
 
 from absl import flags
 
+from bertkit.common import options
 from bertkit.common import shared_flags
 from bertkit.common import slurm_env
-from bertkit.common.errors import UserError
+from bertkit.common.options import (ALL_REDUCE_ALGS, OPTIMIZERS, SCHEDULES,
+                                    STRATEGIES)
 
-# --distribution_strategy and --all_reduce_alg (engine/distribution.py).
-STRATEGIES = ("one_device", "mirrored", "multi_worker", "central_storage",
-              "horovod", "byteps")
-ALL_REDUCE_ALGS = ("auto", "nccl", "hierarchical_copy", "one_device", "ring")
-
-# --optimizer (engine/optimizers.py).
-OPTIMIZERS = ("adamw", "lamb")
-
-# The update's hyperparameters, upstream's values as defaults (weight decay
-# 0.01, betas 0.9 / 0.999, epsilon 1e-6, clipping to global norm 1.0).
-# clip_norm None: no clipping.
-AdamHyperparameters = collections.namedtuple(
-    "AdamHyperparameters",
-    ["beta_1", "beta_2", "epsilon", "weight_decay_rate", "clip_norm"])
-UPSTREAM_HYPERPARAMETERS = AdamHyperparameters(
-    beta_1=0.9, beta_2=0.999, epsilon=1e-6, weight_decay_rate=0.01,
-    clip_norm=1.0)
-
-# --lr_schedule (engine/lr_schedules.py).
-LINEAR = "linear"
-WARMUP_STABLE_DECAY = "warmup_stable_decay"
-COSINE = "cosine"
-SCHEDULES = (LINEAR, WARMUP_STABLE_DECAY, COSINE)
-DEFAULT_DECAY_PROPORTION = 0.1
+# The flags' defaults are the options' (RunOptions needs an output_dir).
+RUN = options.RunOptions
+OPTIMIZER = options.OptimizerOptions
+DISTRIBUTION = options.DistributionOptions
+PRECISION = options.PrecisionOptions
 
 
 def allow_xla_on_cpu():
@@ -62,7 +44,7 @@ def allow_xla_on_cpu():
 def define_distribution_flags():
   """The flags choosing the distribution strategy and its devices."""
   flags.DEFINE_bool("multi_gpu", False, "Use every visible GPU (mirrored).")
-  flags.DEFINE_integer("num_gpus", 0,
+  flags.DEFINE_integer("num_gpus", DISTRIBUTION.num_gpus,
                        "Number of GPUs to use (0: all with --multi_gpu, else "
                        "1 if any).")
   flags.DEFINE_enum("distribution_strategy", None, STRATEGIES,
@@ -70,13 +52,15 @@ def define_distribution_flags():
                     "step of several tasks (srun -n N) names a cluster, "
                     "mirrored with --multi_gpu, --num_gpus > 1 or "
                     "--cpu_replicas > 1, else one_device.")
-  flags.DEFINE_enum("all_reduce_alg", "auto", ALL_REDUCE_ALGS,
+  flags.DEFINE_enum("all_reduce_alg", DISTRIBUTION.all_reduce_alg,
+                    ALL_REDUCE_ALGS,
                     "mirrored: nccl, hierarchical_copy or one_device; "
                     "multi_worker: ring or nccl; auto picks per device type.")
-  flags.DEFINE_integer("cpu_replicas", 0,
+  flags.DEFINE_integer("cpu_replicas", DISTRIBUTION.cpu_replicas,
                        "Split the CPU into N logical devices and train one "
                        "replica on each (for machines without GPUs).")
-  flags.DEFINE_integer("collective_timeout_seconds", 600,
+  flags.DEFINE_integer("collective_timeout_seconds",
+                       DISTRIBUTION.collective_timeout_seconds,
                        "multi_worker: a collective that waits longer than "
                        "this (e.g. a peer died) fails instead of hanging; "
                        "with several workers, horovod ranks or BytePS "
@@ -113,16 +97,19 @@ def define_runner_flags():
                       "model.safetensors); ignored when output_dir already "
                       "has a checkpoint.")
   flags.DEFINE_bool("do_train", False, "Whether to run training.")
-  flags.DEFINE_integer("train_batch_size", 32,
+  flags.DEFINE_integer("train_batch_size", RUN.train_batch_size,
                        "Total batch size for training, over all replicas.")
-  flags.DEFINE_integer("num_accumulation_steps", 1,
+  flags.DEFINE_integer("num_accumulation_steps",
+                       OPTIMIZER.num_accumulation_steps,
                        "Gradient accumulation: micro-batches per update. Each "
                        "replica's micro-batch is train_batch_size / (replicas "
                        "* K); the update and global_step come once per K.")
-  flags.DEFINE_float("learning_rate", 5e-5, "The initial learning rate.")
-  flags.DEFINE_integer("save_checkpoints_steps", 1000,
+  flags.DEFINE_float("learning_rate", OPTIMIZER.learning_rate,
+                     "The initial learning rate.")
+  flags.DEFINE_integer("save_checkpoints_steps", RUN.save_checkpoints_steps,
                        "How often to save the model checkpoint.")
-  flags.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints to keep.")
+  flags.DEFINE_integer("keep_checkpoint_max", RUN.keep_checkpoint_max,
+                       "Checkpoints to keep.")
   flags.DEFINE_integer("iterations_per_loop", 1000,
                        "Accepted for upstream compatibility; unused off TPU.")
   flags.DEFINE_bool("use_fp16", False,
@@ -132,20 +119,21 @@ def define_runner_flags():
                     "Mixed precision: bfloat16 compute, float32 variables, "
                     "no loss scaling, through TensorFlow's oneDNN bfloat16 "
                     "graph rewrite (CPUs; fast with avx512_bf16 or amx).")
-  flags.DEFINE_integer("init_loss_scale", 2**15,
+  flags.DEFINE_integer("init_loss_scale", PRECISION.init_loss_scale,
                        "--use_fp16: initial dynamic loss scale.")
-  flags.DEFINE_integer("loss_scale_growth_steps", 2000,
+  flags.DEFINE_integer("loss_scale_growth_steps",
+                       PRECISION.loss_scale_growth_steps,
                        "--use_fp16: finite steps before the scale doubles.")
-  flags.DEFINE_integer("log_every_n_steps", 100,
+  flags.DEFINE_integer("log_every_n_steps", RUN.log_every_n_steps,
                        "Steps between throughput/loss log lines.")
-  flags.DEFINE_integer("throughput_warmup_steps", 10,
+  flags.DEFINE_integer("throughput_warmup_steps", RUN.throughput_warmup_steps,
                        "Leading steps left out of the steady-state "
                        "examples/sec figure.")
   flags.DEFINE_integer("tf_random_seed", None,
                        "Graph-level seed; also makes the input order "
                        "deterministic (no sloppy interleave, no shuffle).")
   flags.DEFINE_bool("use_xla", False, "XLA JIT compilation (level ON_1).")
-  flags.DEFINE_enum("optimizer", "adamw", OPTIMIZERS,
+  flags.DEFINE_enum("optimizer", OPTIMIZER.optimizer, OPTIMIZERS,
                     "adamw: upstream's Adam with decoupled weight decay; "
                     "lamb: LAMB (layer-wise trust ratio, arXiv:1904.00962).")
   flags.DEFINE_bool("lamb_bias_correction", False,
@@ -156,7 +144,7 @@ def define_runner_flags():
                     "(off in upstream's AdamW, on in torch.optim.AdamW and "
                     "RoBERTa's).")
   define_optimizer_flags()
-  flags.DEFINE_bool("stop_on_nonfinite_loss", True,
+  flags.DEFINE_bool("stop_on_nonfinite_loss", PRECISION.stop_on_nonfinite_loss,
                     "Without --use_fp16, stop at the first step whose loss "
                     "is NaN or inf (naming the step) instead of training on.")
   flags.DEFINE_bool("skip_corrupt_records", False,
@@ -173,54 +161,46 @@ def define_runner_flags():
 def define_optimizer_flags():
   """The update's hyperparameters and the learning-rate schedule's shape;
   their defaults are upstream's."""
-  defaults = UPSTREAM_HYPERPARAMETERS
-  flags.DEFINE_float("adam_beta_1", defaults.beta_1,
+  defaults = OPTIMIZER
+  flags.DEFINE_float("adam_beta_1", defaults.adam_beta_1,
                      "Decay of the first moment (AdamW and LAMB).")
-  flags.DEFINE_float("adam_beta_2", defaults.beta_2,
+  flags.DEFINE_float("adam_beta_2", defaults.adam_beta_2,
                      "Decay of the second moment (RoBERTa: 0.98).")
-  flags.DEFINE_float("adam_epsilon", defaults.epsilon,
+  flags.DEFINE_float("adam_epsilon", defaults.adam_epsilon,
                      "Added to the root of the second moment.")
   flags.DEFINE_float("weight_decay_rate", defaults.weight_decay_rate,
                      "Decoupled weight decay (none for LayerNorm and bias).")
   flags.DEFINE_float("clip_norm", defaults.clip_norm,
                      "Clip the summed gradient to this global norm; 0: no "
                      "clipping.")
-  flags.DEFINE_enum("lr_schedule", LINEAR, SCHEDULES,
+  flags.DEFINE_enum("lr_schedule", defaults.lr_schedule, SCHEDULES,
                     "After the linear warm-up: linear (upstream's decay to 0 "
                     "at the last step), warmup_stable_decay (hold the peak, "
                     "then decay to 0 over the last --lr_decay_proportion) or "
                     "cosine (to 0 at the last step).")
-  flags.DEFINE_float("lr_decay_proportion", DEFAULT_DECAY_PROPORTION,
+  flags.DEFINE_float("lr_decay_proportion", defaults.lr_decay_proportion,
                      "--lr_schedule=warmup_stable_decay: the share of the run "
                      "its final decay takes.")
 
 
-def check_optimizer_flags(values):
-  """Raises UserError for optimizer flags no update can follow.
+def options_from_flags(cls, values, **given):
+  """An options dataclass of `cls` (common/options.py) from parsed flags:
+  each field takes the flag of its name (options.build).
 
   Args:
+    cls: an options dataclass.
     values: the parsed flags (absl's FLAGS).
+    **given: field values that win over the flags' (a flag whose value
+      means something else, or no flag of that name).
 
   Raises:
-    UserError: --lamb_bias_correction without --optimizer=lamb,
-      --adam_bias_correction without --optimizer=adamw, or a
-      hyperparameter out of its range.
+    UserError: a value out of its range or contradicting another.
   """
-  if values.lamb_bias_correction and values.optimizer != "lamb":
-    raise UserError("--lamb_bias_correction needs --optimizer=lamb; for "
-                    "AdamW use --adam_bias_correction")
-  if values.adam_bias_correction and values.optimizer != "adamw":
-    raise UserError("--adam_bias_correction needs --optimizer=adamw; for "
-                    "LAMB use --lamb_bias_correction")
-  for name in ("adam_beta_1", "adam_beta_2"):
-    if not 0.0 <= getattr(values, name) < 1.0:
-      raise UserError("--%s=%r is out of range; expected 0 <= %s < 1" % (
-          name, getattr(values, name), name))
-  if values.adam_epsilon <= 0.0:
-    raise UserError("--adam_epsilon=%r must be > 0" % values.adam_epsilon)
-  for name in ("weight_decay_rate", "clip_norm"):
-    if getattr(values, name) < 0.0:
-      raise UserError("--%s=%r must be >= 0" % (name, getattr(values, name)))
-  if not 0.0 < values.lr_decay_proportion <= 1.0:
-    raise UserError("--lr_decay_proportion=%r is out of range; expected 0 < "
-                    "lr_decay_proportion <= 1" % values.lr_decay_proportion)
+  return options.build(cls, values.flag_values_dict(), **given)
+
+
+def run_options_from_flags(values):
+  """The runner's options.RunOptions from define_runner_flags' flags."""
+  return options_from_flags(
+      options.RunOptions, values,
+      profile_steps=options.parse_profile_steps(values.profile_steps))

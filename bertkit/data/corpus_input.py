@@ -40,8 +40,6 @@ import json
 import os
 import zlib
 
-from absl import flags
-
 from bertkit.common import atomic_io
 from bertkit.common import errors
 from bertkit.common import file_patterns
@@ -56,22 +54,17 @@ _READ_BYTES = 1 << 16
 # JSON's names of the types a field can hold, for the messages.
 _JSON_TYPES = {bool: "true/false", int: "a number", float: "a number",
                list: "an array", dict: "an object"}
-
-
-def define_flags():
-  """--input_format and --text_field, the corpus flags of
-  create_pretraining_data and create_vocab."""
-  flags.DEFINE_string(
-      "input_format", "auto",
-      "auto: by file name (.jsonl/.ndjson[.gz|.zst]: jsonl, .parquet: "
-      "parquet, else text). text: one sentence per line, a blank line "
-      "between documents. jsonl: one JSON object per line holding a "
-      "document in --text_field. parquet: one document per row in column "
-      "--text_field. JSONL/Parquet documents are split into sentences by "
-      "blingfire.")
-  flags.DEFINE_string(
-      "text_field", DEFAULT_TEXT_FIELD,
-      "The JSON field (jsonl) or column (parquet) holding a document's text.")
+# The help of the programs' --input_format and --text_field, which say what
+# a `Corpus` holds.
+INPUT_FORMAT_HELP = (
+    "auto: by file name (.jsonl/.ndjson[.gz|.zst]: jsonl, .parquet: "
+    "parquet, else text). text: one sentence per line, a blank line "
+    "between documents. jsonl: one JSON object per line holding a "
+    "document in --text_field. parquet: one document per row in column "
+    "--text_field. JSONL/Parquet documents are split into sentences by "
+    "blingfire.")
+TEXT_FIELD_HELP = (
+    "The JSON field (jsonl) or column (parquet) holding a document's text.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,13 +85,23 @@ class Corpus:
 InputFile = collections.namedtuple("InputFile", ["path", "size", "format"])
 InputFile.__doc__ = """One input file: path or URL, size in bytes, format."""
 
-ShardPiece = collections.namedtuple("ShardPiece",
-                                    ["path", "start", "end", "format"],
-                                    defaults=("text",))
-ShardPiece.__doc__ = """The documents of `path` that begin in bytes [start, end).
 
-See the module docstring for what "begin" means per format.
-"""
+@dataclasses.dataclass(frozen=True)
+class ShardPiece:
+  """The documents of `path` that begin in bytes [start, end).
+
+  See the module docstring for what "begin" means per format.
+
+  Attributes:
+    path: the file's local path or URL.
+    start: the first byte of the range.
+    end: the byte after the range.
+    format: the file's format, one of FORMATS.
+  """
+  path: str
+  start: int
+  end: int
+  format: str = "text"
 
 
 def format_of(path, input_format="auto"):

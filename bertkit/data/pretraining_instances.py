@@ -2,7 +2,7 @@
 """Upstream's pretraining instances, made fast; the pipeline both modes share.
 
 create_pretraining_data.py's faithful mode (the whole corpus, one seed) and
-pretraining_shards.py (each shard on its own, its own seed) run the same
+sharded_mode.py (each shard on its own, its own seed) run the same
 steps on a list of tokenized documents:
 
   documents (token codes) -> `InstanceMaker.make_records` (upstream's
@@ -13,19 +13,18 @@ steps on a list of tokenized documents:
 Nothing here imports TensorFlow.
 """
 
-import collections
 import contextlib
 import dataclasses
 import os
 import tempfile
 import time
-from typing import Optional
 import uuid
 
 from absl import logging
 
 from bertkit.common import atomic_io
 from bertkit.common import errors
+from bertkit.common import options
 from bertkit.data import fast_tokenization
 from bertkit.data import packing
 from bertkit.data import pretraining_records
@@ -41,10 +40,9 @@ MAX_SEQ_LENGTH = 8192
 REQUIRED_VOCAB_TOKENS = (tokenization.CLS_TOKEN, tokenization.SEP_TOKEN,
                          tokenization.MASK_TOKEN, tokenization.UNK_TOKEN)
 
-# --masking: masks frozen into the records (upstream), or none written
-# (run_pretraining.py draws them every epoch).
-STATIC = "static"
-DYNAMIC = "dynamic"
+# create_pretraining_data.py --masking (common/options.py).
+STATIC = options.STATIC
+DYNAMIC = options.DYNAMIC
 MASKING_CHOICES = (STATIC, DYNAMIC)
 
 # Records logged in full at the start of the output, as upstream does.
@@ -53,53 +51,33 @@ NUM_EXAMPLES_TO_LOG = 20
 # Seconds between progress lines when stderr is not a terminal.
 LOG_INTERVAL_SECONDS = 30.0
 
-InstanceParams = collections.namedtuple("InstanceParams", [
-    "max_seq_length", "short_seq_prob", "masked_lm_prob",
-    "max_predictions_per_seq", "do_whole_word_mask", "masking",
-    "next_sentence_prediction"
-], defaults=(STATIC, True))
-InstanceParams.__doc__ = """How instances are cut and masked (flag values).
-
-Attributes:
-  max_seq_length: tokens per instance, [CLS] and [SEP]s included.
-  short_seq_prob: chance a document aims for a random shorter length.
-  masked_lm_prob: fraction of an instance's tokens to mask.
-  max_predictions_per_seq: cap on masked tokens per instance.
-  do_whole_word_mask: mask all wordpieces of a word together.
-  masking: STATIC writes `pretraining_records.MASKED` records; DYNAMIC
-    writes `pretraining_records.UNMASKED` ones, of the same token pairs
-    (the masks are still drawn, so that every later choice sees the same
-    random numbers, and then left out).
-  next_sentence_prediction: True: upstream's segment pairs with their
-    next-sentence labels. False: RoBERTa's FULL-SENTENCES, single segments
-    filled with consecutive sentences (`InstanceMaker`), written as the
-    `pretraining_records` kinds without next-sentence labels;
-    short_seq_prob is then unused.
-"""
-
-
 @dataclasses.dataclass(frozen=True)
-class RecordRecipe:
-  """How both modes make records of the text (flag values).
+class InstanceParams:
+  """How instances are cut and masked (flag values).
 
   Attributes:
-    vocab_file: the vocab file.
-    do_lower_case: lower-case the text (uncased models).
-    params: an `InstanceParams`.
-    random_seed: faithful mode: the seed of the one `random.Random` behind
-      every choice; sharded mode: the base of every shard's seed.
-    dupe_factor: passes over the documents, each masked differently.
-    tokenizer_backend: "fast" or "python" (same tokens).
-    max_sequences_per_pack: pack the instances, at most this many to a row
-      (None: upstream's records, one instance each).
+    max_seq_length: tokens per instance, [CLS] and [SEP]s included.
+    short_seq_prob: chance a document aims for a random shorter length.
+    masked_lm_prob: fraction of an instance's tokens to mask.
+    max_predictions_per_seq: cap on masked tokens per instance.
+    do_whole_word_mask: mask all wordpieces of a word together.
+    masking: STATIC writes `pretraining_records.MASKED` records; DYNAMIC
+      writes `pretraining_records.UNMASKED` ones, of the same token pairs
+      (the masks are still drawn, so that every later choice sees the same
+      random numbers, and then left out).
+    next_sentence_prediction: True: upstream's segment pairs with their
+      next-sentence labels. False: RoBERTa's FULL-SENTENCES, single segments
+      filled with consecutive sentences (`InstanceMaker`), written as the
+      `pretraining_records` kinds without next-sentence labels;
+      short_seq_prob is then unused.
   """
-  vocab_file: str
-  do_lower_case: bool
-  params: InstanceParams
-  random_seed: int
-  dupe_factor: int
-  tokenizer_backend: str = "fast"
-  max_sequences_per_pack: Optional[int] = None
+  max_seq_length: int
+  short_seq_prob: float
+  masked_lm_prob: float
+  max_predictions_per_seq: int
+  do_whole_word_mask: bool
+  masking: str = STATIC
+  next_sentence_prediction: bool = True
 
 
 def masked_lm_prob_out_of_range(masked_lm_prob):

@@ -1,9 +1,8 @@
 """Choosing and building the tf.distribute strategy for an Estimator.
 
-Shared by the training programs: the flags (defined once, free of
-TensorFlow, in common/training_flags.py) are turned into a `StrategyPlan`
-(`plan_from_flags`), and the plan builds the strategy passed to
-`tf.estimator.RunConfig`.
+Shared by the training programs: their options.DistributionOptions and the
+machine make a `StrategyPlan` (`plan`), and the plan builds the strategy
+passed to `tf.estimator.RunConfig`.
 
 Strategies (`--distribution_strategy`):
   one_device   one GPU, or the CPU.
@@ -40,9 +39,10 @@ nothing can be handed to them; so do training_setup.input_context and
 runner.task_name.
 """
 
-import collections
+import dataclasses
 import json
 import os
+from typing import Any, Callable, List, Optional
 
 from absl import logging
 import tensorflow as tf2
@@ -50,9 +50,9 @@ import tensorflow.compat.v1 as tf
 
 from bertkit.common.errors import UserError
 from bertkit.common import slurm_env
-from bertkit.common import training_flags
+from bertkit.common import options
 
-STRATEGIES = training_flags.STRATEGIES
+STRATEGIES = options.STRATEGIES
 # Engines that run one process per replica, each with its own launcher;
 # every other strategy is a tf.distribute strategy.
 PROCESS_ENGINES = ("horovod", "byteps")
@@ -61,17 +61,31 @@ BYTEPS_ENVIRONMENT = ("DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT",
                       "DMLC_NUM_WORKER", "DMLC_NUM_SERVER", "DMLC_WORKER_ID")
 
 
-def define_flags():
-  """Defines the distribution flags shared by the training programs
-  (common/training_flags.py, free of TensorFlow)."""
-  training_flags.define_distribution_flags()
+@dataclasses.dataclass(frozen=True)
+class StrategyPlan:
+  """The strategy a run trains with, decided by `plan`.
 
+  Attributes:
+    name: one of STRATEGIES.
+    devices: this process's devices ("/cpu:0", "/gpu:1", ...), one replica
+      each.
+    num_workers: processes training together (TF_CONFIG's workers, horovod
+      ranks, BytePS workers).
+    all_reduce_alg: the --all_reduce_alg choice.
+    collective_timeout_seconds: the longest a collective may wait.
+    cluster: TF_CONFIG's cluster dict, or None.
+  """
+  name: str
+  devices: List[str]
+  num_workers: int
+  all_reduce_alg: str
+  collective_timeout_seconds: int
+  cluster: Optional[dict]
 
-StrategyPlan = collections.namedtuple(
-    "StrategyPlan", ["name", "devices", "num_workers", "all_reduce_alg",
-                     "collective_timeout_seconds", "cluster"])
-StrategyPlan.num_replicas = property(
-    lambda self: len(self.devices) * self.num_workers)
+  @property
+  def num_replicas(self):
+    """Replicas over every process."""
+    return len(self.devices) * self.num_workers
 
 
 def tf_config_cluster():
@@ -140,7 +154,7 @@ def cluster_from_environment(port_base=None):
   return config["cluster"], config["task"], step
 
 
-def use_slurm_cluster(values):
+def use_slurm_cluster(options):
   """Makes the Slurm job step this process is a task of its cluster.
 
   Called by the training programs once, before the strategy and the
@@ -154,16 +168,16 @@ def use_slurm_cluster(values):
   GPUs it fails (it runs nvidia-smi).
 
   Args:
-    values: the parsed flags (distribution_strategy, slurm_port_base).
+    options: the run's options.DistributionOptions.
 
   Raises:
     UserError: Slurm variables that contradict each other, ports out of
       range or taken, or a step of several tasks with a strategy of one
       process (one_device, mirrored, central_storage).
   """
-  if values.distribution_strategy in PROCESS_ENGINES:
+  if options.distribution_strategy in PROCESS_ENGINES:
     return  # their processes find each other through their own launcher
-  _, _, step = cluster_from_environment(values.slurm_port_base)
+  _, _, step = cluster_from_environment(options.slurm_port_base)
   if step is None:
     tasks = os.environ.get("SLURM_NTASKS", "")
     if tasks.isdigit() and int(tasks) > 1 and not slurm_env.step_tasks(
@@ -173,55 +187,48 @@ def use_slurm_cluster(values):
           "step of them: training as one process; launch with srun to "
           "train on all of them", tasks)
     return
-  if values.distribution_strategy not in (None, "multi_worker"):
+  if options.distribution_strategy not in (None, "multi_worker"):
     raise UserError(
         "a Slurm job step of %d tasks trains as one multi_worker cluster, "
         "not with --distribution_strategy=%s (a strategy of one process); "
         "drop the flag, or run one task (srun -n 1)" % (
-            len(step.workers), values.distribution_strategy))
-  slurm_env.check_port_free(step, values.slurm_port_base)
+            len(step.workers), options.distribution_strategy))
+  slurm_env.check_port_free(step, options.slurm_port_base)
   os.environ["TF_CONFIG"] = json.dumps(slurm_env.tf_config(step))
   if step.gpus is not None:
     os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(step.gpus)
   logging.info("%s", slurm_env.describe(step))
 
 
-def plan_from_flags(values, num_gpus_present):
-  """Decides the strategy from flag values; validates them.
+def plan(options, num_gpus_present):
+  """Decides the strategy from the run's options and the machine.
 
   Args:
-    values: the parsed absl FLAGS (or any object with the flag attributes).
+    options: an options.DistributionOptions (its own ranges are checked).
     num_gpus_present: GPUs TensorFlow can see.
 
   Returns:
     A StrategyPlan.
 
   Raises:
-    UserError: flags that contradict each other or the machine.
+    UserError: options that contradict the machine or the environment.
   """
   cluster, _ = tf_config_cluster()
-  name = values.distribution_strategy
-  if values.cpu_replicas < 0:
-    raise UserError("--cpu_replicas must be >= 0, got %d" % values.cpu_replicas)
-  if values.num_gpus < 0:
-    raise UserError("--num_gpus must be >= 0, got %d" % values.num_gpus)
-  if values.num_gpus > num_gpus_present:
+  name = options.distribution_strategy
+  if options.num_gpus > num_gpus_present:
     raise UserError("--num_gpus=%d but only %d GPU(s) are visible to "
-                    "TensorFlow" % (values.num_gpus, num_gpus_present))
-  if values.cpu_replicas and (values.num_gpus or values.multi_gpu):
-    raise UserError("--cpu_replicas cannot be combined with --num_gpus or "
-                    "--multi_gpu")
-  if values.multi_gpu and num_gpus_present == 0:
+                    "TensorFlow" % (options.num_gpus, num_gpus_present))
+  if options.multi_gpu and num_gpus_present == 0:
     raise UserError("--multi_gpu was given but no GPU is visible to "
                     "TensorFlow; use --cpu_replicas N to run N replicas on "
                     "the CPU")
 
   if name in PROCESS_ENGINES:
-    return _process_engine_plan(values, num_gpus_present, cluster)
-  if values.cpu_replicas:
-    devices = ["/cpu:%d" % i for i in range(values.cpu_replicas)]
+    return _process_engine_plan(options, num_gpus_present, cluster)
+  if options.cpu_replicas:
+    devices = ["/cpu:%d" % i for i in range(options.cpu_replicas)]
   else:
-    n = values.num_gpus or (num_gpus_present if values.multi_gpu else
+    n = options.num_gpus or (num_gpus_present if options.multi_gpu else
                             min(1, num_gpus_present))
     devices = ["/gpu:%d" % i for i in range(n)] or ["/cpu:0"]
 
@@ -241,11 +248,11 @@ def plan_from_flags(values, num_gpus_present):
   num_workers = 1
   if name == "multi_worker" and cluster:
     num_workers = len(cluster.get("chief", [])) + len(cluster.get("worker", []))
-    if values.cpu_replicas > 1:
+    if options.cpu_replicas > 1:
       raise UserError("--cpu_replicas > 1 is for one machine; with TF_CONFIG "
                       "each worker runs one CPU replica")
-    devices = _worker_devices(values.num_gpus, num_gpus_present, devices)
-  alg = values.all_reduce_alg
+    devices = _worker_devices(options.num_gpus, num_gpus_present, devices)
+  alg = options.all_reduce_alg
   if name == "mirrored" and alg == "ring":
     raise UserError("--all_reduce_alg=ring is for multi_worker; mirrored "
                     "takes nccl, hierarchical_copy or one_device")
@@ -260,7 +267,7 @@ def plan_from_flags(values, num_gpus_present):
     raise UserError("--all_reduce_alg=nccl needs GPUs; none are in use")
   return StrategyPlan(name=name, devices=devices, num_workers=num_workers,
                       all_reduce_alg=alg,
-                      collective_timeout_seconds=values.collective_timeout_seconds,
+                      collective_timeout_seconds=options.collective_timeout_seconds,
                       cluster=cluster)
 
 
@@ -362,13 +369,13 @@ LAUNCHERS = {"horovod": "horovodrun -np N",
              "byteps": "scripts/run_pre_byteps.sh -n N"}
 
 
-def _process_engine_plan(values, num_gpus_present, cluster):
+def _process_engine_plan(options, num_gpus_present, cluster):
   """One replica per process of horovod or BytePS: each drives one device."""
-  name = values.distribution_strategy
+  name = options.distribution_strategy
   if cluster:
     raise UserError("--distribution_strategy=%s does not use TF_CONFIG; "
                     "unset it and launch with %s" % (name, LAUNCHERS[name]))
-  if values.cpu_replicas > 1 or values.num_gpus > 1 or values.multi_gpu:
+  if options.cpu_replicas > 1 or options.num_gpus > 1 or options.multi_gpu:
     raise UserError("--distribution_strategy=%s runs one device per "
                     "process; start more processes with %s instead of "
                     "--cpu_replicas/--num_gpus/--multi_gpu" % (
@@ -377,19 +384,24 @@ def _process_engine_plan(values, num_gpus_present, cluster):
   num_workers = (horovod_world_size() if name == "horovod" else
                  byteps_world_size(os.environ))
   return StrategyPlan(name=name, devices=[device], num_workers=num_workers,
-                      all_reduce_alg=values.all_reduce_alg,
-                      collective_timeout_seconds=values.collective_timeout_seconds,
+                      all_reduce_alg=options.all_reduce_alg,
+                      collective_timeout_seconds=options.collective_timeout_seconds,
                       cluster=None)
 
 
 def split_cpu(num_replicas):
   """Splits the physical CPU into `num_replicas` logical devices.
 
-  Must run before TensorFlow initialises its runtime (before any session).
+  Must run before TensorFlow initialises its runtime (before any session),
+  unless an earlier run of this process already split it at least as
+  finely (runs in one test process).
   """
   if num_replicas <= 1:
     return
   cpus = tf2.config.list_physical_devices("CPU")
+  if len(tf2.config.get_logical_device_configuration(cpus[0]) or ()) >= (
+      num_replicas):
+    return
   tf2.config.set_logical_device_configuration(
       cpus[0], [tf2.config.LogicalDeviceConfiguration()] * num_replicas)
 
@@ -472,20 +484,31 @@ def describe(plan, global_batch):
                                     global_batch // plan.num_replicas))
 
 
-# The processes of an engine that runs one process per replica
-# (horovod_engine.init, byteps_engine.init); `sum_across_processes(tensors,
-# compress)` is its batched SUM all-reduce (BytePS: push_pull), which may send floats as float16 when `compress`.
-# None under tf.distribute strategies, whose replicas live in one graph.
-ProcessGroup = collections.namedtuple(
-    "ProcessGroup", ["engine", "rank", "size", "sum_across_processes"])
+@dataclasses.dataclass(frozen=True)
+class ProcessGroup:
+  """The processes of an engine that runs one process per replica
+  (horovod_engine.init, byteps_engine.init); none under tf.distribute
+  strategies, whose replicas live in one graph.
+
+  Attributes:
+    engine: "horovod" or "byteps".
+    rank, size: this process's rank, and the processes.
+    sum_across_processes: function(tensors, compress) -> their sums, one
+      batched SUM all-reduce (BytePS: push_pull), which may send floats as
+      float16 when `compress`.
+  """
+  engine: str
+  rank: int
+  size: int
+  sum_across_processes: Callable
 _PROCESS_GROUP = [None]
 
 
-class Replicas(collections.namedtuple("Replicas",
-                                      ["process_group", "stop_vote"])):
+@dataclasses.dataclass(frozen=True)
+class Replicas:
   """The replicas a training step sums over, as the optimizer sees them.
 
-  Fields:
+  Attributes:
     process_group: the ProcessGroup of an engine with one process per
       replica (horovod), or None: the replicas are tf.distribute's, in this
       graph (one without a strategy).
@@ -495,7 +518,8 @@ class Replicas(collections.namedtuple("Replicas",
   `Replicas()` is what a single-process user of upstream's optimization API
   gets: the replicas of the strategy in scope, if any, and no stop vote.
   """
-  __slots__ = ()
+  process_group: Optional[ProcessGroup] = None
+  stop_vote: Any = None
 
   def sum(self, tensors, compress=True):
     """One batched SUM all-reduce of `tensors` over every replica.
@@ -537,9 +561,6 @@ class Replicas(collections.namedtuple("Replicas",
       return self.sum(tensors), tf.no_op()
     sums = self.sum(list(tensors) + [self.stop_vote.cast()])
     return sums[:-1], self.stop_vote.record(sums[-1])
-
-
-Replicas.__new__.__defaults__ = (None, None)
 
 
 def join_process_group(group):

@@ -25,14 +25,14 @@ same on a tensor.
 import dataclasses
 import math
 
-from bertkit.common import training_flags
+from bertkit.common import options
 
-# The --lr_schedule choices (common/training_flags.py, which defines it).
-LINEAR = training_flags.LINEAR
-WARMUP_STABLE_DECAY = training_flags.WARMUP_STABLE_DECAY
-COSINE = training_flags.COSINE
-SCHEDULES = training_flags.SCHEDULES
-DEFAULT_DECAY_PROPORTION = training_flags.DEFAULT_DECAY_PROPORTION
+# The --lr_schedule choices (common/options.py).
+LINEAR = options.LINEAR
+WARMUP_STABLE_DECAY = options.WARMUP_STABLE_DECAY
+COSINE = options.COSINE
+SCHEDULES = options.SCHEDULES
+DEFAULT_DECAY_PROPORTION = options.DEFAULT_DECAY_PROPORTION
 
 
 @dataclasses.dataclass(frozen=True)

@@ -37,22 +37,61 @@ handed in the same way, as one precision.Precision.
 """
 
 import collections
+import dataclasses
 import re
+from typing import Optional
 
 import numpy as np
 import tensorflow.compat.v1 as tf
 from tensorflow.python.ops import resource_variable_ops
 
-from bertkit.common import training_flags
+from bertkit.common import options as run_options
 from bertkit.engine import distribution
 from bertkit.engine import lr_schedules
 from bertkit.engine import train_step
 
 DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
-OPTIMIZERS = training_flags.OPTIMIZERS
-# The update's hyperparameters (common/training_flags.py: the flags' defaults).
-AdamHyperparameters = training_flags.AdamHyperparameters
-UPSTREAM_HYPERPARAMETERS = training_flags.UPSTREAM_HYPERPARAMETERS
+OPTIMIZERS = run_options.OPTIMIZERS
+
+
+@dataclasses.dataclass(frozen=True)
+class AdamHyperparameters:
+  """The update's hyperparameters (AdamW and LAMB).
+
+  Attributes:
+    beta_1, beta_2: the decays of the first and second moments.
+    epsilon: added to the second moment's root.
+    weight_decay_rate: decoupled weight decay.
+    clip_norm: the global norm gradients are clipped to; None: no clipping.
+  """
+  beta_1: float
+  beta_2: float
+  epsilon: float
+  weight_decay_rate: float
+  clip_norm: Optional[float]
+
+  @classmethod
+  def of_options(cls, options):
+    """Those of an options.OptimizerOptions (its clip_norm 0: None)."""
+    return cls(beta_1=options.adam_beta_1, beta_2=options.adam_beta_2,
+               epsilon=options.adam_epsilon,
+               weight_decay_rate=options.weight_decay_rate,
+               clip_norm=options.clip_norm or None)
+
+
+UPSTREAM_HYPERPARAMETERS = AdamHyperparameters.of_options(
+    run_options.OptimizerOptions())
+
+
+def optimizer_arguments(options):
+  """The create_accumulating_optimizer keyword arguments of an
+  options.OptimizerOptions, but for the rate and the run's own (precision,
+  replicas, time budget)."""
+  return {"optimizer_name": options.optimizer,
+          "bias_correction": options.bias_correction,
+          "hyperparameters": AdamHyperparameters.of_options(options),
+          "lr_schedule": options.lr_schedule,
+          "lr_decay_proportion": options.lr_decay_proportion}
 
 
 def learning_rate_schedule(init_lr, num_train_steps, num_warmup_steps,

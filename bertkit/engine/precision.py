@@ -10,16 +10,24 @@ the run summary. None of them reads the precision flags themselves.
 """
 
 import collections
+import dataclasses
+
+from bertkit.common import options
 
 FLOAT32 = "float32"
 MIXED_FLOAT16 = "mixed_float16"
 MIXED_BFLOAT16 = "mixed_bfloat16"
 
-# Dynamic loss scaling (--use_fp16): the scale a fresh run starts from, and
-# the finite steps after which it doubles. The defaults are the flags'.
-LossScale = collections.namedtuple("LossScale",
-                                   ["initial_scale", "growth_steps"])
-LossScale.__new__.__defaults__ = (2**15, 2000)
+@dataclasses.dataclass(frozen=True)
+class LossScale:
+  """Dynamic loss scaling (--use_fp16).
+
+  Attributes:
+    initial_scale: the scale a fresh run starts from.
+    growth_steps: the finite steps after which it doubles.
+  """
+  initial_scale: int = options.PrecisionOptions.init_loss_scale
+  growth_steps: int = options.PrecisionOptions.loss_scale_growth_steps
 
 
 class Precision(collections.namedtuple(

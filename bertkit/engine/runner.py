@@ -5,12 +5,12 @@ task as a `Task` (the variables it builds, the per-micro-batch shares of the
 training loss, the eval loss and metrics, the predictions) and its input as
 a function building input_fns, then calls
 
-  run = runner.prepare(FLAGS, task)        # engine, flags, --init_checkpoint
+  run = runner.prepare(options, task)      # engine, --init_checkpoint
   runner.run(run, make_input_fn, runner.Schedule(...), train_files,
              runner.EvalStage(...), runner.PredictStage(...))
 
-The runner owns the rest, once: the flags the programs share
-(`define_flags`), the engine (training_setup.py: strategy, horovod or BytePS,
+where `options` is the options.RunOptions the program built from its flags
+(common/training_flags.py). The runner owns the rest, once: the engine (training_setup.py: strategy, horovod or BytePS,
 precision, RunConfig), what the optimizer is handed (the run's Precision,
 and the distribution.Replicas it sums over, which carries the stop vote),
 the model_fn (optimizer, gradient accumulation, loss scale, the step
@@ -24,19 +24,20 @@ run summary.
 """
 
 import atexit
-import collections
+import dataclasses
 import functools
 import os
 import shutil
 import tempfile
+from typing import Any, Callable, Optional, Sequence
 
 from absl import logging
 import tensorflow.compat.v1 as tf
 
 from bertkit.common import atomic_io
 from bertkit.common import errors
+from bertkit.common import options as run_options
 from bertkit.common.errors import UserError
-from bertkit.common import training_flags
 from bertkit.engine import checkpoints
 from bertkit.engine import distribution
 from bertkit.engine import evaluation as held_out
@@ -54,34 +55,33 @@ EVAL = tf.estimator.ModeKeys.EVAL
 PREDICT = tf.estimator.ModeKeys.PREDICT
 
 
-def define_flags():
-  """The flags every training program has; each program adds its task's.
+@dataclasses.dataclass(frozen=True)
+class Task:
+  """What a program tells the runner about its task.
 
-  Defined by common/training_flags.py, free of TensorFlow, so that the
-  programs check them before importing it; kept here for callers of the
-  runner's name.
+  Attributes:
+    build_variables: function() creating every trainable variable of the
+      model (B=1), to compare --init_checkpoint's shapes with before
+      training.
+    train_loss_fns: function(features, num_micro_batches) -> K functions
+      without arguments, one per micro-batch of this replica's [B, ...]
+      features, each building the model (the first creates the variables,
+      the others reuse them) and returning its part of this replica's share
+      of the global batch's loss: the shares of every micro-batch, replica
+      and process add up to one device's loss on the global batch.
+    eval_outputs: function(features) -> (mean loss, eval_metric_ops) of an
+      eval batch.
+    predictions: function(features) -> the dict of [B, ...] tensors predict
+      yields; None: the task has no predict mode.
+    batch_counts: function(features) -> (sequences, real tokens) of a
+      training batch, when the throughput figures count more than rows
+      (packed rows); None: rows.
   """
-  training_flags.define_runner_flags()
-
-
-# What a program tells the runner about its task; every field but the first
-# three may be None (the task has no such mode or count).
-#   build_variables(): creates every trainable variable of the model (B=1),
-#     to compare --init_checkpoint's shapes with before training.
-#   train_loss_fns(features, num_micro_batches): K functions without
-#     arguments, one per micro-batch of this replica's [B, ...] features, each
-#     building the model (the first creates the variables, the others reuse
-#     them) and returning its part of this replica's share of the global
-#     batch's loss: the shares of every micro-batch, replica and process add
-#     up to one device's loss on the global batch.
-#   eval_outputs(features): (mean loss, eval_metric_ops) of an eval batch.
-#   predictions(features): the dict of [B, ...] tensors predict yields.
-#   batch_counts(features): (sequences, real tokens) of a training batch,
-#     when the throughput figures count more than rows (packed rows).
-Task = collections.namedtuple(
-    "Task", ["build_variables", "train_loss_fns", "eval_outputs",
-             "predictions", "batch_counts"])
-Task.__new__.__defaults__ = (None, None)
+  build_variables: Optional[Callable]
+  train_loss_fns: Optional[Callable]
+  eval_outputs: Optional[Callable]
+  predictions: Optional[Callable] = None
+  batch_counts: Optional[Callable] = None
 
 
 def split_micro_batches(features, num_micro_batches):
@@ -127,9 +127,8 @@ def mean_loss_shares(mean_loss_fn):
   return train_loss_fns
 
 
-def model_fn_builder(task, init_checkpoint, learning_rate, num_train_steps,
-                     num_warmup_steps, optimizer_options,
-                     num_accumulation_steps=1, replicas=None):
+def model_fn_builder(task, init_checkpoint, optimizer, num_train_steps,
+                     num_warmup_steps, run_arguments, replicas=None):
   """The Estimator model_fn of `task`.
 
   TRAIN: one update from the summed gradients of num_accumulation_steps
@@ -141,13 +140,12 @@ def model_fn_builder(task, init_checkpoint, learning_rate, num_train_steps,
   Args:
     task: a Task.
     init_checkpoint: checkpoint (prefix or directory) to start from, or None.
-    learning_rate: peak learning rate.
+    optimizer: the options.OptimizerOptions (the peak rate, the update,
+      micro-batches per update: each replica's batch must divide by them).
     num_train_steps: optimizer updates of the whole run.
     num_warmup_steps: warm-up updates.
-    optimizer_options: extra create_accumulating_optimizer keyword arguments
-      (precision, optimizer_name, ...; see `prepare`).
-    num_accumulation_steps: micro-batches per update; each replica's batch
-      must divide by it.
+    run_arguments: the run's own create_accumulating_optimizer keyword
+      arguments (precision, and time_budget when there is one).
     replicas: the distribution.Replicas the optimizer sums over (`prepare`
       builds the run's); None: those of the strategy in scope, no stop vote.
   """
@@ -158,9 +156,10 @@ def model_fn_builder(task, init_checkpoint, learning_rate, num_train_steps,
       if task.batch_counts is not None:
         train_step.register_batch_counts(*task.batch_counts(features))
       step = optimizers.create_accumulating_optimizer(
-          task.train_loss_fns(features, num_accumulation_steps),
-          learning_rate, num_train_steps, num_warmup_steps,
-          replicas=replicas, **optimizer_options)
+          task.train_loss_fns(features, optimizer.num_accumulation_steps),
+          optimizer.learning_rate, num_train_steps, num_warmup_steps,
+          replicas=replicas, **optimizers.optimizer_arguments(optimizer),
+          **run_arguments)
       spec = dict(loss=train_step.register_step_metrics(step),
                   train_op=step.train_op)
     elif mode == EVAL:
@@ -178,24 +177,17 @@ def model_fn_builder(task, init_checkpoint, learning_rate, num_train_steps,
   return model_fn
 
 
-def optimizer_options(values):
-  """The create_accumulating_optimizer options of the optimizer flags; the
-  precision joins them once the engine has decided it (`prepare`).
-
-  Raises:
-    UserError: see training_flags.check_optimizer_flags.
-  """
-  training_flags.check_optimizer_flags(values)
-  return {"optimizer_name": values.optimizer,
-          "bias_correction": (values.lamb_bias_correction or
-                              values.adam_bias_correction),
-          "hyperparameters": optimizers.AdamHyperparameters(
-              beta_1=values.adam_beta_1, beta_2=values.adam_beta_2,
-              epsilon=values.adam_epsilon,
-              weight_decay_rate=values.weight_decay_rate,
-              clip_norm=values.clip_norm or None),
-          "lr_schedule": values.lr_schedule,
-          "lr_decay_proportion": values.lr_decay_proportion}
+def upstream_model_fn(task, init_checkpoint, learning_rate, num_train_steps,
+                      num_warmup_steps, optimizer=None,
+                      num_accumulation_steps=1):
+  """model_fn_builder with upstream's arguments (the tasks' model_fn_builder):
+  the peak rate and micro-batches given, the rest of the update `optimizer`'s
+  (an options.OptimizerOptions; None: upstream's), float32."""
+  optimizer = dataclasses.replace(
+      optimizer or run_options.OptimizerOptions(), learning_rate=learning_rate,
+      num_accumulation_steps=num_accumulation_steps)
+  return model_fn_builder(task, init_checkpoint, optimizer, num_train_steps,
+                          num_warmup_steps, {})
 
 
 def micro_batch_size(global_batch_size, num_replicas, num_accumulation_steps):
@@ -213,100 +205,133 @@ def micro_batch_size(global_batch_size, num_replicas, num_accumulation_steps):
   return global_batch_size // (num_replicas * num_accumulation_steps)
 
 
-# A prepared run: the task, the engine (training_setup.Setup), the parsed
-# flags, the optimizer's options (the optimizer flags' and the run's
-# Precision) and the distribution.Replicas the optimizer sums over.
-Run = collections.namedtuple("Run", ["task", "setup", "values",
-                                     "optimizer_options", "replicas"])
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """A prepared run.
+
+  Attributes:
+    task: the program's Task.
+    setup: the engine (training_setup.Setup); `setup.is_chief` tells whether
+      this process writes results.
+    options: the options.RunOptions it was prepared from.
+    replicas: the distribution.Replicas the optimizer sums over (it carries
+      the run's stop vote).
+  """
+  task: Task
+  setup: training_setup.Setup
+  options: run_options.RunOptions
+  replicas: distribution.Replicas
 
 
-def prepare(values, task):
-  """Checks the shared flags, sets up the engine, checks --init_checkpoint.
+def prepare(options, task):
+  """Sets up the engine of a run and checks --init_checkpoint.
 
   Args:
-    values: the parsed FLAGS (define_flags' and the program's).
+    options: the options.RunOptions (checked when they were built).
     task: the program's Task.
 
   Returns:
-    A Run. `run.setup.is_chief` tells whether this process writes results.
+    A Run.
 
   Raises:
-    UserError: flags that are invalid or contradict each other or the
-      machine, or an --init_checkpoint that does not fit the model.
+    UserError: options that contradict the machine or the global batch, or
+      an --init_checkpoint that does not fit the model.
   """
-  for name in ("train_batch_size", "save_checkpoints_steps",
-               "num_accumulation_steps"):
-    if getattr(values, name) < 1:
-      raise UserError("--%s must be >= 1, got %d" %
-                      (name, getattr(values, name)))
-  options = optimizer_options(values)
-  setup = training_setup.prepare(training_setup.options_from_flags(
-      values, values.output_dir, values.train_batch_size))
-  accumulation = values.num_accumulation_steps
-  micro_batch = micro_batch_size(values.train_batch_size,
+  setup = training_setup.prepare(options)
+  accumulation = options.optimizer.num_accumulation_steps
+  micro_batch = micro_batch_size(options.train_batch_size,
                                  setup.plan.num_replicas, accumulation)
   if accumulation > 1:
     logging.info(
         "gradient accumulation: %d micro-batches of %d examples per replica, "
         "one update per %d examples", accumulation, micro_batch,
-        values.train_batch_size)
-  if values.init_checkpoint:
-    checkpoints.check_init_checkpoint(values.init_checkpoint,
+        options.train_batch_size)
+  if options.init_checkpoint:
+    checkpoints.check_init_checkpoint(options.init_checkpoint,
                                       task.build_variables)
   # One vote per run: the optimizer sums it, StopOnSignalHook reads the sum.
   replicas = distribution.Replicas(process_group=setup.process_group,
                                    stop_vote=preemption.StopVote())
-  return Run(task=task, setup=setup, values=values,
-             optimizer_options=dict(options, precision=setup.precision),
-             replicas=replicas)
+  return Run(task=task, setup=setup, options=options, replicas=replicas)
 
 
-# How long training runs: the global step it ends at (the optimizer updates
-# of the whole run) and the warm-up updates of the learning rate; with a
-# time budget (seconds of training, training_clock.py), the schedule runs
-# over it instead, warming up for its first `warmup_seconds`, and training
-# stops when it is spent (or at num_train_steps, whichever comes first).
-Schedule = collections.namedtuple(
-    "Schedule", ["num_train_steps", "num_warmup_steps", "time_budget_seconds",
-                 "warmup_seconds"])
-Schedule.__new__.__defaults__ = (0, 0, None, 0.0)
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+  """How long training runs.
 
-# Evaluation:
-#   files: the records to evaluate, or None for no evaluation stage (under a
-#     TF_CONFIG cluster train_and_evaluate evaluates them during training,
-#     or the training records without).
-#   batch_size: its batch (None: the prediction's).
-#   steps: its steps (None: the whole input).
-#   message: logged before evaluating, or None.
-#   during_training: evaluate inside the training session
-#     (evaluation.HeldOutEvaluationHook): every `every_n_steps` global steps
-#     and at the end, with eval_history.jsonl; False: after training, as
-#     upstream does.
-#   every_n_steps: see during_training; None: at the end only.
-#   target: stop training at the first evaluation whose masked_lm_accuracy
-#     reaches it (None: no target).
-EvalStage = collections.namedtuple(
-    "EvalStage", ["files", "batch_size", "steps", "message",
-                  "during_training", "every_n_steps", "target"])
-EvalStage.__new__.__defaults__ = (None, None, None, None, False, None, None)
+  Attributes:
+    num_train_steps: the global step it ends at (the optimizer updates of
+      the whole run).
+    num_warmup_steps: the learning rate's warm-up updates.
+    time_budget_seconds: seconds of training (training_clock.py) the
+      schedule runs over instead, training stopping when they are spent (or
+      at num_train_steps, whichever comes first); None: steps.
+    warmup_seconds: a time budget's warm-up.
+  """
+  num_train_steps: int = 0
+  num_warmup_steps: int = 0
+  time_budget_seconds: Optional[float] = None
+  warmup_seconds: float = 0.0
 
-# What watches training besides the throughput: the run's training clock,
-# the held-out evaluation hook (or None) and the time budget in seconds (or
-# None).
-Watch = collections.namedtuple("Watch", ["clock", "evaluation",
-                                         "time_budget_seconds"])
-Watch.__new__.__defaults__ = (None, None, None)
 
-# Prediction, after evaluation:
-#   files: the records to predict, or None for no prediction stage.
-#   batch_size: its batch.
-#   message: logged before predicting, or None.
-#   use_predictions: on the chief, function(list of the prediction dicts, in
-#     input order) -> evaluation figures of them (written as eval results)
-#     or None.
-PredictStage = collections.namedtuple(
-    "PredictStage", ["files", "batch_size", "message", "use_predictions"])
-PredictStage.__new__.__defaults__ = (None,) * 4
+@dataclasses.dataclass(frozen=True)
+class EvalStage:
+  """Evaluation.
+
+  Attributes:
+    files: the records to evaluate, or None for no evaluation stage (under
+      a TF_CONFIG cluster train_and_evaluate evaluates them during
+      training, or the training records without).
+    batch_size: its batch (None: the prediction's).
+    steps: its steps (None: the whole input).
+    message: logged before evaluating, or None.
+    during_training: evaluate inside the training session
+      (evaluation.HeldOutEvaluationHook): every `every_n_steps` global steps
+      and at the end, with eval_history.jsonl; False: after training, as
+      upstream does.
+    every_n_steps: see during_training; None: at the end only.
+    target: stop training at the first evaluation whose masked_lm_accuracy
+      reaches it (None: no target).
+  """
+  files: Optional[Sequence[str]] = None
+  batch_size: Optional[int] = None
+  steps: Optional[int] = None
+  message: Optional[str] = None
+  during_training: bool = False
+  every_n_steps: Optional[int] = None
+  target: Optional[float] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Watch:
+  """What watches training besides the throughput.
+
+  Attributes:
+    clock: the run's training_clock.TrainingClock.
+    evaluation: the evaluation.HeldOutEvaluationHook, or None.
+    time_budget_seconds: the time budget, or None.
+  """
+  clock: Any = None
+  evaluation: Any = None
+  time_budget_seconds: Optional[float] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class PredictStage:
+  """Prediction, after evaluation.
+
+  Attributes:
+    files: the records to predict, or None for no prediction stage.
+    batch_size: its batch.
+    message: logged before predicting, or None.
+    use_predictions: on the chief, function(list of the prediction dicts,
+      in input order) -> evaluation figures of them (written as eval
+      results) or None.
+  """
+  files: Optional[Sequence[str]] = None
+  batch_size: Optional[int] = None
+  message: Optional[str] = None
+  use_predictions: Optional[Callable] = None
 
 
 def run(prepared, make_input_fn, schedule=Schedule(), train_files=None,
@@ -328,24 +353,24 @@ def run(prepared, make_input_fn, schedule=Schedule(), train_files=None,
     errors.TrainingStopped: a stop signal ended training (checkpointed).
     errors.TrainingFailed: training cannot go on (one line says why).
   """
-  setup, values = prepared.setup, prepared.values
-  clock = start_clock(setup, values.output_dir)
-  options = dict(prepared.optimizer_options)
+  setup, options = prepared.setup, prepared.options
+  clock = start_clock(setup, options.output_dir)
+  run_arguments = {"precision": setup.precision}
   if schedule.time_budget_seconds:
-    options["time_budget"] = optimizers.TimeBudget(
+    run_arguments["time_budget"] = optimizers.TimeBudget(
         schedule.time_budget_seconds, schedule.warmup_seconds, clock,
         setup.is_chief)
   estimator = make_estimator(model_fn_builder(
-      prepared.task, values.init_checkpoint, values.learning_rate,
-      schedule.num_train_steps, schedule.num_warmup_steps,
-      options, values.num_accumulation_steps, prepared.replicas), setup)
+      prepared.task, options.init_checkpoint, options.optimizer,
+      schedule.num_train_steps, schedule.num_warmup_steps, run_arguments,
+      prepared.replicas), setup)
   throughput_summary, result, eval_files = None, None, evaluation.files
   if train_files and evaluation.target and held_out.reached_before(
-      values.output_dir, evaluation.target):
+      options.output_dir, evaluation.target):
     train_files = None
   if train_files:
     cleaned = list(train_files)
-    if values.skip_corrupt_records:
+    if options.skip_corrupt_records:
       cleaned = skip_corrupt_records(setup, cleaned)
     # Evaluating the training records reads the cleaned copies too.
     eval_files = [dict(zip(train_files, cleaned)).get(f, f)
@@ -355,16 +380,17 @@ def run(prepared, make_input_fn, schedule=Schedule(), train_files=None,
         evaluation.batch_size or prediction.batch_size, 1)
     watch = Watch(clock=clock, time_budget_seconds=schedule.time_budget_seconds)
     if eval_files and evaluation.during_training:
-      watch = watch._replace(evaluation=held_out.HeldOutEvaluationHook(
-          eval_input_fn, prepared.task.eval_outputs, evaluation.every_n_steps,
-          evaluation.steps, values.output_dir, clock,
-          values.train_batch_size, setup.is_chief,
-          setup.run_config.session_config, evaluation.target,
-          summary_info=setup.extra_info))
+      watch = dataclasses.replace(watch, evaluation=(
+          held_out.HeldOutEvaluationHook(
+              eval_input_fn, prepared.task.eval_outputs,
+              evaluation.every_n_steps, evaluation.steps,
+              options.output_dir, clock, options.train_batch_size,
+              setup.is_chief, setup.run_config.session_config,
+              evaluation.target, summary_info=setup.extra_info)))
     throughput_summary = train(
         estimator, setup,
         for_this_process(setup, make_input_fn(
-            cleaned, TRAIN, values.train_batch_size,
+            cleaned, TRAIN, options.train_batch_size,
             setup.plan.num_replicas), cleaned),
         eval_input_fn, schedule.num_train_steps, evaluation.steps,
         input_files=cleaned, stop_vote=prepared.replicas.stop_vote,
@@ -382,8 +408,8 @@ def run(prepared, make_input_fn, schedule=Schedule(), train_files=None,
                             result)
   if setup.is_chief:
     if result is not None:
-      write_eval_results(values.output_dir, result)
-    print_run_summary(values.output_dir, throughput_summary, result)
+      write_eval_results(options.output_dir, result)
+    print_run_summary(options.output_dir, throughput_summary, result)
 
 
 def start_clock(setup, output_dir):

@@ -9,23 +9,34 @@ back with `step_metrics` / `batch_counts`. Nothing else passes a step along.
 """
 
 import collections
+import dataclasses
+from typing import Any
 import weakref
 
 import tensorflow.compat.v1 as tf
 
 from bertkit.engine import distribution
 
-# What one training step is built of: the op, this replica's share of the
-# step's loss, the step's loss (the shares summed over every replica and
-# process, in the gradient all-reduce), the learning rate of the step, the
-# dynamic loss scale (None without --use_fp16) and, with a time budget, the
-# chief's training seconds the step's rate followed (the same on every
-# process; None without one).
-TrainStep = collections.namedtuple(
-    "TrainStep",
-    ["train_op", "loss_share", "loss", "learning_rate", "loss_scale",
-     "train_seconds"])
-TrainStep.__new__.__defaults__ = (None,)
+@dataclasses.dataclass(frozen=True)
+class TrainStep:
+  """What one training step is built of.
+
+  Attributes:
+    train_op: the op.
+    loss_share: this replica's share of the step's loss.
+    loss: the step's loss (the shares summed over every replica and process,
+      in the gradient all-reduce).
+    learning_rate: the learning rate of the step.
+    loss_scale: the dynamic loss scale (None without --use_fp16).
+    train_seconds: with a time budget, the chief's training seconds the
+      step's rate followed (the same on every process); None without one.
+  """
+  train_op: Any
+  loss_share: Any
+  loss: Any
+  learning_rate: Any
+  loss_scale: Any
+  train_seconds: Any = None
 
 # What the training hooks watch of a step: the global batch's loss (as the
 # sum of this process's entries), the learning rate, the loss scale or None,

@@ -1,8 +1,8 @@
 """The engine a run trains on: strategy, horovod or BytePS, precision,
 RunConfig.
 
-`prepare` turns the distribution / precision / logging options (the flags
-runner.define_flags defines) into a `Setup`: the strategy plan, the run's
+`prepare` turns a run's options.RunOptions (distribution, precision,
+checkpointing, logging) into a `Setup`: the strategy plan, the run's
 precision.Precision (decided once, by `resolve_precision`), the tf.distribute
 strategy (or the horovod or BytePS worker started in this process), the
 Estimator's RunConfig and session config, whether this process is the chief,
@@ -36,33 +36,6 @@ MIN_FREE_DISK_BYTES = 50 * 1024 * 1024
 # strategy name. Each module has the same functions: init, visible_gpu_list,
 # scratch_model_dir, broadcast_hook, barrier, lost_a_rank.
 PROCESS_ENGINES = {"horovod": horovod_engine, "byteps": byteps_engine}
-
-
-# The values `prepare` needs: the flags of runner.define_flags (the
-# distribution ones under the names distribution.plan_from_flags reads) plus
-# the program's output directory and global training batch.
-TrainingOptions = collections.namedtuple(
-    "TrainingOptions",
-    ["output_dir", "global_batch_size", "distribution_strategy", "multi_gpu",
-     "num_gpus", "cpu_replicas", "all_reduce_alg",
-     "collective_timeout_seconds", "use_fp16", "use_bf16", "init_loss_scale",
-     "loss_scale_growth_steps", "save_checkpoints_steps",
-     "keep_checkpoint_max", "log_every_n_steps", "throughput_warmup_steps",
-     "tf_random_seed", "use_xla", "stop_on_nonfinite_loss", "profile_steps"])
-
-
-def options_from_flags(values, output_dir, global_batch_size):
-  """TrainingOptions from the parsed flags of runner.define_flags.
-
-  Args:
-    values: the parsed absl FLAGS (or any object with those attributes).
-    output_dir: the program's --output_dir.
-    global_batch_size: the program's training batch over all replicas.
-  """
-  return TrainingOptions(
-      output_dir=output_dir, global_batch_size=global_batch_size,
-      **{name: getattr(values, name)
-         for name in TrainingOptions._fields[2:]})
 
 
 # What the runner uses of a prepared engine. `precision` is the run's
@@ -100,19 +73,6 @@ def check_output_dir(output_dir):
       raise UserError("--output_dir %s: only %.1f MB free on its disk; "
                       "checkpoints need more" % (output_dir, free / 2**20))
   atomic_io.remove_stale_partials(output_dir)
-
-
-def _parse_profile_steps(value):
-  if not value:
-    return None
-  try:
-    first, last = [int(x) for x in value.split(",")]
-  except ValueError:
-    raise UserError("--profile_steps must be two step numbers A,B, got %r" %
-                    value)
-  if not 1 <= first <= last:
-    raise UserError("--profile_steps needs 1 <= A <= B, got %r" % value)
-  return first, last
 
 
 # The CPU flags (/proc/cpuinfo) that make oneDNN's bfloat16 kernels fast;
@@ -241,10 +201,10 @@ def session_config(plan, use_xla, compute=FLOAT32):
 
 
 def prepare(options):
-  """Validates the options and builds the Estimator's RunConfig.
+  """Decides the engine of a run and builds the Estimator's RunConfig.
 
   Args:
-    options: TrainingOptions.
+    options: the run's options.RunOptions.
 
   Returns:
     A Setup.
@@ -253,11 +213,10 @@ def prepare(options):
     UserError: options that contradict each other or the machine.
   """
   num_gpus = len(tf2.config.list_physical_devices("GPU"))
-  precision = _decide_precision(options, num_gpus)
-  plan = distribution.plan_from_flags(options, num_gpus)
-  distribution.check_global_batch(plan, options.global_batch_size)
-  logging.info(distribution.describe(plan, options.global_batch_size))
-  profile_steps = _parse_profile_steps(options.profile_steps)
+  precision = _decide_precision(options.precision, num_gpus)
+  plan = distribution.plan(options.distribution, num_gpus)
+  distribution.check_global_batch(plan, options.train_batch_size)
+  logging.info(distribution.describe(plan, options.train_batch_size))
   check_output_dir(options.output_dir)
   checkpoints.fall_back_to_readable(options.output_dir)
   model_dir, process_group = options.output_dir, None
@@ -285,21 +244,22 @@ def prepare(options):
       save_summary_steps=options.log_every_n_steps if is_chief else None,
       train_distribute=strategy,
       tf_random_seed=options.tf_random_seed,
-      session_config=session_config(plan, options.use_xla,
+      session_config=session_config(plan, options.precision.use_xla,
                                     precision.compute),
       # MonitoredSession treats a lost peer as recoverable and re-creates the
       # session, which would wait for the dead worker for 2 hours by default.
-      session_creation_timeout_secs=max(options.collective_timeout_seconds,
-                                        60))
+      session_creation_timeout_secs=max(
+          options.distribution.collective_timeout_seconds, 60))
   if plan.cluster:
     is_chief = distribution.cluster_task()[1]
   extra_info = dict(precision.summary(), strategy=plan.name,
-                    use_xla=options.use_xla, devices=",".join(plan.devices),
+                    use_xla=options.precision.use_xla,
+                    devices=",".join(plan.devices),
                     num_workers=plan.num_workers)
   return Setup(plan=plan, strategy=strategy, run_config=run_config,
                is_chief=is_chief, output_dir=options.output_dir,
-               global_batch_size=options.global_batch_size,
-               profile_steps=profile_steps,
+               global_batch_size=options.train_batch_size,
+               profile_steps=options.profile_steps,
                log_every=options.log_every_n_steps,
                warmup_steps=options.throughput_warmup_steps,
                precision=precision, process_group=process_group,
@@ -307,7 +267,8 @@ def prepare(options):
 
 
 def _decide_precision(options, num_gpus):
-  """The run's Precision from the flags and this machine, logged.
+  """The run's Precision from its options.PrecisionOptions and this
+  machine, logged.
 
   A warning when mixed precision was asked for and the run computes float32.
   """

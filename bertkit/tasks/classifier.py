@@ -7,7 +7,7 @@ BERT's pooled [CLS] output, softmax cross-entropy. With one output
 (num_labels 1, STS-B) the head regresses: the output is the score, the loss
 the squared error (Hugging Face's num_labels=1). Packed rows
 (classifier_packing.py) give one pooled output per example. The data it
-reads is made by classifier_data.py.
+reads is made by classifier_features.py.
 """
 
 import collections
@@ -21,7 +21,7 @@ from bertkit.common import atomic_io
 from bertkit.engine import distribution
 from bertkit.engine import input_pipeline
 from bertkit.engine import runner
-from bertkit.tasks import classifier_data
+from bertkit.tasks import classifier_features
 from bertkit.tasks import classifier_packing
 import modeling
 
@@ -177,7 +177,7 @@ def classifier_task(bert_config, num_labels):
 
 
 def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
-                     num_train_steps, num_warmup_steps, optimizer_options,
+                     num_train_steps, num_warmup_steps, optimizer=None,
                      num_accumulation_steps=1):
   """Returns the Estimator model_fn for classification.
 
@@ -188,13 +188,13 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
     learning_rate: peak learning rate.
     num_train_steps: optimizer updates of the whole run.
     num_warmup_steps: warm-up updates.
-    optimizer_options: extra create_accumulating_optimizer keyword arguments
-      (runner.optimizer_options).
+    optimizer: the rest of the update, an options.OptimizerOptions (None:
+      upstream's).
     num_accumulation_steps: micro-batches per update.
   """
-  return runner.model_fn_builder(
+  return runner.upstream_model_fn(
       classifier_task(bert_config, num_labels), init_checkpoint,
-      learning_rate, num_train_steps, num_warmup_steps, optimizer_options,
+      learning_rate, num_train_steps, num_warmup_steps, optimizer,
       num_accumulation_steps)
 
 
@@ -253,7 +253,7 @@ def write_inputs(is_chief, output_dir, examples, label_list, tokenizer,
       name, batch_size = "predict", predict_batch_size
     if split not in ("train", "dev", "test"):
       name += "_" + split
-    path, counts[split] = classifier_data.write_features(
+    path, counts[split] = classifier_features.write_features(
         os.path.join(output_dir, "%s.tf_record" % name), examples[split],
         label_list, max_seq_length, tokenizer, batch_size,
         max_sequences_per_pack)

@@ -1,26 +1,24 @@
 # coding=utf-8
-"""The classifier's data: examples, the tasks' processors, features, records.
+"""The classifier's data: examples and the tasks' processors.
 
-A processor reads a task's train/dev/test files into InputExamples (the file
-layouts of each task are listed in run_classifier.py's docstring); an example
-becomes InputFeatures, `[CLS] A [SEP] B [SEP]` padded to max_seq_length, and
-the features are written as upstream's TFRecords (or as packed rows of
-several examples, classifier_packing.py). The names are upstream's
+A processor reads a task's files (task_registry.py names them and the
+labels) into InputExamples; the file layouts of each task are listed in
+run_classifier.py's docstring. classifier_features.py turns the examples
+into the model's features and records. The names are upstream's
 run_classifier ones where upstream has them.
 """
 
-import collections
 import csv
+import dataclasses
 import math
 import os
+from typing import Optional, Sequence, Tuple
 
 from absl import logging
 import tensorflow.compat.v1 as tf
 
-from bertkit.common import atomic_io
 from bertkit.common.errors import UserError
-from bertkit.data import pretraining_records
-from bertkit.tasks import classifier_packing
+from bertkit.tasks import task_registry
 
 
 class InputExample(object):
@@ -54,27 +52,6 @@ class RankingExample(InputExample):
     self.passage_id = passage_id
 
 
-class PaddingInputExample(object):
-  """Fills the last eval/predict batch; its features have is_real_example 0.
-
-  Every batch then has the full size (one batch shape for every step), and
-  no real example is dropped or counted twice. A class rather than None, so
-  that padding can never pass for a real example by accident.
-  """
-
-
-class InputFeatures(object):
-  """The model inputs of one example."""
-
-  def __init__(self, input_ids, input_mask, segment_ids, label_id,
-               is_real_example=True):
-    self.input_ids = input_ids
-    self.input_mask = input_mask
-    self.segment_ids = segment_ids
-    self.label_id = label_id
-    self.is_real_example = is_real_example
-
-
 class TsvLine(list):
   """The fields of one TSV line, plus where it came from (for errors)."""
 
@@ -98,7 +75,13 @@ class TsvLine(list):
 
 
 class DataProcessor(object):
-  """Base class for data converters for sequence classification data sets."""
+  """Base class for data converters for sequence classification data sets.
+
+  The processor of a task of task_registry names it in TASK; its labels
+  are the task's.
+  """
+
+  TASK = None
 
   def get_train_examples(self, data_dir):
     """Gets a collection of `InputExample`s for the train set."""
@@ -114,7 +97,9 @@ class DataProcessor(object):
 
   def get_labels(self):
     """Gets the list of labels for this data set."""
-    raise NotImplementedError()
+    if self.TASK is None:
+      raise NotImplementedError()
+    return list(task_registry.get(self.TASK).labels)
 
   @classmethod
   def _read_tsv(cls, input_file, quotechar=None):
@@ -186,14 +171,22 @@ class DataProcessor(object):
     return label
 
 
-class Header(collections.namedtuple("Header", ["task", "names", "checked"])):
+@dataclasses.dataclass(frozen=True)
+class Header:
   """The header line a GLUE file starts with.
 
-  task: the task's name, for the error; names: the official column names;
-  checked: the 0-based columns compared (negative from the end), or None
-  for the whole line. Upstream's readers (CoLA, MRPC, MNLI) only compare
-  the columns that tell the task apart, as upstream reads any header.
+  Upstream's readers (CoLA, MRPC, MNLI) only compare the columns that tell
+  the task apart, as upstream reads any header.
+
+  Attributes:
+    task: the task's name, for the error.
+    names: the official column names.
+    checked: the 0-based columns compared (negative from the end), or None
+      for the whole line.
   """
+  task: str
+  names: Tuple[str, ...]
+  checked: Optional[Tuple[int, ...]]
 
   def check(self, line):
     """Raises a UserError naming the file and the header expected unless
@@ -215,11 +208,8 @@ class Header(collections.namedtuple("Header", ["task", "names", "checked"])):
 class SplitFilesProcessor(DataProcessor):
   """A data set whose splits are files of data_dir read by `_create_examples`.
 
-  SPLITS maps train/dev/test to (file name, set type of the example guids).
+  The files are those of the task's record in task_registry.
   """
-
-  SPLITS = {"train": ("train.tsv", "train"), "dev": ("dev.tsv", "dev"),
-            "test": ("test.tsv", "test")}
 
   def get_train_examples(self, data_dir):
     return self._split_examples(data_dir, "train")
@@ -231,12 +221,14 @@ class SplitFilesProcessor(DataProcessor):
     return self._split_examples(data_dir, "test")
 
   def get_split_examples(self, data_dir, split):
-    """The InputExamples of SPLITS[split] (e.g. MNLI's dev_mismatched)."""
+    """The InputExamples of the task's file of `split` (e.g. MNLI's
+    dev_mismatched)."""
     return self._split_examples(data_dir, split)
 
   def _split_examples(self, data_dir, split):
-    file_name, set_type = self.SPLITS[split]
-    return self._create_examples(os.path.join(data_dir, file_name), set_type)
+    data_file = task_registry.get(self.TASK).data_file(split)
+    return self._create_examples(
+        os.path.join(data_dir, data_file.file_name), data_file.set_type)
 
   def _create_examples(self, path, set_type):
     raise NotImplementedError()
@@ -249,6 +241,8 @@ def _guid(set_type, line):
 
 class XnliProcessor(DataProcessor):
   """Processor for the XNLI data set (one language, MultiNLI for training)."""
+
+  TASK = "xnli"
 
   def __init__(self, language="zh"):
     self.language = language
@@ -281,9 +275,6 @@ class XnliProcessor(DataProcessor):
     raise UserError("task xnli has no test set (as upstream); use "
                     "--do_predict with another task")
 
-  def get_labels(self):
-    return ["contradiction", "entailment", "neutral"]
-
 
 _MNLI_COLUMNS = ("index", "promptID", "pairID", "genre",
                  "sentence1_binary_parse", "sentence2_binary_parse",
@@ -306,14 +297,7 @@ class MnliProcessor(SplitFilesProcessor):
   test_mismatched read the mismatched ones.
   """
 
-  SPLITS = {"train": ("train.tsv", "train"),
-            "dev": ("dev_matched.tsv", "dev_matched"),
-            "test": ("test_matched.tsv", "test"),
-            "dev_mismatched": ("dev_mismatched.tsv", "dev_mismatched"),
-            "test_mismatched": ("test_mismatched.tsv", "test_mismatched")}
-
-  def get_labels(self):
-    return ["contradiction", "entailment", "neutral"]
+  TASK = "mnli"
 
   def _create_examples(self, path, set_type):
     is_test = set_type.startswith("test")
@@ -341,8 +325,7 @@ MRPC_TEST_HEADER = Header("mrpc", ("index", "#1 ID", "#2 ID", "#1 String",
 class MrpcProcessor(SplitFilesProcessor):
   """Processor for the MRPC data set (GLUE version)."""
 
-  def get_labels(self):
-    return ["0", "1"]
+  TASK = "mrpc"
 
   def _create_examples(self, path, set_type):
 
@@ -365,8 +348,7 @@ COLA_TEST_HEADER = Header("cola", ("index", "sentence"), None)
 class ColaProcessor(SplitFilesProcessor):
   """Processor for the CoLA data set (GLUE version)."""
 
-  def get_labels(self):
-    return ["0", "1"]
+  TASK = "cola"
 
   def _create_examples(self, path, set_type):
 
@@ -387,23 +369,18 @@ class GlueProcessor(SplitFilesProcessor):
   """A GLUE task whose files name their columns in a header line.
 
   Subclasses set TASK (its name), HEADER (the columns of train.tsv and
-  dev.tsv), TEST_HEADER (test.tsv's), the columns read by name: TEXT_A,
-  TEXT_B (None for one sentence), LABEL and INDEX (the test id), and LABELS.
-  A file must start with its header exactly. With SKIP_MALFORMED, data
-  lines with another number of columns are skipped and counted (logged
-  once per file), else one is an error.
+  dev.tsv), TEST_HEADER (test.tsv's) and the columns read by name: TEXT_A,
+  TEXT_B (None for one sentence), LABEL and INDEX (the test id). A file
+  must start with its header exactly. With SKIP_MALFORMED, data lines with
+  another number of columns are skipped and counted (logged once per
+  file), else one is an error.
   """
 
-  TASK = None
   HEADER = TEST_HEADER = ()
   TEXT_A, TEXT_B, LABEL, INDEX = "sentence", None, "label", "index"
-  LABELS = ("0", "1")
-  # The placeholder label of test examples (None: the first of LABELS).
+  # The placeholder label of test examples (None: the task's first label).
   TEST_LABEL = None
   SKIP_MALFORMED = False
-
-  def get_labels(self):
-    return list(self.LABELS)
 
   def _label(self, line, value):
     """The example's label from its label field (a checked class name)."""
@@ -427,7 +404,7 @@ class GlueProcessor(SplitFilesProcessor):
       if is_test:
         return InputExample("%s-%s" % (set_type, line[column[self.INDEX]]),
                             line[column[self.TEXT_A]], text_b,
-                            self.TEST_LABEL or self.LABELS[0],
+                            self.TEST_LABEL or self.get_labels()[0],
                             index=line[column[self.INDEX]])
       return InputExample(_guid(set_type, line), line[column[self.TEXT_A]],
                           text_b, self._label(line, line[column[self.LABEL]]))
@@ -469,7 +446,6 @@ class QnliProcessor(GlueProcessor):
   HEADER = ("index", "question", "sentence", "label")
   TEST_HEADER = ("index", "question", "sentence")
   TEXT_A, TEXT_B = "question", "sentence"
-  LABELS = ("entailment", "not_entailment")
 
 
 class RteProcessor(GlueProcessor):
@@ -479,14 +455,12 @@ class RteProcessor(GlueProcessor):
   HEADER = ("index", "sentence1", "sentence2", "label")
   TEST_HEADER = ("index", "sentence1", "sentence2")
   TEXT_A, TEXT_B = "sentence1", "sentence2"
-  LABELS = ("entailment", "not_entailment")
 
 
 class WnliProcessor(RteProcessor):
   """WNLI: RTE's layout, labels 0 and 1 (1: entailment)."""
 
   TASK = "wnli"
-  LABELS = ("0", "1")
 
 
 class StsbProcessor(GlueProcessor):
@@ -501,7 +475,6 @@ class StsbProcessor(GlueProcessor):
             "source2", "sentence1", "sentence2", "score")
   TEST_HEADER = HEADER[:-1]
   TEXT_A, TEXT_B, LABEL = "sentence1", "sentence2", "score"
-  LABELS = ("score",)
 
   def _label(self, line, value):
     try:
@@ -520,10 +493,8 @@ class AxProcessor(GlueProcessor):
   """AX, GLUE's diagnostic set: MNLI pairs to predict with an MNLI model."""
 
   TASK = "ax"
-  SPLITS = {"test": ("diagnostic.tsv", "test")}
   TEST_HEADER = ("index", "sentence1", "sentence2")
   TEXT_A, TEXT_B = "sentence1", "sentence2"
-  LABELS = tuple(MnliProcessor().get_labels())
 
   def get_train_examples(self, data_dir):
     raise UserError("task ax is predict only (diagnostic.tsv has no labels): "
@@ -535,6 +506,8 @@ class AxProcessor(GlueProcessor):
 
 class TsvProcessor(SplitFilesProcessor):
   """Any train/dev/test.tsv whose columns are named by flags."""
+
+  TASK = "tsv"
 
   def __init__(self, text_a_column, label_column, text_b_column=None,
                has_header=True, labels=None):
@@ -647,10 +620,8 @@ class TsvProcessor(SplitFilesProcessor):
 class RerankProcessor(SplitFilesProcessor):
   """Query/passage pairs labelled 1 (relevant) or 0, for re-ranking."""
 
+  TASK = "rerank"
   COLUMNS = ("query_id", "passage_id", "query", "passage", "label")
-
-  def get_labels(self):
-    return ["0", "1"]
 
   def _create_examples(self, path, set_type):
 
@@ -666,178 +637,61 @@ class RerankProcessor(SplitFilesProcessor):
     return self._examples_from_tsv(path, True, to_example)
 
 
-PROCESSORS = {
-    "cola": ColaProcessor,
-    "mnli": MnliProcessor,
-    "mrpc": MrpcProcessor,
-    "xnli": XnliProcessor,
-    "tsv": TsvProcessor,
-    "rerank": RerankProcessor,
-    "sst-2": Sst2Processor,
-    "qqp": QqpProcessor,
-    "qnli": QnliProcessor,
-    "rte": RteProcessor,
-    "wnli": WnliProcessor,
-    "sts-b": StsbProcessor,
-    "ax": AxProcessor,
-}
-# Other spellings of task names (GLUE's folders, without the dash).
-ALIASES = {"sst2": "sst-2", "stsb": "sts-b"}
+# The processor of each task, by the task's name.
+PROCESSORS = {p.TASK: p for p in (
+    ColaProcessor, Sst2Processor, MrpcProcessor, StsbProcessor, QqpProcessor,
+    MnliProcessor, QnliProcessor, RteProcessor, WnliProcessor, AxProcessor,
+    XnliProcessor, TsvProcessor, RerankProcessor)}
 
 
-def canonical_task_name(task_name):
-  """The PROCESSORS key of --task_name `task_name`.
+@dataclasses.dataclass(frozen=True)
+class TsvOptions:
+  """How the tsv task reads its files (run_classifier's tsv flags).
 
-  Raises:
-    UserError: an unknown task (the error lists the names).
+  Attributes:
+    text_a_column: column of the first text: a 0-based number, or a header
+      name when has_header.
+    label_column: column of the label, likewise.
+    text_b_column: column of the second text, or None.
+    has_header: the first line of each file is a header.
+    labels: the labels as given (--labels), or None to take the sorted
+      distinct labels of train.tsv.
   """
-  name = task_name.lower()
-  name = ALIASES.get(name, name)
-  if name not in PROCESSORS:
-    raise UserError("--task_name=%s is not one of %s" %
-                    (task_name, ", ".join(sorted(set(PROCESSORS) |
-                                                 set(ALIASES)))))
-  return name
+  text_a_column: str
+  label_column: str
+  text_b_column: Optional[str] = None
+  has_header: bool = True
+  labels: Optional[Sequence[str]] = None
 
 
-def make_processor(task_name, data_dir, values):
+def make_processor(task_name, data_dir, tsv_options=None):
   """The processor of `task_name`, with the tsv task's columns and labels.
 
   Args:
-    task_name: --task_name.
+    task_name: --task_name (any case, or an alias).
     data_dir: --data_dir (the tsv task may infer its labels from it).
-    values: parsed FLAGS (the tsv flags).
+    tsv_options: TsvOptions; needed by the tsv task only.
 
   Raises:
     UserError: an unknown task, or tsv labels that cannot be determined.
   """
-  name = canonical_task_name(task_name)
+  name = task_registry.get(task_name).name
   if name != "tsv":
     return PROCESSORS[name]()
-  processor = TsvProcessor(values.text_a_column, values.label_column,
-                           values.text_b_column, values.tsv_has_header)
-  labels = [label.strip() for label in values.labels or []]
-  if values.labels is not None and (len(labels) < 2 or not all(labels)):
+  processor = TsvProcessor(tsv_options.text_a_column,
+                           tsv_options.label_column,
+                           tsv_options.text_b_column, tsv_options.has_header)
+  labels = [label.strip() for label in tsv_options.labels or []]
+  if tsv_options.labels is not None and (len(labels) < 2 or not all(labels)):
     raise UserError("--labels must list at least two non-empty labels, got "
-                    "%r" % ",".join(values.labels))
+                    "%r" % ",".join(tsv_options.labels))
   if len(set(labels)) != len(labels):
     raise UserError("--labels lists a label twice: %r" % ",".join(labels))
   processor.labels = labels or processor.infer_labels(data_dir)
   return processor
 
 
-def _truncate_seq_pair(tokens_a, tokens_b, max_length):
-  """Truncates a pair in place to `max_length` tokens in total.
-
-  One token at a time from the end of the longer sequence: a short sequence
-  keeps proportionally more of its tokens than a long one would.
-  """
-  while len(tokens_a) + len(tokens_b) > max_length:
-    longer = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
-    longer.pop()
-
-
 def is_regression(label_list):
   """Whether a task of `label_list` regresses: it has one output, its score
   (STS-B), as Hugging Face's num_labels=1."""
   return len(label_list) == 1
-
-
-def convert_single_example(ex_index, example, label_list, max_seq_length,
-                           tokenizer):
-  """Converts one InputExample (or PaddingInputExample) into InputFeatures.
-
-  Tokens are `[CLS] A [SEP]` (segment 0), then `B [SEP]` (segment 1) for a
-  pair, padded with 0 to max_seq_length. The label id is the label's
-  position in label_list, or for a regression task (is_regression) the
-  score as a float.
-  """
-  if isinstance(example, PaddingInputExample):
-    zeros = [0] * max_seq_length
-    return InputFeatures(input_ids=zeros, input_mask=list(zeros),
-                         segment_ids=list(zeros),
-                         label_id=0.0 if is_regression(label_list) else 0,
-                         is_real_example=False)
-  tokens_a = tokenizer.tokenize(example.text_a)
-  tokens_b = tokenizer.tokenize(example.text_b) if example.text_b else None
-  if tokens_b:
-    _truncate_seq_pair(tokens_a, tokens_b, max_seq_length - 3)
-  else:
-    tokens_a = tokens_a[:max_seq_length - 2]
-
-  tokens = ["[CLS]"] + tokens_a + ["[SEP]"]
-  segment_ids = [0] * len(tokens)
-  if tokens_b:
-    tokens += tokens_b + ["[SEP]"]
-    segment_ids += [1] * (len(tokens_b) + 1)
-  input_ids = tokenizer.convert_tokens_to_ids(tokens)
-  padding = [0] * (max_seq_length - len(input_ids))
-  if is_regression(label_list):
-    label_id = float(example.label)
-  else:
-    label_id = label_list.index(example.label)
-  if ex_index < 2:
-    logging.info("*** Example %s: %s -> label %s (id %s)", example.guid,
-                 " ".join(tokens), example.label, label_id)
-  return InputFeatures(input_ids=input_ids + padding,
-                       input_mask=[1] * len(input_ids) + padding,
-                       segment_ids=segment_ids + padding, label_id=label_id)
-
-
-def serialize_features(feature):
-  """One `InputFeatures` as the serialized tf.train.Example of the records."""
-  int_feature = pretraining_records.int_feature
-  features = collections.OrderedDict([
-      ("input_ids", int_feature(feature.input_ids)),
-      ("input_mask", int_feature(feature.input_mask)),
-      ("segment_ids", int_feature(feature.segment_ids)),
-      ("label_ids", pretraining_records.float_feature([feature.label_id])
-       if isinstance(feature.label_id, float)
-       else int_feature([feature.label_id])),
-      ("is_real_example", int_feature([int(feature.is_real_example)])),
-  ])
-  return tf.train.Example(features=tf.train.Features(
-      feature=features)).SerializeToString()
-
-
-def file_based_convert_examples_to_features(examples, label_list,
-                                            max_seq_length, tokenizer,
-                                            output_file):
-  """Writes the features of `examples` to a TFRecord file, atomically."""
-  with atomic_io.atomic_path(output_file) as tmp:
-    with tf.io.TFRecordWriter(tmp) as writer:
-      for ex_index, example in enumerate(examples):
-        writer.write(serialize_features(convert_single_example(
-            ex_index, example, label_list, max_seq_length, tokenizer)))
-
-
-def pad_to_batches(examples, batch_size):
-  """`examples` followed by PaddingInputExamples up to a whole batch."""
-  num_padding = -len(examples) % batch_size
-  return list(examples) + [PaddingInputExample()] * num_padding
-
-
-def write_features(path, examples, label_list, max_seq_length, tokenizer,
-                   batch_size=None, max_sequences_per_pack=None):
-  """Writes the records of `examples` to `path`, padded to whole batches if
-  batch_size is given.
-
-  With max_sequences_per_pack, the records are packed rows of up to that
-  many examples (classifier_packing.py), shuffled if no batch_size is given
-  (training).
-
-  Returns:
-    (path, the number of records).
-  """
-  if max_sequences_per_pack:
-    features = [convert_single_example(i, example, label_list,
-                                       max_seq_length, tokenizer)
-                for i, example in enumerate(examples)]
-    return path, classifier_packing.write_packed_features(
-        path, features, max_seq_length, max_sequences_per_pack, batch_size,
-        shuffle=not batch_size)
-  if batch_size:
-    examples = pad_to_batches(examples, batch_size)
-  file_based_convert_examples_to_features(examples, label_list,
-                                          max_seq_length, tokenizer, path)
-  return path, len(examples)

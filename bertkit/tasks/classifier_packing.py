@@ -62,7 +62,7 @@ def pack_row(features, indices, max_seq_length, max_sequences_per_pack):
   """The features of one packed row.
 
   Args:
-    features: the examples' classifier_data.InputFeatures, in input order.
+    features: the examples' classifier_features.InputFeatures, in input order.
     indices: the examples of this row (at most N, at most S tokens
       together); empty for a padding row.
     max_seq_length: S.

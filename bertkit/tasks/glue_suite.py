@@ -2,11 +2,13 @@
 
 run_glue.py fine-tunes every task of the GLUE benchmark with run_classifier.py,
 one process per (task, seed), and reads each run's eval_results.json; this
-module is what it plans and computes, without TensorFlow or processes:
+module is what it plans and computes, without TensorFlow or processes
+(the tasks, their folders, files, metrics and submission files are
+task_registry's):
 
-  TASKS            each task's run_classifier name, leaderboard name, folder
-                   of the GLUE download, files, dev-set metrics and
-                   submission files;
+  parse_tasks      the tasks of --tasks;
+  check_init_checkpoint  what every run would refuse of the pretrained
+                   model's flags;
   plan_runs        which (task, seed) runs are finished, need their test
                    predictions only, or need training;
   classifier_command  the run_classifier.py command of a run;
@@ -30,66 +32,48 @@ come from the median run: the run of the lower median task score.
 
 import collections
 import csv
+import dataclasses
 import io
 import json
 import os
 import re
 import shutil
 import statistics
+from typing import Optional, Sequence
 
 from bertkit.common import atomic_io
 from bertkit.common.errors import UserError
+from bertkit.tasks import task_registry
 
-# What run_classifier.py writes after its evaluation, last (its presence
-# means the run finished) and where it writes the leaderboard's files.
-EVAL_RESULTS_FILE = "eval_results.json"
-SUBMISSION_DIR = "submission"
 RESULTS_STEM = "glue_results"
 FLAGS_SUFFIX = ".flags"
+# TensorFlow's record of a directory's checkpoints, and the line naming the
+# latest.
+CHECKPOINT_STATE = "checkpoint"
+_LATEST = re.compile(r'^model_checkpoint_path: "(.+)"$', re.M)
+# A Hugging Face model directory's config (checkpoint_formats.HF_CONFIG,
+# whose module loads TensorFlow).
+HF_CONFIG = "config.json"
+# The tasks the GLUE score averages, in the leaderboard's order.
+SCORED_TASKS = tuple(t.name for t in task_registry.scored_glue_tasks())
 
-GlueTask = collections.namedtuple("GlueTask", [
-    "name",          # run_classifier's --task_name
-    "leaderboard",   # the GLUE leaderboard's name of the task
-    "folder",        # its folder in the GLUE download
-    "eval_files",    # the training and dev files (--do_train --do_eval)
-    "test_files",    # the test files (--do_predict)
-    "metrics",       # (dev set, metric) pairs of eval_results.json
-    "submissions",   # the leaderboard's file name(s) of its predictions
-])
-
-
-def _task(name, leaderboard, metrics=("accuracy",), folder=None):
-  return GlueTask(name, leaderboard, folder or leaderboard,
-                  ("train.tsv", "dev.tsv"), ("test.tsv",),
-                  tuple(("dev", m) for m in metrics), (leaderboard + ".tsv",))
-
-
-# The GLUE leaderboard's order.
-TASKS = collections.OrderedDict((t.name, t) for t in [
-    _task("cola", "CoLA", ("matthews_corrcoef",)),
-    _task("sst-2", "SST-2"),
-    _task("mrpc", "MRPC", ("f1", "accuracy")),
-    _task("sts-b", "STS-B", ("pearson", "spearman")),
-    _task("qqp", "QQP", ("f1", "accuracy")),
-    GlueTask("mnli", "MNLI", "MNLI",
-             ("train.tsv", "dev_matched.tsv", "dev_mismatched.tsv"),
-             ("test_matched.tsv", "test_mismatched.tsv"),
-             (("dev_matched", "accuracy"), ("dev_mismatched", "accuracy")),
-             ("MNLI-m.tsv", "MNLI-mm.tsv")),
-    _task("qnli", "QNLI"),
-    _task("rte", "RTE"),
-    _task("wnli", "WNLI"),
-    # Predict only, by the MNLI model: no training, no dev set, no score.
-    GlueTask("ax", "AX", "diagnostic", (), ("diagnostic.tsv",), (),
-             ("AX.tsv",)),
-])
-SCORED_TASKS = tuple(name for name in TASKS if name != "ax")
-ALIASES = {"sst2": "sst-2", "stsb": "sts-b"}
-
-# One run_classifier.py run of the suite: its task, seed (None for ax), its
-# --output_dir and what it does (TRAIN, PREDICT or, finished, SKIP).
-Run = collections.namedtuple("Run", ["task", "seed", "output_dir", "action"])
 TRAIN, PREDICT, SKIP = "train", "predict", "skip"
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """One run_classifier.py run of the suite.
+
+  Attributes:
+    task: its task_registry name.
+    seed: its --tf_random_seed; None for ax.
+    output_dir: its --output_dir.
+    action: what it does: TRAIN, PREDICT or, finished, SKIP.
+  """
+  task: str
+  seed: Optional[int]
+  output_dir: Optional[str]
+  action: Optional[str]
 
 
 def parse_tasks(names):
@@ -99,7 +83,7 @@ def parse_tasks(names):
     names: task names as given (any case; sst2 and stsb as aliases).
 
   Returns:
-    A list of TASKS keys without repeats.
+    A list of SCORED_TASKS without repeats.
 
   Raises:
     UserError: an unknown name, ax (it runs with mnli under --do_predict),
@@ -107,18 +91,63 @@ def parse_tasks(names):
   """
   wanted = set()
   for name in names:
-    key = ALIASES.get(name.strip().lower(), name.strip().lower())
-    if key == "ax":
+    if name.strip().lower() == "ax":
       raise UserError("--tasks: ax is not run on its own; it runs after mnli "
                       "when --do_predict is given")
-    if key not in SCORED_TASKS:
-      raise UserError("--tasks: unknown task %r; expected some of %s" % (
-          name, ",".join(SCORED_TASKS)))
-    wanted.add(key)
+    wanted.add(task_registry.get(name, "--tasks",
+                                 task_registry.scored_glue_tasks()).name)
   if not wanted:
     raise UserError("--tasks is empty; expected some of %s"
                     % ",".join(SCORED_TASKS))
   return [name for name in SCORED_TASKS if name in wanted]
+
+
+def _latest_checkpoint(directory):
+  """The checkpoint prefix in `directory` run_classifier would start from
+  (its CHECKPOINT_STATE's latest, else Google's bert_model.ckpt), or None."""
+  state = os.path.join(directory, CHECKPOINT_STATE)
+  candidates = []
+  if os.path.isfile(state):
+    with open(state, errors="replace") as f:
+      match = _LATEST.search(f.read())
+    if match:
+      candidates.append(os.path.join(directory, match.group(1)))
+  candidates.append(os.path.join(directory, "bert_model.ckpt"))
+  for prefix in candidates:
+    if os.path.exists(prefix + ".index"):
+      return prefix
+  return None
+
+
+def check_init_checkpoint(init_checkpoint, bert_config_file):
+  """Refuses, before the first run, a pretrained model every run refuses.
+
+  run_classifier.py starts from a Hugging Face directory (its config.json
+  is the model's config), a directory holding a TensorFlow checkpoint or a
+  checkpoint prefix; a TensorFlow checkpoint needs --bert_config_file.
+
+  Args:
+    init_checkpoint: --init_checkpoint, a local path.
+    bert_config_file: --bert_config_file, or None.
+
+  Raises:
+    UserError: no checkpoint is there, or a TensorFlow checkpoint comes
+      without --bert_config_file.
+  """
+  if os.path.isdir(init_checkpoint):
+    if os.path.isfile(os.path.join(init_checkpoint, HF_CONFIG)):
+      return
+    if _latest_checkpoint(init_checkpoint) is None:
+      raise UserError("--init_checkpoint %s is a directory with no "
+                      "checkpoint in it" % init_checkpoint)
+  elif not os.path.exists(init_checkpoint + ".index"):
+    raise UserError("--init_checkpoint %s: no such checkpoint (expected a "
+                    "directory or %s)" % (init_checkpoint,
+                                          init_checkpoint + ".index"))
+  if not bert_config_file:
+    raise UserError("--bert_config_file is required: --init_checkpoint %s is "
+                    "a TensorFlow checkpoint, which holds no config (a "
+                    "Hugging Face directory does)" % init_checkpoint)
 
 
 def suite_tasks(tasks, do_predict):
@@ -131,7 +160,7 @@ def missing_inputs(glue_dir, tasks, do_predict, flags_dir, exists):
 
   Args:
     glue_dir: the root of the GLUE download.
-    tasks: TASKS keys, ax included when it runs.
+    tasks: task names, ax included when it runs.
     do_predict: whether the test files are read.
     flags_dir: the directory of the per-task flagfiles.
     exists: a path predicate (os.path.exists).
@@ -141,7 +170,7 @@ def missing_inputs(glue_dir, tasks, do_predict, flags_dir, exists):
   """
   missing = []
   for name in tasks:
-    task = TASKS[name]
+    task = task_registry.get(name)
     folder = os.path.join(glue_dir, task.folder)
     files = task.eval_files + (task.test_files if do_predict else ())
     if not exists(folder):
@@ -167,8 +196,8 @@ def seed_dir(output_dir, task, seed):
 
 def submission_paths(task, run_dir):
   """The leaderboard files a run with --do_predict leaves in run_dir."""
-  return [os.path.join(run_dir, SUBMISSION_DIR, f)
-          for f in TASKS[task].submissions]
+  return [os.path.join(run_dir, task_registry.SUBMISSION_DIR, f)
+          for f in task_registry.get(task).submissions]
 
 
 def plan_runs(tasks, num_seeds, output_dir, do_predict, exists):
@@ -179,7 +208,7 @@ def plan_runs(tasks, num_seeds, output_dir, do_predict, exists):
   (PREDICT: the fine-tuned checkpoint is there). Others TRAIN.
 
   Args:
-    tasks: TASKS keys (not ax).
+    tasks: task names (not ax).
     num_seeds: runs per task; seed k is --tf_random_seed=k.
     output_dir: the suite's output directory.
     do_predict: whether each run also writes its submission files.
@@ -192,7 +221,7 @@ def plan_runs(tasks, num_seeds, output_dir, do_predict, exists):
   for task in tasks:
     for seed in range(1, num_seeds + 1):
       run_dir = seed_dir(output_dir, task, seed)
-      if not exists(os.path.join(run_dir, EVAL_RESULTS_FILE)):
+      if not exists(os.path.join(run_dir, task_registry.EVAL_RESULTS_FILE)):
         action = TRAIN
       elif do_predict and not all(
           exists(p) for p in submission_paths(task, run_dir)):
@@ -208,10 +237,6 @@ def plan_ax(output_dir, exists):
   run_dir = os.path.join(output_dir, "ax")
   done = all(exists(p) for p in submission_paths("ax", run_dir))
   return Run("ax", None, run_dir, SKIP if done else PREDICT)
-
-
-# TensorFlow's record of a directory's checkpoints.
-CHECKPOINT_STATE = "checkpoint"
 
 
 def ax_checkpoint_state(mnli_dir, mnli_state):
@@ -234,8 +259,7 @@ def ax_checkpoint_state(mnli_dir, mnli_state):
   Raises:
     UserError: the MNLI run records no checkpoint.
   """
-  match = re.search(r'^model_checkpoint_path: "(.+)"$', mnli_state or "",
-                    re.M)
+  match = _LATEST.search(mnli_state or "")
   if not match:
     raise UserError("%s holds no checkpoint to predict AX with" % mnli_dir)
   prefix = os.path.join(os.path.abspath(mnli_dir), match.group(1))
@@ -243,10 +267,32 @@ def ax_checkpoint_state(mnli_dir, mnli_state):
           % (prefix, prefix))
 
 
-SuiteConfig = collections.namedtuple("SuiteConfig", [
-    "python", "program", "flags_dir", "glue_dir", "init_checkpoint",
-    "bert_config_file", "vocab_file", "do_lower_case", "do_predict",
-    "extra_flags"])
+@dataclasses.dataclass(frozen=True)
+class SuiteConfig:
+  """What every run_classifier.py command of the suite shares.
+
+  Attributes:
+    python: the interpreter.
+    program: run_classifier.py's path.
+    flags_dir: the directory of the per-task flagfiles.
+    glue_dir: the root of the GLUE download.
+    init_checkpoint: the pretrained model (--init_checkpoint), or None.
+    bert_config_file: its --bert_config_file, or None.
+    vocab_file: its --vocab_file.
+    do_lower_case: its --do_lower_case.
+    do_predict: whether the runs also predict the test sets.
+    extra_flags: the arguments after `--`, given to every run last.
+  """
+  python: str
+  program: str
+  flags_dir: str
+  glue_dir: str
+  init_checkpoint: Optional[str]
+  bert_config_file: Optional[str]
+  vocab_file: str
+  do_lower_case: bool
+  do_predict: bool
+  extra_flags: Sequence[str]
 
 
 def classifier_command(run, config):
@@ -262,7 +308,7 @@ def classifier_command(run, config):
   Returns:
     The argument list, the interpreter first.
   """
-  task = TASKS[run.task]
+  task = task_registry.get(run.task)
   args = [config.python, config.program,
           "--flagfile=%s" % flagfile_path(config.flags_dir, run.task),
           "--task_name=%s" % run.task,
@@ -315,7 +361,8 @@ def _metric_key(dev_set, metric):
 
 
 def metric_names(task):
-  return [_metric_key(d, m) for d, m in TASKS[task].metrics]
+  return [_metric_key(d, m)
+          for d, m in task_registry.get(task).scored_metrics]
 
 
 def read_eval_results(path, task):
@@ -323,7 +370,7 @@ def read_eval_results(path, task):
 
   Args:
     path: the file (run_classifier.py's; docs/glue.md, "The contract").
-    task: the TASKS key of the run.
+    task: the task_registry name of the run.
 
   Returns:
     {metric name (metric_names): value} of the task's metrics.
@@ -342,7 +389,7 @@ def read_eval_results(path, task):
     raise UserError("%s holds task %r; expected %r" % (
         path, results.get("task"), task))
   metrics = {}
-  for dev_set, metric in TASKS[task].metrics:
+  for dev_set, metric in task_registry.get(task).scored_metrics:
     value = dev_sets.get(dev_set, {}).get(metric, "missing")
     if value is None and metric in ("pearson", "spearman"):
       # run_classifier writes null for the correlation of constant
@@ -359,7 +406,7 @@ def task_score(task, metrics):
   """A run's score on the leaderboard: its metric, or the mean of two.
 
   Args:
-    task: a TASKS key.
+    task: a task name.
     metrics: {metric name: value} (read_eval_results).
 
   Returns:
@@ -387,7 +434,7 @@ def summarize_task(task, per_seed):
   """A task's line of the results.
 
   Args:
-    task: a TASKS key (not ax).
+    task: a task name (not ax).
     per_seed: {seed: {metric name: value}} of its finished runs.
 
   Returns:
@@ -401,7 +448,7 @@ def summarize_task(task, per_seed):
     metrics[name] = {"per_seed": values,
                      "median": statistics.median(values.values())}
   scores = {s: task_score(task, per_seed[s]) for s in seeds}
-  return {"task": task, "leaderboard": TASKS[task].leaderboard,
+  return {"task": task, "leaderboard": task_registry.get(task).leaderboard,
           "seeds": seeds, "metrics": metrics,
           "score": {"per_seed": scores,
                     "median": statistics.median(scores.values())},
@@ -463,7 +510,7 @@ def _leaderboard_header():
   names = []
   for name in SCORED_TASKS:
     names += (["MNLI-m", "MNLI-mm"] if name == "mnli"
-              else [TASKS[name].leaderboard])
+              else [task_registry.get(name).leaderboard])
   return names
 
 
@@ -573,7 +620,7 @@ def copy_submissions(output_dir, sources):
   Returns:
     The copied files' new paths.
   """
-  target = os.path.join(output_dir, SUBMISSION_DIR)
+  target = os.path.join(output_dir, task_registry.SUBMISSION_DIR)
   os.makedirs(target, exist_ok=True)
   copied = []
   for task, run_dir in sources:

@@ -1,12 +1,13 @@
 # coding=utf-8
-"""The GLUE tasks of run_classifier.py: their dev and test sets, metrics,
+"""What a GLUE task adds to a run_classifier.py run: its metrics,
 eval_results.json and the leaderboard's submission files.
 
-The processors (reading the official GLUE download's files) are in
-classifier_data.py. A GLUE run predicts its dev sets besides evaluating
-them (one prediction pass over the dev and test records, after upstream's
-evaluation) and computes the task's metrics from those predictions with
-scikit-learn and SciPy:
+The tasks (their files, labels, dev and test sets, metrics and submission
+file names) are task_registry.py's, the processors reading the official
+GLUE download's files classifier_data.py's. A GLUE run predicts its dev
+sets besides evaluating them (one prediction pass over the dev and test
+records, after upstream's evaluation) and computes the task's metrics from
+those predictions with scikit-learn and SciPy:
 
   cola   matthews_corrcoef, accuracy
   mrpc   f1 (positive class "1"), accuracy
@@ -21,9 +22,11 @@ dev sets, dev_matched and dev_mismatched; every other task one, "dev".
 """
 
 import collections
+import dataclasses
 import json
 import math
 import os
+from typing import List
 import warnings
 
 import numpy as np
@@ -33,37 +36,9 @@ import tensorflow.compat.v1 as tf
 
 from bertkit.common import atomic_io
 from bertkit.tasks import classifier
+from bertkit.tasks import classifier_data
+from bertkit.tasks import task_registry
 
-# A GLUE task:
-#   metrics: the names of its metrics (METRICS), reported for each dev set.
-#   dev_sets: ((name in eval_results.json, processor split), ...).
-#   test_sets: ((submission file name, processor split), ...).
-GlueTask = collections.namedtuple("GlueTask",
-                                  ["metrics", "dev_sets", "test_sets"])
-
-_DEV = (("dev", "dev"),)
-
-TASKS = {
-    "cola": GlueTask(("matthews_corrcoef", "accuracy"), _DEV,
-                     (("CoLA.tsv", "test"),)),
-    "sst-2": GlueTask(("accuracy",), _DEV, (("SST-2.tsv", "test"),)),
-    "mrpc": GlueTask(("f1", "accuracy"), _DEV, (("MRPC.tsv", "test"),)),
-    "sts-b": GlueTask(("pearson", "spearman"), _DEV,
-                      (("STS-B.tsv", "test"),)),
-    "qqp": GlueTask(("f1", "accuracy"), _DEV, (("QQP.tsv", "test"),)),
-    "mnli": GlueTask(("accuracy",),
-                     (("dev_matched", "dev"),
-                      ("dev_mismatched", "dev_mismatched")),
-                     (("MNLI-m.tsv", "test"),
-                      ("MNLI-mm.tsv", "test_mismatched"))),
-    "qnli": GlueTask(("accuracy",), _DEV, (("QNLI.tsv", "test"),)),
-    "rte": GlueTask(("accuracy",), _DEV, (("RTE.tsv", "test"),)),
-    "wnli": GlueTask(("accuracy",), _DEV, (("WNLI.tsv", "test"),)),
-    "ax": GlueTask((), (), (("AX.tsv", "test"),)),
-}
-
-SUBMISSION_DIR = "submission"
-RESULTS_JSON = "eval_results.json"
 RESULTS_TXT = "eval_results.txt"
 
 
@@ -87,7 +62,7 @@ def dev_metrics(task, label_list, examples, outputs):
   """The task's metrics of one dev set, from the model's outputs.
 
   Args:
-    task: a GlueTask.
+    task: a task_registry.Task of GLUE.
     label_list: the task's labels (one: regression).
     examples: the dev set's InputExamples.
     outputs: for each example, its class probabilities [C] (regression:
@@ -165,8 +140,21 @@ def results_txt_lines(dev_results):
   return lines
 
 
-Split = collections.namedtuple("Split", ["name", "split", "examples",
-                                         "num_records"])
+@dataclasses.dataclass(frozen=True)
+class Split:
+  """A dev or test set of a GLUE run, and its records.
+
+  Attributes:
+    name: its name in eval_results.json (a dev set) or its submission file
+      name (a test set).
+    split: the processor's split.
+    examples: its InputExamples.
+    num_records: the records written of them (padded or packed).
+  """
+  name: str
+  split: str
+  examples: List[classifier_data.InputExample]
+  num_records: int
 
 
 class GlueRun(object):
@@ -182,7 +170,7 @@ class GlueRun(object):
   def __init__(self, task_name, label_list, examples, files, counts,
                packed):
     """Args:
-      task_name: a TASKS key.
+      task_name: the task_registry name of a GLUE task.
       label_list: the task's labels.
       examples: {processor split: InputExamples} of the sets read.
       files: {processor split: [record file]} (classifier.write_inputs).
@@ -190,7 +178,7 @@ class GlueRun(object):
       packed: the records are packed rows.
     """
     self.task_name = task_name
-    self.task = TASKS[task_name]
+    self.task = task_registry.get(task_name)
     self.label_list = label_list
     self.packed = packed
     self.dev_sets = [Split(name, split, examples[split], counts[split])
@@ -232,7 +220,7 @@ class GlueRun(object):
         results_name = "test_results_%s.tsv" % part.split
       classifier.write_test_results(os.path.join(output_dir, results_name),
                                     outputs)
-      submission_dir = os.path.join(output_dir, SUBMISSION_DIR)
+      submission_dir = os.path.join(output_dir, task_registry.SUBMISSION_DIR)
       tf.io.gfile.makedirs(submission_dir)
       write_submission(os.path.join(submission_dir, part.name),
                        self.label_list, part.examples, outputs)
@@ -241,7 +229,7 @@ class GlueRun(object):
   def remove_stale_results(self, output_dir):
     """Deletes the eval_results.json of an earlier run in output_dir: until
     this run's evaluation finishes, none may say it has."""
-    path = os.path.join(output_dir, RESULTS_JSON)
+    path = os.path.join(output_dir, task_registry.EVAL_RESULTS_FILE)
     if atomic_io.exists(path):
       atomic_io.remove(path)
 
@@ -261,7 +249,7 @@ class GlueRun(object):
     summary = {"task": self.task_name,
                "global_step": int(values["global_step"]),
                "dev_sets": self.dev_results}
-    with atomic_io.atomic_open(os.path.join(output_dir, RESULTS_JSON),
-                               "w") as f:
+    with atomic_io.atomic_open(
+        os.path.join(output_dir, task_registry.EVAL_RESULTS_FILE), "w") as f:
       json.dump(summary, f, indent=2, sort_keys=True)
       f.write("\n")

@@ -370,7 +370,7 @@ def pretraining_task(bert_config, next_sentence_prediction=True):
 
 
 def model_fn_builder(bert_config, init_checkpoint, learning_rate,
-                     num_train_steps, num_warmup_steps, optimizer_options,
+                     num_train_steps, num_warmup_steps, optimizer=None,
                      num_accumulation_steps=1, next_sentence_prediction=True):
   """Returns the Estimator model_fn for pretraining.
 
@@ -380,16 +380,16 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
     learning_rate: peak learning rate.
     num_train_steps: optimizer updates of the whole run.
     num_warmup_steps: warm-up updates.
-    optimizer_options: extra create_accumulating_optimizer keyword arguments
-      (runner.optimizer_options: optimizer, precision).
+    optimizer: the rest of the update, an options.OptimizerOptions (None:
+      upstream's).
     num_accumulation_steps: micro-batches per update; each replica's batch
       must divide by it.
     next_sentence_prediction: see `pretraining_task`.
   """
-  return runner.model_fn_builder(
-      pretraining_task(bert_config, next_sentence_prediction),
-      init_checkpoint, learning_rate, num_train_steps, num_warmup_steps,
-      optimizer_options, num_accumulation_steps)
+  return runner.upstream_model_fn(
+      pretraining_task(bert_config, next_sentence_prediction), init_checkpoint,
+      learning_rate, num_train_steps, num_warmup_steps, optimizer,
+      num_accumulation_steps)
 
 
 def build_pretraining_variables(bert_config, next_sentence_prediction=True):

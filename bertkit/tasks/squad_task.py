@@ -140,7 +140,7 @@ def question_answering_task(bert_config):
 
 
 def model_fn_builder(bert_config, init_checkpoint, learning_rate,
-                     num_train_steps, num_warmup_steps, optimizer_options,
+                     num_train_steps, num_warmup_steps, optimizer=None,
                      num_accumulation_steps=1):
   """Returns the Estimator model_fn for SQuAD (question_answering_task).
 
@@ -150,12 +150,12 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
     learning_rate: peak learning rate.
     num_train_steps: optimizer updates of the whole run.
     num_warmup_steps: warm-up updates.
-    optimizer_options: extra create_accumulating_optimizer keyword arguments
-      (runner.optimizer_options).
+    optimizer: the rest of the update, an options.OptimizerOptions (None:
+      upstream's).
     num_accumulation_steps: micro-batches per update; each replica's batch
       must divide by it.
   """
-  return runner.model_fn_builder(
-      question_answering_task(bert_config), init_checkpoint, learning_rate,
-      num_train_steps, num_warmup_steps, optimizer_options,
+  return runner.upstream_model_fn(
+      question_answering_task(bert_config), init_checkpoint,
+      learning_rate, num_train_steps, num_warmup_steps, optimizer,
       num_accumulation_steps)
