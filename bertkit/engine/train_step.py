@@ -9,7 +9,7 @@ back with `step_metrics` / `batch_counts`. Nothing else passes a step along.
 """
 
 import collections
-import dataclasses
+import typing
 from typing import Any
 import weakref
 
@@ -17,9 +17,9 @@ import tensorflow.compat.v1 as tf
 
 from bertkit.engine import distribution
 
-@dataclasses.dataclass(frozen=True)
-class TrainStep:
-  """What one training step is built of.
+class TrainStep(typing.NamedTuple):
+  """What one training step is built of (a named tuple: a strategy's run
+  returns one per replica, field by field).
 
   Attributes:
     train_op: the op.
