@@ -94,6 +94,20 @@ def pretrain_args(workdir, output_dir, *extra, steps=6, batch=8,
           "--tf_random_seed=1"] + list(extra)
 
 
+# `run_program(["-c", RUN_AND_REPORT_TENSORFLOW, PROGRAM, ARGS...])` runs
+# `python PROGRAM ARGS` as a user would, then says on its last stdout line
+# whether TensorFlow was imported by the time it exited.
+RUN_AND_REPORT_TENSORFLOW = """
+import runpy, sys
+sys.argv = sys.argv[1:]
+sys.path.insert(0, '.')
+try:
+  runpy.run_path(sys.argv[0], run_name='__main__')
+finally:
+  print('tensorflow imported:', 'tensorflow' in sys.modules)
+"""
+
+
 def run_program(args, cwd=None, env=None, timeout=600):
   """Runs `python <args>` from the repository root as a user would.
 
@@ -288,8 +302,10 @@ def options_from_args(cls, args, **given):
       assert types.get(name) is bool, arg
     elif types[name] is bool:
       value = text.lower() in ("true", "1")
-    elif types[name] is tuple:
+    elif name == "profile_steps":
       value = options.parse_profile_steps(text)
+    elif types[name] is tuple:  # a list flag: --labels=a,b
+      value = tuple(text.split(","))
     else:
       value = types[name](text)
     values[name] = value
@@ -348,6 +364,18 @@ def run_in_process(run_fn, options_value):
   return InProcessRun(stdout.getvalue(), "\n".join(lines))
 
 
+def program_in_process(args):
+  """run_program(args) in this process: the program's run() with the
+  options of its arguments; returns an InProcessRun (user errors raise)."""
+  import importlib
+  from bertkit.common import options
+  module = importlib.import_module(args[0][:-len(".py")])
+  cls = {"run_pretraining": options.PretrainingOptions,
+         "run_classifier": options.ClassifierOptions,
+         "run_squad": options.SquadOptions}[module.__name__]
+  return run_in_process(module.run, options_from_args(cls, args[1:]))
+
+
 def pretrain_in_process(workdir, output_dir, *extra, **kwargs):
   """run_pretraining.run in this process, with pretrain_args' arguments."""
   import run_pretraining
@@ -355,3 +383,16 @@ def pretrain_in_process(workdir, output_dir, *extra, **kwargs):
   args = pretrain_args(workdir, output_dir, *extra, **kwargs)[1:]
   return run_in_process(run_pretraining.run, options_from_args(
       options.PretrainingOptions, args))
+
+
+def data_program_in_process(args):
+  """run_program(args) in this process for create_vocab.py or
+  create_pretraining_data.py: the program's run() with the options of its
+  arguments; returns an InProcessRun (user errors raise)."""
+  import importlib
+  from bertkit.data import creation_options
+  module = importlib.import_module(args[0][:-len(".py")])
+  assert module.__name__ in ("create_vocab", "create_pretraining_data")
+  cls = (module.VocabOptions if module.__name__ == "create_vocab" else
+         creation_options.CreationOptions)
+  return run_in_process(module.run, options_from_args(cls, args[1:]))

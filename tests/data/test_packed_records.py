@@ -24,8 +24,10 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from bertkit.data import packing
-from conftest import (REPO_ROOT, expect_user_error, load_checkpoint,
-                      run_ok, run_program, tiny_bert_config)
+from bertkit.common.errors import UserError
+from conftest import (REPO_ROOT, data_program_in_process, expect_user_error,
+                      load_checkpoint, program_in_process, run_program,
+                      tiny_bert_config)
 from test_horovod import HOROVOD_MISSING
 
 SEQ, PREDS, VOCAB = 128, 10, 1000
@@ -53,12 +55,14 @@ def read_records(path):
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
   d = tmp_path_factory.mktemp("packed")
-  run_ok(["create_vocab.py", "--input_file=%s" % os.path.join(
-      REPO_ROOT, "sample_data", "corpus.txt"),
-          "--output_file=%s" % (d / "vocab.txt"), "--vocab_size=%d" % VOCAB])
-  run_ok(create_args(d, d / "unpacked.tfrecord"))
-  packed = run_ok(create_args(d, d / "packed.tfrecord", "--pack_sequences",
-                              "--max_sequences_per_pack=%d" % PER_PACK))
+  data_program_in_process([
+      "create_vocab.py", "--input_file=%s" % os.path.join(
+          REPO_ROOT, "sample_data", "corpus.txt"),
+      "--output_file=%s" % (d / "vocab.txt"), "--vocab_size=%d" % VOCAB])
+  data_program_in_process(create_args(d, d / "unpacked.tfrecord"))
+  packed = data_program_in_process(create_args(
+      d, d / "packed.tfrecord", "--pack_sequences",
+      "--max_sequences_per_pack=%d" % PER_PACK))
   with open(d / "config.json", "w") as f:
     json.dump(CONFIG, f)
   return {"dir": d, "unpacked": read_records(d / "unpacked.tfrecord"),
@@ -128,6 +132,7 @@ def test_create_reports_padding_before_and_after(data):
 
 
 def test_bad_max_sequences_per_pack(data, tmp_path):
+  """Launched: exit code 2 and one `error:` line, no output written."""
   output = tmp_path / "out.tfrecord"
   result = run_program(create_args(data["dir"], output, "--pack_sequences",
                                    "--max_sequences_per_pack=0"))
@@ -149,13 +154,21 @@ def pretrain_args(data, output_dir, *extra, input_file=None):
           "--tf_random_seed=7"] + list(extra)
 
 
+def user_error_of(args):
+  """The message of the UserError run_pretraining.run raises on `args`
+  (one line, as the program's `error:` line)."""
+  with pytest.raises(UserError) as raised:
+    program_in_process(args)
+  assert "\n" not in str(raised.value), str(raised.value)
+  return str(raised.value)
+
+
 def test_packed_and_unpacked_mixed_in_one_glob(data, tmp_path):
   d = data["dir"]
-  result = run_program(pretrain_args(
+  assert user_error_of(pretrain_args(
       data, tmp_path / "out", input_file="%s,%s" % (
-          d / "packed.tfrecord", d / "unpacked.tfrecord")))
-  assert expect_user_error(result) == (
-      "error: --input_file mixes record kinds: %s holds packed rows of up "
+          d / "packed.tfrecord", d / "unpacked.tfrecord"))) == (
+      "--input_file mixes record kinds: %s holds packed rows of up "
       "to %d sequences; %s holds masked records; train on one kind at a "
       "time" % (d / "packed.tfrecord", PER_PACK, d / "unpacked.tfrecord"))
 
@@ -163,13 +176,12 @@ def test_packed_and_unpacked_mixed_in_one_glob(data, tmp_path):
 def test_packed_rows_of_different_sizes_in_one_glob(data, tmp_path):
   d = data["dir"]
   pairs = tmp_path / "pairs.tfrecord"
-  run_ok(create_args(d, pairs, "--pack_sequences",
-                     "--max_sequences_per_pack=2"))
-  result = run_program(pretrain_args(
+  data_program_in_process(create_args(d, pairs, "--pack_sequences",
+                                      "--max_sequences_per_pack=2"))
+  assert user_error_of(pretrain_args(
       data, tmp_path / "out", input_file="%s,%s" % (
-          d / "packed.tfrecord", pairs)))
-  assert expect_user_error(result) == (
-      "error: --input_file mixes record kinds: %s holds packed rows of up "
+          d / "packed.tfrecord", pairs))) == (
+      "--input_file mixes record kinds: %s holds packed rows of up "
       "to %d sequences; %s holds packed rows of up to 2 sequences; train on "
       "one kind at a time" % (d / "packed.tfrecord", PER_PACK, pairs))
 
@@ -178,8 +190,7 @@ def test_packed_records_need_their_mask_width(data, tmp_path):
   args = pretrain_args(data, tmp_path / "out")
   args[args.index("--max_predictions_per_seq=%d" % ROW_PREDS)] = (
       "--max_predictions_per_seq=%d" % PREDS)
-  result = run_program(args)
-  assert expect_user_error(result).endswith(
+  assert user_error_of(args).endswith(
       "feature masked_lm_positions has length %d but "
       "--max_predictions_per_seq=%d; recreate the data or pass "
       "--max_predictions_per_seq=%d" % (ROW_PREDS, PREDS, ROW_PREDS))
@@ -272,7 +283,8 @@ def runs(data):
       elif name == "horovod":
         started[name] = (out, horovod_run(data, out))
       else:
-        started[name] = (out, run_ok(pretrain_args(data, out, *RUNS[name])))
+        started[name] = (out, program_in_process(
+            pretrain_args(data, out, *RUNS[name])))
     return started[name]
 
   return get
@@ -336,7 +348,7 @@ def test_sharded_mode_packs_each_shards_instances(data, tmp_path):
     args = create_args(data["dir"], "unused", "--num_workers=2", *extra)
     args[args.index("--output_file=unused")] = "--output_dir=%s" % (
         tmp_path / kind)
-    run_ok(args)
+    data_program_in_process(args)
   shards = sorted(p for p in os.listdir(tmp_path / "packed")
                   if p.endswith(".tfrecord"))
   assert shards and shards == sorted(

@@ -1,8 +1,8 @@
 """Masks drawn in the input pipeline (--masking=dynamic), on real text.
 
 Records come from sample_data/corpus.txt through create_vocab.py and
-create_pretraining_data.py, as a user makes them: upstream's (static)
-records and unmasked ones of the same seed.
+create_pretraining_data.py (their run() in this process, with a user's
+flags): upstream's (static) records and unmasked ones of the same seed.
 """
 
 import json
@@ -20,8 +20,8 @@ from bertkit.engine import input_pipeline
 import run_pretraining
 import tokenization
 from conftest import REPO_ROOT, expect_user_error, tiny_bert_config
-from conftest import load_checkpoint, run_ok
-from conftest import run_program
+from conftest import data_program_in_process, load_checkpoint
+from conftest import program_in_process, run_program
 from bertkit.common.errors import UserError
 
 SEQ, PREDS, VOCAB = 64, 10, 1000
@@ -43,13 +43,16 @@ def create_data_args(d, output, *extra):
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
   d = tmp_path_factory.mktemp("dynamic_masking")
-  run_ok(["create_vocab.py",
-          "--input_file=%s" % os.path.join(REPO_ROOT, "sample_data",
-                                            "corpus.txt"),
-          "--output_file=%s" % (d / "vocab.txt"), "--vocab_size=%d" % VOCAB])
-  run_ok(create_data_args(d, "static.tfrecord", "--dupe_factor=1"))
+  data_program_in_process([
+      "create_vocab.py",
+      "--input_file=%s" % os.path.join(REPO_ROOT, "sample_data",
+                                       "corpus.txt"),
+      "--output_file=%s" % (d / "vocab.txt"), "--vocab_size=%d" % VOCAB])
+  data_program_in_process(create_data_args(d, "static.tfrecord",
+                                           "--dupe_factor=1"))
   # No --dupe_factor: 1 is the default of --masking=dynamic.
-  run_ok(create_data_args(d, "unmasked.tfrecord", "--masking=dynamic"))
+  data_program_in_process(create_data_args(d, "unmasked.tfrecord",
+                                           "--masking=dynamic"))
   with open(d / "config.json", "w") as f:
     json.dump(CONFIG, f)
   vocab = tokenization.load_vocab(str(d / "vocab.txt"))
@@ -96,9 +99,9 @@ def test_unmasked_records_are_what_tensorflow_serializes(data):
 def test_sharded_mode_writes_unmasked_records_too(data):
   outputs = {}
   for masking in ("static", "dynamic"):
-    run_ok(create_data_args(data["dir"], masking, "--num_workers=2",
-                            "--shard_size_mb=0.05", "--dupe_factor=1",
-                            "--masking=%s" % masking))
+    data_program_in_process(create_data_args(
+        data["dir"], masking, "--num_workers=2", "--shard_size_mb=0.05",
+        "--dupe_factor=1", "--masking=%s" % masking))
     outputs[masking] = sorted(str(p) for p in data["dir"].glob(
         masking + "-*"))
   assert len(outputs["static"]) == len(outputs["dynamic"]) > 1
@@ -364,8 +367,8 @@ def test_a_resumed_run_continues_the_mask_sequence(data, tmp_path):
     for raw in list(tf.io.tf_record_iterator(data["unmasked"]))[:40]:
       writer.write(raw)
   straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-  run_ok(pretrain_args(data, straight, small, 6,
-                       "--save_checkpoints_steps=3"))
+  program_in_process(pretrain_args(data, straight, small, 6,
+                                   "--save_checkpoints_steps=3"))
   # As if the run had died after step 3's checkpoint (a run of 3 steps
   # would not do: the learning rate decays to 0 at --num_train_steps).
   shutil.copytree(str(straight), str(resumed))
@@ -373,7 +376,8 @@ def test_a_resumed_run_continues_the_mask_sequence(data, tmp_path):
     path.unlink()
   tf.train.update_checkpoint_state(str(resumed),
                                    str(resumed / "model.ckpt-3"))
-  run_ok(pretrain_args(data, resumed, small, 6, "--save_checkpoints_steps=3"))
+  program_in_process(pretrain_args(data, resumed, small, 6,
+                                   "--save_checkpoints_steps=3"))
   expected, actual = load_checkpoint(str(straight)), load_checkpoint(
       str(resumed))
   assert actual["global_step"] == expected["global_step"] == 6
@@ -408,22 +412,39 @@ def test_masking_choice_and_its_errors(data):
 
 
 def test_bad_input_records_end_with_one_error_line(data, tmp_path):
+  """Launched: exit code 2 and one `error:` line, no traceback."""
   mixed = run_program(pretrain_args(
       data, tmp_path / "mixed", "%s,%s" % (data["static"], data["unmasked"]),
       1))
   expect_user_error(mixed, "mixes record kinds", data["static"],
                     data["unmasked"], "masked", "unmasked")
+
+
+def expect_in_process_error(args, *fragments):
+  """run_pretraining.run on `args` raises one one-line UserError holding
+  every fragment."""
+  with pytest.raises(UserError) as raised:
+    program_in_process(args)
+  message = str(raised.value)
+  assert "\n" not in message, message
+  for fragment in fragments:
+    assert fragment in message, message
+  return message
+
+
+def test_bad_input_records_are_user_errors(data, tmp_path):
   other = str(tmp_path / "other.tfrecord")
   with tf.io.TFRecordWriter(other) as writer:
     writer.write(tf.train.Example(features=tf.train.Features(feature={
         "input_ids": pretraining_records.int_feature([1] * SEQ),
         "label_ids": pretraining_records.int_feature([0])})
                                  ).SerializeToString())
-  neither = run_program(pretrain_args(data, tmp_path / "neither", other, 1))
-  expect_user_error(neither, other, "label_ids", "neither masked")
-  static_on_unmasked = run_program(pretrain_args(
-      data, tmp_path / "static", data["unmasked"], 1, "--masking=static"))
-  expect_user_error(static_on_unmasked, "--masking=static", "hold no masks")
+  expect_in_process_error(
+      pretrain_args(data, tmp_path / "neither", other, 1), other,
+      "label_ids", "neither masked")
+  expect_in_process_error(
+      pretrain_args(data, tmp_path / "static", data["unmasked"], 1,
+                    "--masking=static"), "--masking=static", "hold no masks")
 
 
 # ------------------------------------------------ packed unmasked rows ----
@@ -451,8 +472,9 @@ def packed(data):
   the unmasked records of the same flags otherwise (--short_seq_prob=0.5:
   a third of the sequences short enough to share a row)."""
   short = ("--masking=dynamic", "--short_seq_prob=0.5")
-  run_ok(packed_data_args(data["dir"], "short.tfrecord", *short))
-  result = run_ok(packed_data_args(
+  data_program_in_process(packed_data_args(data["dir"], "short.tfrecord",
+                                           *short))
+  result = data_program_in_process(packed_data_args(
       data["dir"], "packed_unmasked.tfrecord", "--pack_sequences",
       "--max_sequences_per_pack=%d" % PER_PACK, *short))
   path = str(data["dir"] / "packed_unmasked.tfrecord")
@@ -638,7 +660,7 @@ def test_training_on_packed_unmasked_rows(data, packed, tmp_path):
   config = tmp_path / "config.json"
   config.write_text(json.dumps(tiny_bert_config(
       max_position_embeddings=PACKED_SEQ, vocab_size=VOCAB)))
-  result = run_ok(pretrain_args(
+  result = program_in_process(pretrain_args(
       data, out, packed["path"], 3, "--do_eval", "--max_eval_steps=2",
       "--max_seq_length=%d" % PACKED_SEQ, "--bert_config_file=%s" % config,
       "--max_predictions_per_seq=%d" % PACKED_PREDS))
@@ -654,13 +676,14 @@ def test_training_on_packed_unmasked_rows(data, packed, tmp_path):
 
 def test_packed_rows_with_masks_are_not_re_masked(data, tmp_path):
   path = str(tmp_path / "packed.tfrecord")
-  run_ok(create_data_args(data["dir"], "packed.tfrecord", "--pack_sequences",
-                          "--dupe_factor=1", "--output_file=%s" % path))
+  data_program_in_process(create_data_args(
+      data["dir"], "packed.tfrecord", "--pack_sequences", "--dupe_factor=1",
+      "--output_file=%s" % path))
   args = pretrain_args(data, tmp_path / "out", path, 1, "--masking=dynamic")
   args[args.index("--max_predictions_per_seq=%d" % PREDS)] = (
       "--max_predictions_per_seq=%d" % packing.masked_positions_per_row(
           SEQ, PREDS, 0.15, PER_PACK))
-  assert expect_user_error(run_program(args)) == (
-      "error: --masking=dynamic but the --input_file rows are packed with "
+  assert expect_in_process_error(args) == (
+      "--masking=dynamic but the --input_file rows are packed with "
       "their masks; drop --masking=dynamic, or make the rows with "
       "create_pretraining_data.py --pack_sequences --masking=dynamic")

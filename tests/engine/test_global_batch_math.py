@@ -20,8 +20,10 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from conftest import (REPO_ROOT, run_ok, tiny_bert_config,
-                      write_real_text_records)
+from conftest import (REPO_ROOT, options_from_args, run_in_process, run_ok,
+                      tiny_bert_config)
+from bertkit.common import options
+from bertkit.data import creation_options
 
 SEQ, PREDS, VOCAB = 64, 10, 1000
 BATCH, STEPS = 16, 6
@@ -71,18 +73,33 @@ def data(tmp_path_factory):
   """
   d = tmp_path_factory.mktemp("real_text")
   corpus = os.path.join(REPO_ROOT, "sample_data", "corpus.txt")
-  write_real_text_records(d, SEQ, PREDS, VOCAB, CONFIG)
-  run_ok(["create_pretraining_data.py", "--input_file=%s" % corpus,
-          "--output_file=%s" % (d / "unmasked.tfrecord"),
-          "--vocab_file=%s" % (d / "vocab.txt"),
-          "--max_seq_length=%d" % SEQ, "--max_predictions_per_seq=%d" % PREDS,
-          "--masking=dynamic"])
+  # conftest.write_real_text_records' files, made in this process.
+  import create_vocab  # pylint: disable=g-import-not-at-top
+  create_vocab.run(create_vocab.VocabOptions(
+      input_file=corpus, output_file=str(d / "vocab.txt"),
+      vocab_size=VOCAB))
+  common = ["--input_file=%s" % corpus, "--vocab_file=%s" % (d / "vocab.txt"),
+            "--max_seq_length=%d" % SEQ,
+            "--max_predictions_per_seq=%d" % PREDS]
+  create_in_process(common + ["--output_file=%s" % (d / "records.tfrecord"),
+                              "--dupe_factor=1"])
+  with open(d / "config.json", "w") as f:
+    json.dump(CONFIG, f)
+  create_in_process(common + ["--output_file=%s" % (d / "unmasked.tfrecord"),
+                              "--masking=dynamic"])
   records = list(tf.io.tf_record_iterator(str(d / "records.tfrecord")))
   rank_files = write_rank_records(d, records)
   return {"dir": d, "records": str(d / "records.tfrecord"),
           "unmasked_records": str(d / "unmasked.tfrecord"),
           "counts": [masked_count(r) for r in records],
           "rank_files": rank_files}
+
+
+def create_in_process(args):
+  """create_pretraining_data.run in this process with its flags' `args`."""
+  import create_pretraining_data  # pylint: disable=g-import-not-at-top
+  return run_in_process(create_pretraining_data.run, options_from_args(
+      creation_options.CreationOptions, args))
 
 
 def test_the_records_have_varying_masked_counts(data):
@@ -111,6 +128,8 @@ def pretrain_args(data, output_dir, *extra):
 
 
 # One process each; the 2-process and horovod runs are started separately.
+# Those without --use_fp16 (a process-global graph rewrite) run in this
+# process; the fp16 ones are launched.
 IN_PROCESS_RUNS = {
     "one_device": [],
     "mirrored": ["--distribution_strategy=mirrored", "--cpu_replicas=2"],
@@ -239,15 +258,30 @@ def runs(data):
             # server and a worker on the second.
             assert sorted(f.read().split()) == ["127.0.0.1"] * 3 + [
                 "127.0.0.2"] * 2
-      elif name in DYNAMIC_RUNS:
-        run_ok(pretrain_args(data, out, *DYNAMIC_RUNS[name]) +
-               dynamic_args(data))
       else:
-        run_ok(pretrain_args(data, out, *IN_PROCESS_RUNS[name]))
+        dynamic = name in DYNAMIC_RUNS
+        extra = (DYNAMIC_RUNS if dynamic else IN_PROCESS_RUNS)[name]
+        args = pretrain_args(data, out, *extra)
+        if dynamic:
+          args += dynamic_args(data)
+        if "--use_fp16" in extra:
+          run_ok(args)
+        else:
+          train_in_process(args)
       started[name] = out
     return started[name]
 
   return get
+
+
+def train_in_process(args):
+  """run_pretraining.run in this process with pretrain_args' `args`, as
+  one process without a cluster (no TF_CONFIG) runs it."""
+  import run_pretraining  # pylint: disable=g-import-not-at-top
+  with pytest.MonkeyPatch.context() as patch:
+    patch.delenv("TF_CONFIG", raising=False)
+    return run_in_process(run_pretraining.run, options_from_args(
+        options.PretrainingOptions, args[1:]))
 
 
 def load_checkpoint(path):

@@ -424,6 +424,13 @@ def pretrain_args(workdir, output_dir, *extra, steps=6, batch=8):
                                 learning_rate="1e-2")
 
 
+def pretrain_here(workdir, output_dir, *extra, steps=6, batch=8):
+  """run_pretraining.run in this process with pretrain_args' arguments."""
+  return conftest.pretrain_in_process(workdir, output_dir, "--optimizer=lamb",
+                                      *extra, steps=steps, batch=batch,
+                                      learning_rate="1e-2")
+
+
 RUNS = {
     "one_device": [],
     "one_device_k4": ["--num_accumulation_steps=4"],
@@ -439,12 +446,19 @@ RUNS = {
 
 @pytest.fixture(scope="module")
 def runs(workdir):
-  """Every run trains 6 LAMB updates of global batch 8 on the same data."""
+  """Every run trains 6 LAMB updates of global batch 8 on the same data: in
+  this process (one process, no cluster), but the --use_fp16 run (its graph
+  rewrite is process-global) is launched."""
   results = {}
-  for name, extra in RUNS.items():
-    out = workdir / name
-    result = run_ok(pretrain_args(workdir, out, *extra))
-    results[name] = (load_checkpoint(str(out)), result)
+  with pytest.MonkeyPatch.context() as patch:
+    patch.delenv("TF_CONFIG", raising=False)
+    for name, extra in RUNS.items():
+      out = workdir / name
+      if "--use_fp16" in extra:
+        result = run_ok(pretrain_args(workdir, out, *extra))
+      else:
+        result = pretrain_here(workdir, out, *extra)
+      results[name] = (load_checkpoint(str(out)), result)
   return results
 
 
@@ -501,8 +515,7 @@ def test_fp16_accumulation_keeps_growing_the_loss_scale(runs):
 
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("extra,fragments", [
+BAD_ACCUMULATION_OR_OPTIMIZER_FLAGS = [
     (["--cpu_replicas=2", "--num_accumulation_steps=3"],
      ["--train_batch_size=8", "2 replicas x --num_accumulation_steps=3"]),
     (["--num_accumulation_steps=0"], ["--num_accumulation_steps must be >= 1"]),
@@ -510,10 +523,27 @@ def test_fp16_accumulation_keeps_growing_the_loss_scale(runs):
      ["--lamb_bias_correction needs --optimizer=lamb"]),
     (["--optimizer=lamb", "--adam_bias_correction"],
      ["--adam_bias_correction needs --optimizer=adamw"]),
-])
+]
+
+
+@pytest.mark.parametrize("extra,fragments",
+                         BAD_ACCUMULATION_OR_OPTIMIZER_FLAGS)
 def test_bad_accumulation_or_optimizer_flags_are_refused(workdir, extra,
                                                          fragments):
   out = workdir / "refused"
+  with pytest.raises(UserError) as e:
+    pretrain_here(workdir, out, *extra)
+  assert "\n" not in str(e.value), str(e.value)
+  for fragment in fragments:
+    assert fragment in str(e.value), str(e.value)
+  assert not (out / "checkpoint").exists()
+
+
+@pytest.mark.slow
+def test_batch_not_dividing_by_replicas_and_micro_batches_exits_2(workdir):
+  """As a user sees it: exit code 2 and one error line, no traceback."""
+  extra, fragments = BAD_ACCUMULATION_OR_OPTIMIZER_FLAGS[0]
+  out = workdir / "refused_launch"
   expect_user_error(run_program(pretrain_args(workdir, out, *extra)),
                     *fragments)
   assert not (out / "checkpoint").exists()
@@ -546,9 +576,8 @@ def test_horovod_lamb_accumulation_equals_one_process(workdir, tmp_path):
     with tf.io.TFRecordWriter(paths[name]) as writer:
       for record in chunk:
         writer.write(record)
-  args = pretrain_args(workdir, tmp_path / "single", steps=4)
-  args[2] = "--input_file=%s" % paths["combined"]
-  run_ok(args)
+  pretrain_here(workdir, tmp_path / "single",
+                "--input_file=%s" % paths["combined"], steps=4)
   env = dict(os.environ, PYTHON=sys.executable, TF_CPP_MIN_LOG_LEVEL="2",
              BERT_HOROVOD_SCRATCH_ROOT=str(tmp_path / "scratch"))
   command = [

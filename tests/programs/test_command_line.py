@@ -9,7 +9,8 @@ from absl import flags
 import pytest
 
 from bertkit.common import flag_parsing
-from conftest import expect_user_error, run_program
+from conftest import (RUN_AND_REPORT_TENSORFLOW, expect_user_error,
+                      run_program)
 
 # Every absl program, with the flags absl requires of it (mark_flag_as_required
 # is checked while parsing, before the checks under test).
@@ -30,17 +31,6 @@ PROGRAMS = {
 # TensorFlow.
 IMPORTS_TENSORFLOW_FIRST = {"benchmark.py"}
 
-# Runs `python PROGRAM ARGS` as a user would, then says on its last stdout
-# line whether TensorFlow was imported by the time it exited.
-_RUN_AND_REPORT_TENSORFLOW = """
-import runpy, sys
-sys.argv = sys.argv[1:]
-sys.path.insert(0, '.')
-try:
-  runpy.run_path(sys.argv[0], run_name='__main__')
-finally:
-  print('tensorflow imported:', 'tensorflow' in sys.modules)
-"""
 
 # Runs PROGRAM up to absl's app.run, then prints as JSON, for every flag it
 # defined that holds a float, what flag_parsing.parse says of `--NAME=nan`
@@ -76,7 +66,7 @@ runpy.run_path(sys.argv[0], run_name='__main__')
 def launch(program, *args):
   """Runs `program` with its required flags and `args`; returns the result
   and whether TensorFlow was imported."""
-  result = run_program(["-c", _RUN_AND_REPORT_TENSORFLOW, program] +
+  result = run_program(["-c", RUN_AND_REPORT_TENSORFLOW, program] +
                        PROGRAMS[program] + list(args), timeout=120)
   last = result.stdout.splitlines()[-1]
   assert last.startswith("tensorflow imported: "), result.stdout

@@ -12,8 +12,8 @@ import pytest
 from bertkit.common import console
 from bertkit.engine import checkpoint_formats
 import modeling
-from conftest import (REPO_ROOT, TINY_CONFIG, expect_user_error,
-                      pretrain_args, run_program)
+from conftest import (REPO_ROOT, RUN_AND_REPORT_TENSORFLOW, TINY_CONFIG,
+                      expect_user_error, pretrain_args, run_program)
 
 CPD_DATA = os.path.join(REPO_ROOT, "tests", "fixtures", "create_pretraining_data")
 
@@ -154,17 +154,6 @@ def test_horovod_launcher_ends_with_the_ranks_error_line_and_code(workdir):
       "by 2 replicas x --num_accumulation_steps=3 = 6")
 
 
-# Runs a program as `python PROGRAM ARGS` would, then says on its last stdout
-# line whether TensorFlow was imported by the time it exited.
-_RUN_AND_REPORT_TENSORFLOW = """
-import runpy, sys
-sys.argv = sys.argv[1:]
-sys.path.insert(0, '.')
-try:
-  runpy.run_path(sys.argv[0], run_name='__main__')
-finally:
-  print('tensorflow imported:', 'tensorflow' in sys.modules)
-"""
 
 
 @pytest.mark.parametrize("program,args,expected", [
@@ -186,7 +175,7 @@ finally:
 def test_a_bad_flag_is_refused_before_tensorflow_is_imported(
     tmp_path, program, args, expected):
   result = run_program(
-      ["-c", _RUN_AND_REPORT_TENSORFLOW, program] +
+      ["-c", RUN_AND_REPORT_TENSORFLOW, program] +
       [arg.format(tmp=tmp_path) for arg in args])
   expect_user_error(result, expected.format(tmp=tmp_path))
   assert result.stdout.splitlines()[-1] == "tensorflow imported: False"

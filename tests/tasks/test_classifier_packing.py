@@ -24,7 +24,8 @@ from bertkit.tasks import classifier_features
 from bertkit.tasks import classifier_packing
 import modeling
 import tokenization
-from conftest import expect_user_error, read_eval_results, run_ok, run_program
+from bertkit.common.errors import UserError
+from conftest import program_in_process, read_eval_results
 from test_run_classifier import (SAMPLE, SEQ, classifier_args,
                                  read_probabilities, tsv_options, workdir)
 
@@ -147,17 +148,17 @@ def test_packed_logits_losses_and_gradients_equal_unpacked(workdir,
 
 
 def test_max_sequences_per_pack_below_one_is_refused(workdir, tmp_path):
-  result = run_program(classifier_args(
-      workdir, tmp_path / "out", "--do_train", "--pack_sequences",
-      "--max_sequences_per_pack=0"))
-  assert expect_user_error(result) == (
-      "error: --max_sequences_per_pack must be >= 1, got 0")
+  with pytest.raises(UserError) as error:
+    program_in_process(classifier_args(
+        workdir, tmp_path / "out", "--do_train", "--pack_sequences",
+        "--max_sequences_per_pack=0"))
+  assert str(error.value) == "--max_sequences_per_pack must be >= 1, got 0"
 
 
 @pytest.mark.slow
 def test_packed_fine_tuning_predicts_in_input_order(workdir, tmp_path):
   packed_dir = tmp_path / "packed"
-  result = run_ok(classifier_args(
+  result = program_in_process(classifier_args(
       workdir, packed_dir, "--do_train", "--do_eval", "--do_predict",
       "--pack_sequences", "--max_sequences_per_pack=%d" % PER_PACK,
       "--num_train_epochs=4", "--tf_random_seed=1", "--eval_batch_size=8",
@@ -175,8 +176,9 @@ def test_packed_fine_tuning_predicts_in_input_order(workdir, tmp_path):
   shutil.copytree(str(packed_dir), str(unpacked_dir))
   for name in ("test_results.tsv", "eval_results.txt"):
     os.remove(str(unpacked_dir / name))
-  run_ok(classifier_args(workdir, unpacked_dir, "--do_eval", "--do_predict",
-                         "--eval_batch_size=8", "--predict_batch_size=8"))
+  program_in_process(classifier_args(
+      workdir, unpacked_dir, "--do_eval", "--do_predict",
+      "--eval_batch_size=8", "--predict_batch_size=8"))
   np.testing.assert_allclose(
       read_probabilities(unpacked_dir / "test_results.tsv"),
       packed_probabilities, atol=1e-5)

@@ -20,7 +20,10 @@ import torch
 import transformers
 
 from bertkit.common import errors
+from bertkit.data import creation_options
 from bertkit.engine import checkpoint_formats
+import create_pretraining_data
+import create_vocab
 import export_checkpoint
 from bertkit.tasks import fine_tuning
 from bertkit.tasks import pretraining
@@ -28,8 +31,8 @@ from bertkit.tasks import pretraining
 from bertkit.tasks.classifier import build_classifier_variables
 import modeling
 import tokenization
-from conftest import (REPO_ROOT, expect_user_error, run_ok, run_program,
-                      tiny_bert_config)
+from conftest import (REPO_ROOT, expect_user_error, program_in_process,
+                      run_ok, run_program, tiny_bert_config)
 
 CORPUS = os.path.join(REPO_ROOT, "sample_data", "corpus.txt")
 CLASSIFY = os.path.join(REPO_ROOT, "sample_data", "classify")
@@ -39,6 +42,16 @@ TINY_CONFIG = tiny_bert_config(attention_probs_dropout_prob=0.1,
 TOLERANCE = 1e-4
 
 
+def refused(call, *fragments):
+  """Calls `call()` in this process, asserting a one-line UserError holding
+  every fragment (the programs print it as their one `error:` line)."""
+  with pytest.raises(errors.UserError) as raised:
+    call()
+  message = str(raised.value)
+  assert "\n" not in message, message
+  for fragment in fragments:
+    assert fragment in message, message
+  return message
 
 
 def export_args(work, checkpoint, output_dir, *extra):
@@ -62,20 +75,21 @@ def pretrain_args(work, output_dir, *extra, steps=4):
 def work(tmp_path_factory):
   """Vocabs, records, a pretrained checkpoint and its export (all formats)."""
   d = tmp_path_factory.mktemp("export")
-  for name, case in (("vocab.txt", "--do_lower_case"),
-                     ("vocab_cased.txt", "--nodo_lower_case")):
-    run_ok(["create_vocab.py", "--input_file=" + CORPUS,
-            "--output_file=%s" % (d / name), "--vocab_size=%d" % VOCAB_SIZE,
-            case])
-  run_ok(["create_pretraining_data.py", "--input_file=" + CORPUS,
-          "--output_file=%s" % (d / "pretrain.tfrecord"),
-          "--vocab_file=%s" % (d / "vocab.txt"), "--max_seq_length=%d" % SEQ,
-          "--max_predictions_per_seq=%d" % PREDS, "--dupe_factor=1"])
+  for name, do_lower_case in (("vocab.txt", True), ("vocab_cased.txt", False)):
+    create_vocab.run(create_vocab.VocabOptions(
+        input_file=CORPUS, output_file=str(d / name), vocab_size=VOCAB_SIZE,
+        do_lower_case=do_lower_case))
+  create_pretraining_data.run(creation_options.CreationOptions(
+      input_file=CORPUS, output_file=str(d / "pretrain.tfrecord"),
+      vocab_file=str(d / "vocab.txt"), max_seq_length=SEQ,
+      max_predictions_per_seq=PREDS, dupe_factor=1))
   (d / "tiny.json").write_text(json.dumps(TINY_CONFIG))
+  # A launch: --use_fp16's graph rewrite is process-global state.
   run_ok(pretrain_args(d, d / "pretrain", "--use_fp16",
                        "--num_accumulation_steps=2", "--optimizer=lamb",
                        "--cpu_replicas=2"))
-  # Exporting must work where PyTorch is not installed.
+  # Exporting must work where PyTorch is not installed: a launch, as this
+  # process has imported torch.
   no_torch = d / "no_torch"
   no_torch.mkdir()
   (no_torch / "torch.py").write_text(
@@ -365,7 +379,7 @@ def classifier(work):
   labels = sorted({line.split("\t")[1] for line in
                    (data / "train.tsv").read_text().splitlines()[1:]})
   out = work / "classify"
-  result = run_ok([
+  result = program_in_process([
       "run_classifier.py", "--task_name=tsv", "--data_dir=%s" % data,
       "--vocab_file=%s" % (work / "vocab.txt"),
       "--bert_config_file=%s" % (work / "tiny.json"),
@@ -375,8 +389,10 @@ def classifier(work):
       "--num_train_epochs=1", "--learning_rate=1e-3",
       "--labels=%s" % ",".join(labels)])
   # The class names come from the labels.txt run_classifier wrote.
-  run_ok(export_args(work, out, work / "classify_export",
-                     "--format=huggingface,saved_model"))
+  export_checkpoint.export(str(out), str(work / "tiny.json"),
+                           str(work / "vocab.txt"), True,
+                           str(work / "classify_export"),
+                           ["huggingface", "saved_model"])
   return out, labels, result
 
 
@@ -437,7 +453,7 @@ def test_classifier_export_gives_run_classifier_probabilities(classifier):
 @pytest.mark.slow
 def test_hf_directory_as_init_checkpoint_gives_back_the_weights(work):
   out = work / "from_hf"
-  result = run_ok(pretrain_args(
+  result = program_in_process(pretrain_args(
       work, out, "--init_checkpoint=%s" % (work / "export" / "huggingface"),
       "--learning_rate=0", steps=1))
   assert "variable(s) loaded, 0 initialised fresh" in result.stderr
@@ -459,8 +475,10 @@ def assert_nothing_written(parent, name):
 def test_no_checkpoint_is_refused(work):
   empty = work / "empty_run"
   empty.mkdir()
-  result = run_program(export_args(work, empty, work / "bad_none"))
-  expect_user_error(result, "--checkpoint", str(empty), "no checkpoint")
+  refused(lambda: export_checkpoint.export(
+      str(empty), str(work / "tiny.json"), str(work / "vocab.txt"), True,
+      str(work / "bad_none"), list(export_checkpoint.FORMATS)),
+          "--checkpoint", str(empty), "no checkpoint")
   assert_nothing_written(work, "bad_none")
 
 
@@ -468,16 +486,18 @@ def test_no_checkpoint_is_refused(work):
 def test_config_of_another_shape_is_refused_naming_the_variable(work):
   (work / "wide.json").write_text(json.dumps(dict(TINY_CONFIG,
                                                   intermediate_size=128)))
-  args = export_args(work, work / "pretrain", work / "bad_shape")
-  args[2] = "--bert_config_file=%s" % (work / "wide.json")
-  expect_user_error(run_program(args),
-                    "bert/encoder/layer_0/intermediate/dense/kernel",
-                    "[32, 64] in the checkpoint", "[32, 128] by the config")
+  refused(lambda: export_checkpoint.export(
+      str(work / "pretrain"), str(work / "wide.json"), str(work / "vocab.txt"),
+      True, str(work / "bad_shape"), list(export_checkpoint.FORMATS)),
+          "bert/encoder/layer_0/intermediate/dense/kernel",
+          "[32, 64] in the checkpoint", "[32, 128] by the config")
   assert_nothing_written(work, "bad_shape")
 
 
 @pytest.mark.slow
 def test_unknown_format_is_refused(work):
+  # A launch: export_checkpoint.py's --format list and its one error line
+  # (before TensorFlow is imported: a quick launch).
   result = run_program(export_args(work, work / "pretrain", work / "bad_fmt",
                                    "--format=google,onnx"))
   expect_user_error(result, "--format=google,onnx: unknown format onnx; "
@@ -490,6 +510,7 @@ def test_non_empty_output_dir_needs_overwrite(work):
   out = work / "occupied"
   out.mkdir()
   (out / "keep.txt").write_text("mine")
+  # A launch: the program refuses before importing TensorFlow.
   result = run_program(export_args(work, work / "pretrain", out,
                                    "--format=google"))
   expect_user_error(result, str(out), "is not empty; pass --overwrite")
@@ -524,10 +545,9 @@ def test_hf_directory_without_safetensors_is_refused(work):
   hf_dir = broken_hf_dir(work, "hf_no_safetensors")
   (hf_dir / "model.safetensors").rename(hf_dir / "pytorch_model.bin")
   out = work / "bad_init"
-  result = run_program(pretrain_args(work, out,
-                                     "--init_checkpoint=%s" % hf_dir))
-  expect_user_error(result, str(hf_dir), "no model.safetensors",
-                    "pytorch_model.bin")
+  refused(lambda: program_in_process(pretrain_args(
+      work, out, "--init_checkpoint=%s" % hf_dir)),
+          str(hf_dir), "no model.safetensors", "pytorch_model.bin")
   assert not (out / "checkpoint").exists()
 
 
@@ -538,9 +558,9 @@ def test_hf_directory_of_another_model_type_is_refused(work):
   config["model_type"] = "roberta"
   (hf_dir / "config.json").write_text(json.dumps(config))
   out = work / "bad_init_roberta"
-  result = run_program(pretrain_args(work, out,
-                                     "--init_checkpoint=%s" % hf_dir))
-  expect_user_error(result, str(hf_dir), "model_type is 'roberta'")
+  refused(lambda: program_in_process(pretrain_args(
+      work, out, "--init_checkpoint=%s" % hf_dir)),
+          str(hf_dir), "model_type is 'roberta'")
   assert not (out / "checkpoint").exists()
 
 
@@ -548,15 +568,15 @@ def test_hf_directory_of_another_model_type_is_refused(work):
 def test_fine_tuning_an_uncased_hf_model_as_cased_is_refused(work):
   hf_dir = str(work / "export" / "huggingface")
   fine_tuning.check_case(True, hf_dir)
-  result = run_program([
+  refused(lambda: program_in_process([
       "run_classifier.py", "--task_name=tsv", "--data_dir=" + CLASSIFY,
       "--vocab_file=%s" % (work / "vocab.txt"),
       "--bert_config_file=%s" % (work / "tiny.json"),
       "--init_checkpoint=" + hf_dir, "--nodo_lower_case",
       "--max_seq_length=%d" % SEQ,
-      "--output_dir=%s" % (work / "bad_case"), "--do_train"])
-  expect_user_error(result, "--do_lower_case=False but the Hugging Face "
-                    "model %s" % hf_dir, "do_lower_case=True")
+      "--output_dir=%s" % (work / "bad_case"), "--do_train"]),
+          "--do_lower_case=False but the Hugging Face model %s" % hf_dir,
+          "do_lower_case=True")
   assert not (work / "bad_case").exists()
 
 

@@ -20,7 +20,7 @@ from bertkit.engine import checkpoint_formats
 import export_checkpoint
 from bertkit.tasks import squad_task
 import modeling
-from conftest import REPO_ROOT, run_ok
+from conftest import REPO_ROOT, program_in_process
 from bertkit.common.errors import UserError
 from test_run_squad import SEQ, squad_args, squad_file, tiny_config
 
@@ -35,12 +35,12 @@ def squad(tmp_path_factory):
   d = tmp_path_factory.mktemp("export_squad")
   (d / "tiny.json").write_text(json.dumps(tiny_config()))
   train = squad_file("squad_v1.json", d / "train.json", drop=())
-  run_ok(squad_args(d, d / "run", "--do_train", "--do_predict",
-                    "--train_file=%s" % train, "--predict_file=%s" % train,
-                    "--num_train_epochs=30", "--tf_random_seed=1"))
-  run_ok(["export_checkpoint.py", "--checkpoint=%s" % (d / "run"),
-          "--bert_config_file=%s" % (d / "tiny.json"),
-          "--vocab_file=%s" % VOCAB, "--output_dir=%s" % (d / "export")])
+  program_in_process(squad_args(
+      d, d / "run", "--do_train", "--do_predict", "--train_file=%s" % train,
+      "--predict_file=%s" % train, "--num_train_epochs=30",
+      "--tf_random_seed=1"))
+  export_checkpoint.export(str(d / "run"), str(d / "tiny.json"), VOCAB, True,
+                           str(d / "export"), list(export_checkpoint.FORMATS))
   return d
 
 
@@ -145,7 +145,7 @@ def test_run_squad_predicts_from_an_export(squad, tmp_path, layout):
   predict-only run give the fine-tuned run's answers."""
   output_dir = tmp_path / "predict"
   train = squad / "train.json"
-  result = run_ok(squad_args(
+  result = program_in_process(squad_args(
       squad, output_dir, "--do_predict", "--predict_file=%s" % train,
       "--init_checkpoint=%s" % (squad / "export" / layout)))
   # Every variable of the model came from the export (the pooler, which

@@ -20,7 +20,8 @@ from bertkit.tasks import classifier_features
 from bertkit.tasks import fine_tuning
 import modeling
 import tokenization
-from conftest import REPO_ROOT, read_eval_results, run_ok, run_program
+from conftest import (REPO_ROOT, program_in_process, read_eval_results,
+                      run_program)
 
 FIXTURES = os.path.join(REPO_ROOT, "tests", "fixtures", "classifier")
 SAMPLE = os.path.join(REPO_ROOT, "sample_data", "classify")
@@ -480,9 +481,9 @@ def test_eval_loss_is_the_mean_loss_under_horovod(graph):
 @pytest.mark.slow
 def test_fine_tuning_learns_the_sample_task(workdir, tmp_path):
   output_dir = tmp_path / "out"
-  run_ok(classifier_args(workdir, output_dir, "--do_train", "--do_eval",
-                         "--do_predict", "--num_train_epochs=4",
-                         "--tf_random_seed=1"))
+  program_in_process(classifier_args(
+      workdir, output_dir, "--do_train", "--do_eval", "--do_predict",
+      "--num_train_epochs=4", "--tf_random_seed=1"))
   results = read_eval_results(output_dir)
   assert results["global_step"] == 50  # int(400 / 32 * 4)
   assert results["eval_accuracy"] >= MIN_ACCURACY
@@ -521,7 +522,7 @@ def test_two_cpu_replicas_train_eval_and_predict(workdir, tmp_path, strategy):
   pretrained = tmp_path / "pretrained"
   save_pretrained_checkpoint(workdir, str(pretrained / "model.ckpt"))
   output_dir = tmp_path / "out"
-  result = run_ok(classifier_args(
+  result = program_in_process(classifier_args(
       workdir, output_dir, "--do_train", "--do_eval", "--do_predict",
       "--cpu_replicas=2", "--distribution_strategy=%s" % strategy,
       "--num_train_epochs=0.5", "--eval_batch_size=16",
@@ -541,7 +542,7 @@ def test_two_cpu_replicas_train_eval_and_predict(workdir, tmp_path, strategy):
 @pytest.mark.slow
 def test_rerank_predict_writes_ranked_results(workdir, tmp_path):
   output_dir = tmp_path / "out"
-  run_ok(classifier_args(
+  program_in_process(classifier_args(
       workdir, output_dir, "--do_train", "--do_predict",
       "--train_batch_size=2", "--predict_batch_size=2",
       "--num_train_epochs=1", "--tf_random_seed=1",
@@ -586,7 +587,6 @@ def write_bad_data_dir(tmp_path, case):
   return data_dir
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("case, message", [
     ("missing", r"--data_dir file \S+/dev.tsv does not exist"),
     ("empty", r"\S+/dev.tsv holds no examples"),
@@ -596,9 +596,21 @@ def write_bad_data_dir(tmp_path, case):
     ("short_row", r"\S+/dev.tsv line 4: expected at least 2 tab-separated "
                   r"columns, got 1"),
 ], ids=["missing", "empty", "header_only", "unknown_label", "short_row"])
-def test_bad_input_is_one_error_line_and_exit_2(workdir, tmp_path, case,
-                                                message):
+def test_bad_input_is_a_user_error_before_any_output(workdir, tmp_path, case,
+                                                     message):
   data_dir = write_bad_data_dir(tmp_path, case)
+  with pytest.raises(errors.UserError) as error:
+    program_in_process(classifier_args(
+        workdir, tmp_path / "out", "--do_train", "--do_eval",
+        data_dir=str(data_dir)))
+  assert tf.io.gfile.exists(str(tmp_path / "out")) is False
+  assert re.match(message, str(error.value)), str(error.value)
+
+
+@pytest.mark.slow
+def test_bad_input_is_one_error_line_and_exit_2(workdir, tmp_path):
+  """As a user sees it: the last stderr line, the only `error:` one."""
+  data_dir = write_bad_data_dir(tmp_path, "unknown_label")
   result = run_program(classifier_args(
       workdir, tmp_path / "out", "--do_train", "--do_eval",
       data_dir=str(data_dir)))
@@ -608,14 +620,15 @@ def test_bad_input_is_one_error_line_and_exit_2(workdir, tmp_path, case,
   assert len(error_lines) == 1, result.stderr[-2000:]
   assert result.stderr.rstrip().splitlines()[-1] == error_lines[0]
   assert tf.io.gfile.exists(str(tmp_path / "out")) is False
-  assert re.match("error: " + message, error_lines[0]), error_lines[0]
+  assert re.match(r"error: \S+/dev.tsv line 4: label 'sports' is not one of "
+                  r"the task's labels kitchen,weather", error_lines[0]), \
+      error_lines[0]
 
 
-@pytest.mark.slow
 def test_predict_without_training_needs_a_checkpoint(workdir, tmp_path):
-  result = run_program(classifier_args(workdir, tmp_path / "out",
+  with pytest.raises(errors.UserError) as error:
+    program_in_process(classifier_args(workdir, tmp_path / "out",
                                        "--do_predict"))
-  assert result.returncode == 2
-  assert result.stderr.rstrip().splitlines()[-1] == (
-      "error: --do_eval/--do_predict without --do_train need a fine-tuned "
+  assert str(error.value) == (
+      "--do_eval/--do_predict without --do_train need a fine-tuned "
       "checkpoint in --output_dir %s; there is none" % (tmp_path / "out"))

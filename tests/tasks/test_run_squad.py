@@ -15,8 +15,8 @@ from bertkit.tasks import squad_data
 from bertkit.tasks import squad_io
 from bertkit.tasks import squad_task
 import tokenization
-from conftest import (REPO_ROOT, expect_user_error, read_eval_results,
-                      run_ok, run_program)
+from conftest import (REPO_ROOT, expect_user_error, program_in_process,
+                      read_eval_results, run_ok, run_program)
 from test_run_classifier import save_pretrained_checkpoint
 from bertkit.common import options
 from bertkit.common.errors import UserError
@@ -215,7 +215,7 @@ def test_window_flags_leave_room_and_overlap(seq, query, stride, message):
 def test_tiny_model_learns_the_training_file(workdir, tmp_path):
   output_dir = tmp_path / "out"
   train = workdir / "train_v1.json"
-  result = run_ok(squad_args(
+  result = program_in_process(squad_args(
       workdir, output_dir, "--do_train", "--do_predict",
       "--train_file=%s" % train, "--predict_file=%s" % train,
       "--num_train_epochs=800", "--tf_random_seed=1"))
@@ -283,9 +283,8 @@ def bad_json(tmp_path):
   return path
 
 
-@pytest.mark.parametrize("case", ["malformed", "v2_without_flag",
-                                  "doc_stride", "no_checkpoint"])
-def test_bad_input_is_one_error_line_and_exit_2(workdir, tmp_path, case):
+def bad_input_case(workdir, tmp_path, case):
+  """(arguments, fragments of the error message) of a bad-input case."""
   args = {
       "malformed": ["--do_train", "--train_file=%s" % bad_json(tmp_path)],
       "v2_without_flag": ["--do_predict", "--predict_file=%s" %
@@ -302,6 +301,24 @@ def test_bad_input_is_one_error_line_and_exit_2(workdir, tmp_path, case):
       "doc_stride": ("--doc_stride=45 must be between 1 and the room left",),
       "no_checkpoint": ("needs a fine-tuned checkpoint in --output_dir",),
   }[case]
+  return args, expected
+
+
+@pytest.mark.parametrize("case", ["malformed", "v2_without_flag",
+                                  "doc_stride", "no_checkpoint"])
+def test_bad_input_is_a_user_error(workdir, tmp_path, case):
+  args, expected = bad_input_case(workdir, tmp_path, case)
+  output_dir = tmp_path / "out"
+  with pytest.raises(UserError) as error:
+    program_in_process(squad_args(workdir, output_dir, *args))
+  for fragment in expected:
+    assert fragment in str(error.value), str(error.value)
+  assert not (output_dir / "predictions.json").exists()
+
+
+def test_bad_input_is_one_error_line_and_exit_2(workdir, tmp_path):
+  """As a user sees it: exit code 2 and one `error:` line, no traceback."""
+  args, expected = bad_input_case(workdir, tmp_path, "malformed")
   output_dir = tmp_path / "out"
   result = run_program(squad_args(workdir, output_dir, *args))
   expect_user_error(result, *expected)
