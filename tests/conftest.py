@@ -369,30 +369,18 @@ def program_in_process(args):
   options of its arguments; returns an InProcessRun (user errors raise)."""
   import importlib
   from bertkit.common import options
+  from bertkit.data import creation_options
   module = importlib.import_module(args[0][:-len(".py")])
   cls = {"run_pretraining": options.PretrainingOptions,
          "run_classifier": options.ClassifierOptions,
-         "run_squad": options.SquadOptions}[module.__name__]
+         "run_squad": options.SquadOptions,
+         "create_pretraining_data": creation_options.CreationOptions,
+         "create_vocab": getattr(module, "VocabOptions", None)}[
+             module.__name__]
   return run_in_process(module.run, options_from_args(cls, args[1:]))
 
 
 def pretrain_in_process(workdir, output_dir, *extra, **kwargs):
   """run_pretraining.run in this process, with pretrain_args' arguments."""
-  import run_pretraining
-  from bertkit.common import options
-  args = pretrain_args(workdir, output_dir, *extra, **kwargs)[1:]
-  return run_in_process(run_pretraining.run, options_from_args(
-      options.PretrainingOptions, args))
-
-
-def data_program_in_process(args):
-  """run_program(args) in this process for create_vocab.py or
-  create_pretraining_data.py: the program's run() with the options of its
-  arguments; returns an InProcessRun (user errors raise)."""
-  import importlib
-  from bertkit.data import creation_options
-  module = importlib.import_module(args[0][:-len(".py")])
-  assert module.__name__ in ("create_vocab", "create_pretraining_data")
-  cls = (module.VocabOptions if module.__name__ == "create_vocab" else
-         creation_options.CreationOptions)
-  return run_in_process(module.run, options_from_args(cls, args[1:]))
+  return program_in_process(pretrain_args(workdir, output_dir, *extra,
+                                          **kwargs))

@@ -25,7 +25,7 @@ import tensorflow.compat.v1 as tf
 
 from bertkit.data import packing
 from bertkit.common.errors import UserError
-from conftest import (REPO_ROOT, data_program_in_process, expect_user_error,
+from conftest import (REPO_ROOT, program_in_process, expect_user_error,
                       load_checkpoint, program_in_process, run_program,
                       tiny_bert_config)
 from test_horovod import HOROVOD_MISSING
@@ -55,12 +55,12 @@ def read_records(path):
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
   d = tmp_path_factory.mktemp("packed")
-  data_program_in_process([
+  program_in_process([
       "create_vocab.py", "--input_file=%s" % os.path.join(
           REPO_ROOT, "sample_data", "corpus.txt"),
       "--output_file=%s" % (d / "vocab.txt"), "--vocab_size=%d" % VOCAB])
-  data_program_in_process(create_args(d, d / "unpacked.tfrecord"))
-  packed = data_program_in_process(create_args(
+  program_in_process(create_args(d, d / "unpacked.tfrecord"))
+  packed = program_in_process(create_args(
       d, d / "packed.tfrecord", "--pack_sequences",
       "--max_sequences_per_pack=%d" % PER_PACK))
   with open(d / "config.json", "w") as f:
@@ -176,7 +176,7 @@ def test_packed_and_unpacked_mixed_in_one_glob(data, tmp_path):
 def test_packed_rows_of_different_sizes_in_one_glob(data, tmp_path):
   d = data["dir"]
   pairs = tmp_path / "pairs.tfrecord"
-  data_program_in_process(create_args(d, pairs, "--pack_sequences",
+  program_in_process(create_args(d, pairs, "--pack_sequences",
                                       "--max_sequences_per_pack=2"))
   assert user_error_of(pretrain_args(
       data, tmp_path / "out", input_file="%s,%s" % (
@@ -348,7 +348,7 @@ def test_sharded_mode_packs_each_shards_instances(data, tmp_path):
     args = create_args(data["dir"], "unused", "--num_workers=2", *extra)
     args[args.index("--output_file=unused")] = "--output_dir=%s" % (
         tmp_path / kind)
-    data_program_in_process(args)
+    program_in_process(args)
   shards = sorted(p for p in os.listdir(tmp_path / "packed")
                   if p.endswith(".tfrecord"))
   assert shards and shards == sorted(

@@ -20,7 +20,7 @@ from bertkit.engine import input_pipeline
 import run_pretraining
 import tokenization
 from conftest import REPO_ROOT, expect_user_error, tiny_bert_config
-from conftest import data_program_in_process, load_checkpoint
+from conftest import program_in_process, load_checkpoint
 from conftest import program_in_process, run_program
 from bertkit.common.errors import UserError
 
@@ -43,15 +43,15 @@ def create_data_args(d, output, *extra):
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
   d = tmp_path_factory.mktemp("dynamic_masking")
-  data_program_in_process([
+  program_in_process([
       "create_vocab.py",
       "--input_file=%s" % os.path.join(REPO_ROOT, "sample_data",
                                        "corpus.txt"),
       "--output_file=%s" % (d / "vocab.txt"), "--vocab_size=%d" % VOCAB])
-  data_program_in_process(create_data_args(d, "static.tfrecord",
+  program_in_process(create_data_args(d, "static.tfrecord",
                                            "--dupe_factor=1"))
   # No --dupe_factor: 1 is the default of --masking=dynamic.
-  data_program_in_process(create_data_args(d, "unmasked.tfrecord",
+  program_in_process(create_data_args(d, "unmasked.tfrecord",
                                            "--masking=dynamic"))
   with open(d / "config.json", "w") as f:
     json.dump(CONFIG, f)
@@ -99,7 +99,7 @@ def test_unmasked_records_are_what_tensorflow_serializes(data):
 def test_sharded_mode_writes_unmasked_records_too(data):
   outputs = {}
   for masking in ("static", "dynamic"):
-    data_program_in_process(create_data_args(
+    program_in_process(create_data_args(
         data["dir"], masking, "--num_workers=2", "--shard_size_mb=0.05",
         "--dupe_factor=1", "--masking=%s" % masking))
     outputs[masking] = sorted(str(p) for p in data["dir"].glob(
@@ -472,9 +472,9 @@ def packed(data):
   the unmasked records of the same flags otherwise (--short_seq_prob=0.5:
   a third of the sequences short enough to share a row)."""
   short = ("--masking=dynamic", "--short_seq_prob=0.5")
-  data_program_in_process(packed_data_args(data["dir"], "short.tfrecord",
+  program_in_process(packed_data_args(data["dir"], "short.tfrecord",
                                            *short))
-  result = data_program_in_process(packed_data_args(
+  result = program_in_process(packed_data_args(
       data["dir"], "packed_unmasked.tfrecord", "--pack_sequences",
       "--max_sequences_per_pack=%d" % PER_PACK, *short))
   path = str(data["dir"] / "packed_unmasked.tfrecord")
@@ -676,7 +676,7 @@ def test_training_on_packed_unmasked_rows(data, packed, tmp_path):
 
 def test_packed_rows_with_masks_are_not_re_masked(data, tmp_path):
   path = str(tmp_path / "packed.tfrecord")
-  data_program_in_process(create_data_args(
+  program_in_process(create_data_args(
       data["dir"], "packed.tfrecord", "--pack_sequences", "--dupe_factor=1",
       "--output_file=%s" % path))
   args = pretrain_args(data, tmp_path / "out", path, 1, "--masking=dynamic")

@@ -20,10 +20,8 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from conftest import (REPO_ROOT, options_from_args, run_in_process, run_ok,
+from conftest import (REPO_ROOT, program_in_process, run_ok,
                       tiny_bert_config)
-from bertkit.common import options
-from bertkit.data import creation_options
 
 SEQ, PREDS, VOCAB = 64, 10, 1000
 BATCH, STEPS = 16, 6
@@ -81,25 +79,20 @@ def data(tmp_path_factory):
   common = ["--input_file=%s" % corpus, "--vocab_file=%s" % (d / "vocab.txt"),
             "--max_seq_length=%d" % SEQ,
             "--max_predictions_per_seq=%d" % PREDS]
-  create_in_process(common + ["--output_file=%s" % (d / "records.tfrecord"),
-                              "--dupe_factor=1"])
+  program_in_process(["create_pretraining_data.py"] + common +
+                     ["--output_file=%s" % (d / "records.tfrecord"),
+                      "--dupe_factor=1"])
   with open(d / "config.json", "w") as f:
     json.dump(CONFIG, f)
-  create_in_process(common + ["--output_file=%s" % (d / "unmasked.tfrecord"),
-                              "--masking=dynamic"])
+  program_in_process(["create_pretraining_data.py"] + common +
+                     ["--output_file=%s" % (d / "unmasked.tfrecord"),
+                      "--masking=dynamic"])
   records = list(tf.io.tf_record_iterator(str(d / "records.tfrecord")))
   rank_files = write_rank_records(d, records)
   return {"dir": d, "records": str(d / "records.tfrecord"),
           "unmasked_records": str(d / "unmasked.tfrecord"),
           "counts": [masked_count(r) for r in records],
           "rank_files": rank_files}
-
-
-def create_in_process(args):
-  """create_pretraining_data.run in this process with its flags' `args`."""
-  import create_pretraining_data  # pylint: disable=g-import-not-at-top
-  return run_in_process(create_pretraining_data.run, options_from_args(
-      creation_options.CreationOptions, args))
 
 
 def test_the_records_have_varying_masked_counts(data):
@@ -277,11 +270,9 @@ def runs(data):
 def train_in_process(args):
   """run_pretraining.run in this process with pretrain_args' `args`, as
   one process without a cluster (no TF_CONFIG) runs it."""
-  import run_pretraining  # pylint: disable=g-import-not-at-top
   with pytest.MonkeyPatch.context() as patch:
     patch.delenv("TF_CONFIG", raising=False)
-    return run_in_process(run_pretraining.run, options_from_args(
-        options.PretrainingOptions, args[1:]))
+    return program_in_process(args)
 
 
 def load_checkpoint(path):

@@ -11,11 +11,8 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from conftest import (REPO_ROOT, TINY_CONFIG, expect_user_error,
-                      options_from_args, read_json, run_in_process,
-                      run_program)
-from bertkit.common import options
+                      program_in_process, read_json, run_program)
 from bertkit.common.errors import UserError
-from bertkit.data import creation_options
 from bertkit.engine import evaluation
 from bertkit.engine import training_clock
 from test_preemption import multi_worker_cluster, wait_all
@@ -35,27 +32,15 @@ def text_records(tmp_path_factory):
     json.dump(config, f)
   common = ["--vocab_file=%s" % VOCAB, "--max_seq_length=%d" % SEQ,
             "--max_predictions_per_seq=%d" % PREDS]
-  create_in_process(["--input_file=%s/corpus.txt" % DATA,
-                     "--output_file=%s" % (d / "train.tfrecord"),
-                     "--masking=dynamic", "--dupe_factor=1"] + common)
-  create_in_process(["--input_file=%s/one_document.txt" % DATA,
-                     "--output_file=%s" % (d / "held_out.tfrecord"),
-                     "--masking=static", "--dupe_factor=10"] + common)
+  program_in_process(["create_pretraining_data.py",
+                      "--input_file=%s/corpus.txt" % DATA,
+                      "--output_file=%s" % (d / "train.tfrecord"),
+                      "--masking=dynamic", "--dupe_factor=1"] + common)
+  program_in_process(["create_pretraining_data.py",
+                      "--input_file=%s/one_document.txt" % DATA,
+                      "--output_file=%s" % (d / "held_out.tfrecord"),
+                      "--masking=static", "--dupe_factor=10"] + common)
   return d
-
-
-def create_in_process(args):
-  """create_pretraining_data.run in this process with its flags' `args`."""
-  import create_pretraining_data
-  return run_in_process(create_pretraining_data.run, options_from_args(
-      creation_options.CreationOptions, args))
-
-
-def run_in_here(args):
-  """run_pretraining.run in this process with train_args-style `args`."""
-  import run_pretraining
-  return run_in_process(run_pretraining.run, options_from_args(
-      options.PretrainingOptions, args[1:]))
 
 
 def train_args(d, out, *extra, steps=6):
@@ -86,7 +71,7 @@ METRICS = ("masked_lm_accuracy", "masked_lm_loss", "next_sentence_accuracy",
 @pytest.mark.slow
 def test_history_lines_resume_and_final_results(text_records, tmp_path):
   out = tmp_path / "run"
-  run_in_here(train_args(text_records, out, "--eval_every_n_steps=2"))
+  program_in_process(train_args(text_records, out, "--eval_every_n_steps=2"))
   first = history(out)
   assert [e["step"] for e in first] == [2, 4, 6]
   for entry in first:
@@ -108,7 +93,7 @@ def test_history_lines_resume_and_final_results(text_records, tmp_path):
   assert tagged[(4, "masked_lm_accuracy")] == pytest.approx(
       first[1]["masked_lm_accuracy"])
   # Resume to step 10: the history continues, the clock too.
-  run_in_here(train_args(text_records, out, "--eval_every_n_steps=2",
+  program_in_process(train_args(text_records, out, "--eval_every_n_steps=2",
                          steps=10))
   resumed = history(out)
   assert resumed[:3] == first
@@ -127,7 +112,7 @@ def test_mirrored_evaluation_equals_evaluating_its_checkpoint(text_records,
   on one device gives the same figures: the weights copied are the ones
   trained."""
   out = tmp_path / "mirrored"
-  run_in_here(train_args(text_records, out, "--eval_every_n_steps=3",
+  program_in_process(train_args(text_records, out, "--eval_every_n_steps=3",
                          "--distribution_strategy=mirrored",
                          "--cpu_replicas=2"))
   last = history(out)[-1]
@@ -136,7 +121,7 @@ def test_mirrored_evaluation_equals_evaluating_its_checkpoint(text_records,
   shutil.copytree(out, copy)
   (copy / "eval_results.txt").unlink()
   args = [a for a in train_args(text_records, copy) if a != "--do_train"]
-  run_in_here(args + ["--do_eval"])
+  program_in_process(args + ["--do_eval"])
   results = eval_results(copy)
   assert results["global_step"] == 6
   for name in METRICS:
@@ -172,7 +157,7 @@ def test_target_stops_every_worker_at_the_first_evaluation_reaching_it(
   for task in ("worker-0", "worker-1"):
     assert read_json(out / ("final_weights.%s.json" % task))[
         "global_step"] == stop
-  rerun = run_in_here(train_args(text_records, out, "--eval_every_n_steps=2",
+  rerun = program_in_process(train_args(text_records, out, "--eval_every_n_steps=2",
                                  target, steps=40))
   assert "nothing left to train" in rerun.stderr
   assert tf.train.latest_checkpoint(str(out)).endswith("model.ckpt-%d" % stop)
@@ -265,7 +250,7 @@ def test_bad_evaluation_and_schedule_flags(text_records, tmp_path, flags,
                                            fragment):
   out = tmp_path / "bad"
   with pytest.raises(UserError) as e:
-    run_in_here(train_args(text_records, out, *flags))
+    program_in_process(train_args(text_records, out, *flags))
   assert fragment in str(e.value), str(e.value)
   assert not out.exists()
 
@@ -289,12 +274,13 @@ def test_bad_held_out_records(text_records, tmp_path, what):
     fragment = "--eval_input_file pattern"
   else:
     other = tmp_path / "seq64.tfrecord"
-    create_in_process(["--input_file=%s/one_document.txt" % DATA,
+    program_in_process(["create_pretraining_data.py",
+                      "--input_file=%s/one_document.txt" % DATA,
                        "--output_file=%s" % other, "--vocab_file=%s" % VOCAB,
                        "--max_seq_length=64", "--masking=dynamic"])
     args.append("--eval_input_file=%s" % other)
     fragment = "input_ids has length 64 but --max_seq_length=32"
   with pytest.raises(UserError) as e:
-    run_in_here(args)
+    program_in_process(args)
   assert fragment in str(e.value), str(e.value)
   assert not out.exists()

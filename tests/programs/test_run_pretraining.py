@@ -13,10 +13,8 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from conftest import (REPO_ROOT, TINY_CONFIG, expect_user_error,
-                      load_checkpoint, options_from_args, pretrain_args,
-                      pretrain_in_process, read_json, run_in_process, run_ok,
-                      run_program)
-from bertkit.common import options
+                      load_checkpoint, pretrain_args, pretrain_in_process,
+                      program_in_process, read_json, run_ok, run_program)
 from bertkit.common.errors import UserError
 
 @pytest.fixture(scope="module")
@@ -277,7 +275,7 @@ def test_init_checkpoint_with_other_shapes_is_refused(strategy_runs, workdir):
                        "--init_checkpoint=%s" % strategy_runs["one_device"][0])
   args[1] = "--bert_config_file=%s" % (workdir / "bigger.json")
   with pytest.raises(UserError) as e:
-    pretrain_run(args)
+    program_in_process(args)
   expect_refused(e, "differ in shape", "bert/")
   assert not (workdir / "bad_init" / "checkpoint").exists()
 
@@ -286,15 +284,8 @@ def test_input_glob_matching_nothing_is_refused(workdir):
   args = pretrain_args(workdir, workdir / "bad_glob")
   args[2] = "--input_file=%s" % (workdir / "nothing-*.tfrecord")
   with pytest.raises(UserError) as e:
-    pretrain_run(args)
+    program_in_process(args)
   expect_refused(e, "matches no file")
-
-
-def pretrain_run(args):
-  """run_pretraining.run in this process with pretrain_args-style `args`."""
-  import run_pretraining
-  return run_in_process(run_pretraining.run, options_from_args(
-      options.PretrainingOptions, args[1:]))
 
 
 @pytest.mark.slow
