@@ -15,8 +15,9 @@ hold and how they are masked; the model, its heads and losses live in
 bertkit/tasks/pretraining.py.
 """
 
-import collections
+import dataclasses
 import sys
+from typing import Any, List, Optional
 
 from absl import app
 from absl import flags
@@ -178,18 +179,41 @@ def describe_masking(record_kind, masking):
               else "per wordpiece"))
 
 
-# What check_inputs found before TensorFlow is imported: the training
-# records, and the records evaluated with the flag naming them
-# (--eval_input_file, else --input_file).
-Checked = collections.namedtuple(
-    "Checked", ["input_files", "eval_flag", "eval_files"])
+@dataclasses.dataclass(frozen=True)
+class Checked:
+  """What check_inputs found before TensorFlow is imported.
 
-# What validate found: the model's config, the training records and their
-# input_pipeline.PretrainingInput, the records evaluated and theirs
-# (eval_files None: no evaluation), and the learning-rate schedule.
-Plan = collections.namedtuple(
-    "Plan", ["bert_config", "input_files", "train_input", "eval_files",
-             "eval_input", "schedule"])
+  Attributes:
+    input_files: the training records.
+    eval_flag: the flag naming the evaluated records: "eval_input_file",
+      else "input_file".
+    eval_files: the records it names.
+  """
+  input_files: List[str]
+  eval_flag: str
+  eval_files: List[str]
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  """What validate found.
+
+  Attributes:
+    bert_config: the model's modeling.BertConfig.
+    input_files: the training records.
+    train_input: their input_pipeline.PretrainingInput.
+    eval_files: the records evaluated, or None: no evaluation.
+    eval_input: the evaluated records' input_pipeline.PretrainingInput.
+    schedule: the learning-rate schedule, a runner.Schedule.
+  """
+  # Any: the modules of these types import TensorFlow, which this one
+  # imports only once the flags are checked.
+  bert_config: Any
+  input_files: List[str]
+  train_input: Any
+  eval_files: Optional[List[str]]
+  eval_input: Any
+  schedule: Any
 
 
 def options_from_flags():

@@ -29,6 +29,8 @@ ALL_REDUCE_ALGS = ("auto", "nccl", "hierarchical_copy", "one_device", "ring")
 # masked, at most 20 per 128-token sequence (upstream's flag defaults).
 MASKED_LM_PROB = 0.15
 MAX_PREDICTIONS_PER_SEQ = 20
+# Upstream's --eval_batch_size (every program) and --predict_batch_size.
+UPSTREAM_EVAL_BATCH_SIZE = 8
 
 # --optimizer (engine/optimizers.py).
 OPTIMIZERS = ("adamw", "lamb")
@@ -364,7 +366,7 @@ class PretrainingOptions:
                                          **AT_LEAST_ONE)
   do_whole_word_mask: bool = False
   max_seq_length: int = ranged(128, **AT_LEAST_ONE)
-  eval_batch_size: int = ranged(8, **AT_LEAST_ONE)
+  eval_batch_size: int = ranged(UPSTREAM_EVAL_BATCH_SIZE, **AT_LEAST_ONE)
   max_eval_steps: int = ranged(100, **AT_LEAST_ONE)
   num_train_steps: int = ranged(100000, **AT_LEAST_ONE)
   num_warmup_steps: Optional[int] = ranged(None, **NOT_NEGATIVE)
@@ -439,8 +441,9 @@ class FineTuningOptions:
   vocab_file: Optional[str] = None
   do_lower_case: bool = True
   max_seq_length: int = ranged(128, low=3)
-  eval_batch_size: int = ranged(8, **AT_LEAST_ONE)
-  predict_batch_size: int = ranged(8, **AT_LEAST_ONE)
+  eval_batch_size: int = ranged(UPSTREAM_EVAL_BATCH_SIZE, **AT_LEAST_ONE)
+  predict_batch_size: int = ranged(UPSTREAM_EVAL_BATCH_SIZE,
+                                   **AT_LEAST_ONE)
   num_train_epochs: float = ranged(3.0, **POSITIVE)
   warmup_proportion: float = ranged(0.1, **FRACTION)
 

@@ -13,9 +13,10 @@ task 0 is the chief. engine/distribution.py decides whether the step is used
 Free of TensorFlow: pure functions of a mapping like os.environ.
 """
 
-import collections
+import dataclasses
 import re
 import socket
+from typing import List, Optional
 
 from bertkit.common.errors import UserError
 
@@ -30,17 +31,26 @@ DEFAULT_PORT_FIRST = 10000
 DEFAULT_PORT_STRIDE = 8
 DEFAULT_PORT_SLOTS = 2800
 
-# A job step's training cluster, seen from one of its tasks.
-#   workers: "host:port" of every task, by SLURM_PROCID (chief first).
-#   task_index: this task's SLURM_PROCID.
-#   local_index: this task's SLURM_LOCALID (its rank on its node).
-#   gpus: CUDA device ids this task should see (strings, as in
-#     CUDA_VISIBLE_DEVICES), or None when the node shows no GPUs.
-#   variables: which SLURM_* variables the layout was read from, for the
-#     log line ("SLURM_STEP_NODELIST=localhost SLURM_STEP_TASKS_PER_NODE=2").
-SlurmStep = collections.namedtuple(
-    "SlurmStep",
-    ["workers", "task_index", "local_index", "gpus", "variables"])
+
+@dataclasses.dataclass(frozen=True)
+class SlurmStep:
+  """A job step's training cluster, seen from one of its tasks.
+
+  Attributes:
+    workers: "host:port" of every task, by SLURM_PROCID (chief first).
+    task_index: this task's SLURM_PROCID.
+    local_index: this task's SLURM_LOCALID (its rank on its node).
+    gpus: CUDA device ids this task should see (strings, as in
+      CUDA_VISIBLE_DEVICES), or None when the node shows no GPUs.
+    variables: which SLURM_* variables the layout was read from, for the
+      log line ("SLURM_STEP_NODELIST=localhost SLURM_STEP_TASKS_PER_NODE=2").
+  """
+  workers: List[str]
+  task_index: int
+  local_index: int
+  gpus: Optional[List[str]]
+  variables: str
+
 
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 

@@ -20,9 +20,10 @@ the batch it lands in, and change from epoch to epoch. (Two byte-identical
 records therefore get the same masks in the same epoch.)
 """
 
-import collections
+import dataclasses
 import hashlib
 import math
+from typing import Tuple
 
 import tensorflow.compat.v1 as tf
 
@@ -41,21 +42,31 @@ EVAL_SEED = 12345
 # uninterrupted one would have.
 DEFAULT_SEED = 12345
 
-MaskingParams = collections.namedtuple("MaskingParams", [
-    "max_seq_length", "max_predictions_per_seq", "masked_lm_prob",
-    "do_whole_word_mask", "vocab_size", "cls_id", "sep_id", "mask_id",
-    "continuation_ids"])
-MaskingParams.__doc__ = """What the masks are drawn with.
 
-Attributes:
-  max_seq_length: S.
-  max_predictions_per_seq: P.
-  masked_lm_prob: fraction of a sequence's tokens to mask.
-  do_whole_word_mask: mask every wordpiece of a word together.
-  vocab_size: random replacement ids are drawn from [0, vocab_size).
-  cls_id, sep_id, mask_id: the special tokens' ids.
-  continuation_ids: ids of the "##" pieces (whole-word masking).
-"""
+@dataclasses.dataclass(frozen=True)
+class MaskingParams:
+  """What the masks are drawn with.
+
+  Attributes:
+    max_seq_length: S.
+    max_predictions_per_seq: P.
+    masked_lm_prob: fraction of a sequence's tokens to mask.
+    do_whole_word_mask: mask every wordpiece of a word together.
+    vocab_size: random replacement ids are drawn from [0, vocab_size).
+    cls_id: the id of [CLS].
+    sep_id: the id of [SEP].
+    mask_id: the id of [MASK].
+    continuation_ids: ids of the "##" pieces (whole-word masking).
+  """
+  max_seq_length: int
+  max_predictions_per_seq: int
+  masked_lm_prob: float
+  do_whole_word_mask: bool
+  vocab_size: int
+  cls_id: int
+  sep_id: int
+  mask_id: int
+  continuation_ids: Tuple[int, ...]
 
 
 def num_to_predict(length, max_predictions_per_seq, masked_lm_prob):

@@ -36,7 +36,6 @@ upstream's `create_optimizer` expects. The precision (loss scaling) is
 handed in the same way, as one precision.Precision.
 """
 
-import collections
 import dataclasses
 import re
 from typing import Optional
@@ -49,6 +48,7 @@ from bertkit.common import options as run_options
 from bertkit.engine import distribution
 from bertkit.engine import lr_schedules
 from bertkit.engine import train_step
+from bertkit.engine import training_clock
 
 DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
 OPTIMIZERS = run_options.OPTIMIZERS
@@ -436,13 +436,25 @@ def build_optimizer(optimizer_name, learning_rate, bias_correction=False,
                    (optimizer_name, ", ".join(OPTIMIZERS)))
 
 
-# --train_time_budget_hours: the schedule runs over `seconds` of training
-# time (warm-up: the first `warmup_seconds`), read from the run's
-# training_clock.TrainingClock. The chief's clock rides in the gradient
-# all-reduce, so every replica and process uses the same rate and sees the
-# budget run out at the same step.
-TimeBudget = collections.namedtuple(
-    "TimeBudget", ["seconds", "warmup_seconds", "clock", "is_chief"])
+@dataclasses.dataclass(frozen=True)
+class TimeBudget:
+  """--train_time_budget_hours: the schedule runs over training seconds.
+
+  The seconds are read from the run's training_clock.TrainingClock. Only
+  the chief's clock counts, and it rides in the gradient all-reduce, so
+  every replica and process uses the same rate and sees the budget run out
+  at the same step.
+
+  Attributes:
+    seconds: the training seconds the schedule runs over.
+    warmup_seconds: its warm-up: the first of those seconds.
+    clock: the run's clock.
+    is_chief: whether this process holds the chief's clock.
+  """
+  seconds: float
+  warmup_seconds: float
+  clock: training_clock.TrainingClock
+  is_chief: bool
 
 
 def _synced_train_seconds_share(time_budget):

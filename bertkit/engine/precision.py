@@ -9,14 +9,15 @@ gradients on the wire), to the session config (the bfloat16 rewrite) and to
 the run summary. None of them reads the precision flags themselves.
 """
 
-import collections
 import dataclasses
+from typing import Optional
 
 from bertkit.common import options
 
 FLOAT32 = "float32"
 MIXED_FLOAT16 = "mixed_float16"
 MIXED_BFLOAT16 = "mixed_bfloat16"
+
 
 @dataclasses.dataclass(frozen=True)
 class LossScale:
@@ -30,12 +31,11 @@ class LossScale:
   growth_steps: int = options.PrecisionOptions.loss_scale_growth_steps
 
 
-class Precision(collections.namedtuple(
-    "Precision", ["requested", "compute", "loss_scale", "compress_gradients",
-                  "stop_on_nonfinite_loss", "reason"])):
+@dataclasses.dataclass(frozen=True)
+class Precision:
   """How a run computes, and what follows from it.
 
-  Fields:
+  Attributes:
     requested: what the flags asked for: "fp32", "fp16" (--use_fp16) or
       "bf16" (--use_bf16).
     compute: what the kernels compute in: FLOAT32, MIXED_FLOAT16 (float16
@@ -50,7 +50,12 @@ class Precision(collections.namedtuple(
       with loss scaling, whose overflowing steps are expected and skipped.
     reason: one line saying why `compute` is what it is, for the log.
   """
-  __slots__ = ()
+  requested: str
+  compute: str
+  loss_scale: Optional[LossScale]
+  compress_gradients: bool
+  stop_on_nonfinite_loss: bool
+  reason: str
 
   @property
   def fell_back(self):

@@ -444,7 +444,7 @@ def _predict_stage(estimator, setup, make_input_fn, prediction, result):
   if not setup.is_chief or prediction.use_predictions is None:
     return result
   result = prediction.use_predictions(predictions) or result
-  latest = tf.train.latest_checkpoint(setup.output_dir)
+  latest = tf.train.latest_checkpoint(setup.options.output_dir)
   if result is not None and latest and "global_step" not in result:
     # None when predicting straight from --init_checkpoint.
     result["global_step"] = int(tf.train.load_variable(latest,
@@ -573,17 +573,21 @@ def train(estimator, setup, train_input_fn, eval_input_fn, max_steps,
     errors.TrainingStopped: a stop signal ended training (checkpoint written).
     errors.TrainingFailed: training cannot go on (one line says why).
   """
+  run_options = setup.options
   hook = throughput.ThroughputHook(
-      setup.output_dir, setup.global_batch_size, setup.plan.num_replicas,
-      max_steps, log_every=setup.log_every, warmup_steps=setup.warmup_steps,
+      run_options.output_dir, run_options.train_batch_size,
+      setup.plan.num_replicas, max_steps,
+      log_every=run_options.log_every_n_steps,
+      warmup_steps=run_options.throughput_warmup_steps,
       is_chief=setup.is_chief, extra_info=setup.extra_info, clock=watch.clock)
   stop_hook = training_hooks.StopOnSignalHook(
       stop_vote if setup.plan.num_workers > 1 else None)
   # The evaluation hook first: its end() adds the time to target to the
   # summary the throughput hook's end() writes.
   hooks = [watch.evaluation] if watch.evaluation is not None else []
-  hooks += [hook, training_hooks.WeightsFingerprintHook(
-      setup.output_dir, task_name(setup.plan), setup.strategy), stop_hook]
+  fingerprint = training_hooks.WeightsFingerprintHook(
+      run_options.output_dir, task_name(setup.plan), setup.strategy)
+  hooks += [hook, fingerprint, stop_hook]
   if watch.time_budget_seconds:
     hooks.append(training_hooks.TimeBudgetHook(watch.time_budget_seconds))
   hooks.append(training_hooks.NonFiniteLossHook(setup.precision))
@@ -592,12 +596,13 @@ def train(estimator, setup, train_input_fn, eval_input_fn, max_steps,
     watchdog = training_hooks.StallWatchdogHook(
         setup.plan.collective_timeout_seconds)
     hooks.append(watchdog)
-  if setup.profile_steps:
-    hooks.append(training_hooks.ProfilerHook(setup.output_dir,
-                                             *setup.profile_steps))
+  if run_options.profile_steps:
+    hooks.append(training_hooks.ProfilerHook(run_options.output_dir,
+                                             *run_options.profile_steps))
   listeners = [throughput.CheckpointMarker(hook)]
   if watch.clock is not None and setup.is_chief:
-    listeners.append(held_out.ClockRecorder(setup.output_dir, watch.clock))
+    listeners.append(held_out.ClockRecorder(run_options.output_dir,
+                                            watch.clock))
   if setup.process_engine:
     # A non-zero rank saves its final weights in its scratch model_dir.
     hooks.append(setup.process_engine.broadcast_hook(

@@ -12,6 +12,7 @@ Steady state excludes, as NVIDIA's BERT reference does:
   - every step during which a checkpoint was written.
 """
 
+import dataclasses
 import json
 import os
 import time
@@ -53,7 +54,8 @@ def steady_state(step_records, warmup_steps):
 
 
 # Per-step counts recorded when the model_fn registers BatchCounts.
-COUNTED = train_step.BatchCounts._fields
+COUNTED = tuple(field.name
+                for field in dataclasses.fields(train_step.BatchCounts))
 # In the output directory: one JSON line per logged step, then the summary
 # (read by benchmark.py's sweep and by users' tools).
 STEPS_FILE = "throughput.jsonl"
@@ -116,7 +118,7 @@ class ThroughputHook(tf.train.SessionRunHook):
       self._fetches["loss_scale"] = metrics.loss_scale
     counts = train_step.batch_counts()
     if counts is not None:
-      self._fetches.update(counts._asdict())
+      self._fetches.update({key: getattr(counts, key) for key in COUNTED})
     self._jsonl = None
     self._writer = None
     if self._is_chief:

@@ -8,7 +8,7 @@ hooks (throughput.ThroughputHook, training_hooks.NonFiniteLossHook) read them
 back with `step_metrics` / `batch_counts`. Nothing else passes a step along.
 """
 
-import collections
+import dataclasses
 import typing
 from typing import Any
 import weakref
@@ -16,6 +16,7 @@ import weakref
 import tensorflow.compat.v1 as tf
 
 from bertkit.engine import distribution
+
 
 class TrainStep(typing.NamedTuple):
   """What one training step is built of (a named tuple: a strategy's run
@@ -38,16 +39,35 @@ class TrainStep(typing.NamedTuple):
   loss_scale: Any
   train_seconds: Any = None
 
-# What the training hooks watch of a step: the global batch's loss (as the
-# sum of this process's entries), the learning rate, the loss scale or None,
-# the synchronised training seconds or None.
-StepMetrics = collections.namedtuple(
-    "StepMetrics", ["loss", "learning_rate", "loss_scale", "train_seconds"])
 
-# What a step's global batch holds besides its rows: sequences (more than the
-# rows when rows are packed) and real, non-padding tokens.
-BatchCounts = collections.namedtuple("BatchCounts",
-                                     ["sequences", "real_tokens"])
+class StepMetrics(typing.NamedTuple):
+  """What the training hooks watch of a step (a named tuple: session.run
+  fetches it whole).
+
+  Attributes:
+    loss: the global batch's loss (the sum of this process's entries).
+    learning_rate: the learning rate of the step.
+    loss_scale: the dynamic loss scale (None without --use_fp16).
+    train_seconds: the synchronised training seconds (None without a time
+      budget).
+  """
+  loss: Any
+  learning_rate: Any
+  loss_scale: Any
+  train_seconds: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchCounts:
+  """What a step's global batch holds besides its rows.
+
+  Attributes:
+    sequences: its sequences (more than the rows when rows are packed).
+    real_tokens: its real, non-padding tokens.
+  """
+  sequences: Any
+  real_tokens: Any
+
 
 # Graph -> its StepMetrics / BatchCounts entries, one per local replica.
 # Written by the register_* functions only, read by step_metrics and

@@ -10,10 +10,11 @@ and the output directory checked writable (falling back to its newest
 readable checkpoint). runner.py runs tasks on it.
 """
 
-import collections
+import dataclasses
 import os
 import shutil
 import uuid
+from typing import Any, Optional
 
 from absl import logging
 import tensorflow as tf2
@@ -23,6 +24,7 @@ from tensorflow.python.util import _pywrap_util_port
 
 from bertkit.common import atomic_io
 from bertkit.common.errors import UserError
+from bertkit.common.options import RunOptions
 from bertkit.engine import byteps_engine
 from bertkit.engine import checkpoints
 from bertkit.engine import distribution
@@ -38,17 +40,33 @@ MIN_FREE_DISK_BYTES = 50 * 1024 * 1024
 PROCESS_ENGINES = {"horovod": horovod_engine, "byteps": byteps_engine}
 
 
-# What the runner uses of a prepared engine. `precision` is the run's
-# Precision; `process_group` the distribution.ProcessGroup of an engine with
-# one process per replica (horovod, byteps), else None, and `process_engine`
-# that engine's module (PROCESS_ENGINES), else None. `extra_info` holds the facts
-# written into throughput_summary.json (strategy, precision, records
-# skipped, ...); nothing reads decisions back from it.
-Setup = collections.namedtuple(
-    "Setup", ["plan", "strategy", "run_config", "is_chief", "output_dir",
-              "global_batch_size", "profile_steps", "log_every",
-              "warmup_steps", "precision", "process_group", "process_engine",
-              "extra_info"])
+@dataclasses.dataclass
+class Setup:
+  """What the runner uses of a prepared engine.
+
+  Attributes:
+    options: the run's options.RunOptions (output_dir, batch, logging,
+      profiling: read from here, never copied).
+    plan: the distribution.StrategyPlan.
+    strategy: the tf.distribute strategy, or None for a process engine.
+    run_config: the Estimator's RunConfig.
+    is_chief: whether this process writes checkpoints and summaries.
+    precision: the run's precision.Precision.
+    process_group: the distribution.ProcessGroup of an engine with one
+      process per replica (horovod, byteps), else None.
+    process_engine: that engine's module (PROCESS_ENGINES), else None.
+    extra_info: the facts written into throughput_summary.json (strategy,
+      precision, records skipped, ...); nothing reads decisions back from it.
+  """
+  options: RunOptions
+  plan: distribution.StrategyPlan
+  strategy: Any
+  run_config: tf.estimator.RunConfig
+  is_chief: bool
+  precision: Precision
+  process_group: Optional[distribution.ProcessGroup]
+  process_engine: Any
+  extra_info: dict
 
 
 def check_output_dir(output_dir):
@@ -256,14 +274,10 @@ def prepare(options):
                     use_xla=options.precision.use_xla,
                     devices=",".join(plan.devices),
                     num_workers=plan.num_workers)
-  return Setup(plan=plan, strategy=strategy, run_config=run_config,
-               is_chief=is_chief, output_dir=options.output_dir,
-               global_batch_size=options.train_batch_size,
-               profile_steps=options.profile_steps,
-               log_every=options.log_every_n_steps,
-               warmup_steps=options.throughput_warmup_steps,
-               precision=precision, process_group=process_group,
-               process_engine=process_engine, extra_info=extra_info)
+  return Setup(options=options, plan=plan, strategy=strategy,
+               run_config=run_config, is_chief=is_chief, precision=precision,
+               process_group=process_group, process_engine=process_engine,
+               extra_info=extra_info)
 
 
 def _decide_precision(options, num_gpus):

@@ -8,6 +8,7 @@ precision(batch), examples/sec.
 
 import collections
 import csv
+import dataclasses
 import io
 import os
 
@@ -21,7 +22,8 @@ CPU_NOTE = "CPU logical replicas, not GPUs"
 SERIES_AXES = ("strategy", "config_file", "seq_length", "xla", "precision",
                "per_replica_batch")
 
-CSV_FIELDS = list(sweep.Cell._fields) + [
+CELL_FIELDS = tuple(field.name for field in dataclasses.fields(sweep.Cell))
+CSV_FIELDS = list(CELL_FIELDS) + [
     "device", "global_batch", "num_train_steps", "steps_counted",
     "examples_per_sec", "examples_per_sec_per_replica", "sequences_per_sec",
     "real_tokens_per_sec", "scaling_efficiency", "model_gflop_per_example",
@@ -122,7 +124,7 @@ def markdown_details(rows):
     eps = row["examples_per_sec"]
     out.append(" | ".join([
         "`%s`" % sweep.cell_name(sweep.Cell(
-            *[row[f] for f in sweep.Cell._fields])),
+            **{f: row[f] for f in CELL_FIELDS})),
         str(row["global_batch"]),
         _format_number(eps) if eps else "",
         _format_number(row["examples_per_sec_per_replica"]) if eps else "",

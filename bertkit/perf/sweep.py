@@ -7,7 +7,7 @@ throughput_summary.json. The rows returned here carry the measurements;
 bertkit.perf.reports adds efficiency and writes them out.
 """
 
-import collections
+import dataclasses
 import importlib.util
 import itertools
 import json
@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+from typing import Optional
 
 from absl import logging
 
@@ -35,15 +36,53 @@ PRECISIONS = ("fp32", "fp16", "bf16")
 SUMMARY_PRECISION = {"fp32": "float32", "fp16": "mixed_float16",
                      "bf16": "mixed_bfloat16"}
 
-Cell = collections.namedtuple(
-    "Cell", ["strategy", "config_file", "seq_length", "xla", "precision",
-             "per_replica_batch", "replicas"])
 
-# What every cell of a sweep shares, as the benchmark's flags give it.
-SweepOptions = collections.namedtuple(
-    "SweepOptions", ["output_dir", "input_file", "max_predictions_per_seq",
-                     "num_train_steps", "throughput_warmup_steps",
-                     "num_synthetic_records", "cell_timeout_seconds"])
+@dataclasses.dataclass(frozen=True)
+class Cell:
+  """One point of the sweep's axes: one run.
+
+  Attributes:
+    strategy: its --distribution_strategy, one of STRATEGIES.
+    config_file: its bert_config.json, relative to the repository.
+    seq_length: its --max_seq_length.
+    xla: "on" or "off" (--use_xla).
+    precision: one of PRECISIONS.
+    per_replica_batch: examples per replica per step.
+    replicas: GPUs, logical CPU devices, horovod ranks or BytePS workers.
+  """
+  strategy: str
+  config_file: str
+  seq_length: int
+  xla: str
+  precision: str
+  per_replica_batch: int
+  replicas: int
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepOptions:
+  """What every cell of a sweep shares, as the benchmark's flags give it.
+
+  Attributes:
+    output_dir: where the cells' directories (cells/<name>) go, and
+      synthetic records (data/).
+    input_file: the pretraining records of every cell (comma-separated
+      globs), or None: synthetic records of each cell's shape.
+    max_predictions_per_seq: masked positions per sequence (P).
+    num_train_steps: training steps of each cell.
+    throughput_warmup_steps: leading steps of each cell left out of its
+      figure.
+    num_synthetic_records: synthetic records of each shape.
+    cell_timeout_seconds: a cell running longer is stopped and marked
+      failed.
+  """
+  output_dir: str
+  input_file: Optional[str]
+  max_predictions_per_seq: int
+  num_train_steps: int
+  throughput_warmup_steps: int
+  num_synthetic_records: int
+  cell_timeout_seconds: int
 
 
 def expand_cells(strategies, config_files, seq_lengths, xla, precisions,
@@ -243,7 +282,7 @@ def run_cell(command, cell_dir, timeout):
 
 def base_row(cell, device, num_steps):
   """A result row of `cell` with no measurement yet."""
-  row = cell._asdict()
+  row = dataclasses.asdict(cell)
   row.update({"device": device,
               "global_batch": cell.per_replica_batch * cell.replicas,
               "num_train_steps": num_steps, "steps_counted": None,

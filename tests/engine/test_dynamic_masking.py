@@ -5,6 +5,7 @@ create_pretraining_data.py (their run() in this process, with a user's
 flags): upstream's (static) records and unmasked ones of the same seed.
 """
 
+import dataclasses
 import json
 import os
 import shutil
@@ -324,7 +325,7 @@ def test_counts_round_half_to_even_and_respect_the_caps(tmp_path, data):
   drawn = read_examples(path, UNMASKED, params, 5, batch=5)
   counts = [int(e["masked_lm_weights"].sum()) for e in drawn]
   assert counts == [2, 4, 2, 1, PREDS]
-  params = params._replace(masked_lm_prob=0.9)
+  params = dataclasses.replace(params, masked_lm_prob=0.9)
   drawn = read_examples(path, UNMASKED, params, 5, batch=5)
   # round(4.5) = 4 masks wanted, 2 candidates: both.
   assert int(drawn[3]["masked_lm_weights"].sum()) == 2

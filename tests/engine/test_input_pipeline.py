@@ -5,6 +5,8 @@ records come, and the masking step, each with its exact expected values;
 then the input_fn they make up, resumed where the uninterrupted one was.
 """
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
@@ -210,8 +212,9 @@ def test_a_resumed_input_continues_the_uninterrupted_one(tmp_path):
   files = [synthetic_data.write_synthetic_pretraining_records(
       str(tmp_path / ("%d.tfrecord" % i)), 7 - 2 * i, SEQ, PREDS, VOCAB,
       seed=i) for i in range(2)]
-  masking = MASKING._replace(max_seq_length=SEQ, max_predictions_per_seq=PREDS,
-                             vocab_size=VOCAB)
+  masking = dataclasses.replace(MASKING, max_seq_length=SEQ,
+                                max_predictions_per_seq=PREDS,
+                                vocab_size=VOCAB)
   spec = input_pipeline.PretrainingInput(
       SEQ, PREDS, pretraining_records.MASKED, masking=masking, masking_seed=3)
 

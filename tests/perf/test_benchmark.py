@@ -2,6 +2,7 @@
 tables, efficiency, a real sweep."""
 
 import csv
+import dataclasses
 import glob
 import json
 import os
@@ -149,13 +150,15 @@ def test_cell_commands():
     assert flag in argv
   gpu = sweep.cell_command(cell, "/c.json", "/d", "/o", 20, 30, 10, "gpu")
   assert "--num_gpus=2" in gpu and "--cpu_replicas=2" not in gpu
-  hvd = sweep.cell_command(cell._replace(strategy="horovod", replicas=4),
-                           "/c.json", "/d", "/o", 20, 30, 10, "cpu")
+  hvd = sweep.cell_command(
+      dataclasses.replace(cell, strategy="horovod", replicas=4), "/c.json",
+      "/d", "/o", 20, 30, 10, "cpu")
   assert hvd[1:3] == ["-np", "4"]
   assert "--train_batch_size=32" in hvd
   assert not any(a.startswith(("--cpu_replicas", "--num_gpus")) for a in hvd)
-  bps = sweep.cell_command(cell._replace(strategy="byteps", replicas=4),
-                           "/c.json", "/d", "/o", 20, 30, 10, "cpu")
+  bps = sweep.cell_command(
+      dataclasses.replace(cell, strategy="byteps", replicas=4), "/c.json",
+      "/d", "/o", 20, 30, 10, "cpu")
   # The launcher with its own arguments, then the cell's flags after `--`,
   # which override the launcher's defaults (absl keeps a flag's last value).
   assert bps[:12] == ["env", "PYTHON=%s" % sys.executable,
@@ -167,12 +170,13 @@ def test_cell_commands():
   assert not any(a.startswith(("--cpu_replicas", "--num_gpus")) for a in bps)
   assert sweep.cell_name(cell) == "mirrored-c-s128-xla_on-fp16-b8-r2"
   assert "--use_bf16=False" in argv
-  bf16 = sweep.cell_command(cell._replace(precision="bf16"), "/c.json",
-                            "/d", "/o", 20, 30, 10, "cpu")
+  bf16 = sweep.cell_command(dataclasses.replace(cell, precision="bf16"),
+                            "/c.json", "/d", "/o", 20, 30, 10, "cpu")
   assert "--use_bf16=True" in bf16 and "--use_fp16=False" in bf16
   # Central storage runs in one process over the local devices, as mirrored.
-  central = sweep.cell_command(cell._replace(strategy="central_storage"),
-                               "/c.json", "/d", "/o", 20, 30, 10, "cpu")
+  central = sweep.cell_command(
+      dataclasses.replace(cell, strategy="central_storage"), "/c.json", "/d",
+      "/o", 20, 30, 10, "cpu")
   assert "--distribution_strategy=central_storage" in central
   assert "--cpu_replicas=2" in central and central[0] == sys.executable
 
@@ -332,4 +336,5 @@ def test_cells_of_a_missing_engine_are_skipped_with_the_reason(monkeypatch):
   cell = sweep.expand_cells(["byteps"], ["configs/bert_tiny.json"], [128],
                             ["off"], ["fp32"], [8], [2])[0]
   assert sweep._skip_reason(cell, missing) == missing["byteps"]  # pylint: disable=protected-access
-  assert sweep._skip_reason(cell._replace(strategy="mirrored"), missing) == ""  # pylint: disable=protected-access
+  mirrored = dataclasses.replace(cell, strategy="mirrored")
+  assert sweep._skip_reason(mirrored, missing) == ""  # pylint: disable=protected-access
