@@ -7,6 +7,10 @@ VENV ?= .venv
 VPY := $(VENV)/bin/python
 WORK_DIR ?= $(CURDIR)/runs/sample
 PYTEST_ARGS ?=
+# Tests run in this many pytest-xdist workers; a module's tests stay on one
+# worker (tests/conftest.py groups them), so its fixtures are built once.
+TEST_WORKERS ?= 2
+PYTEST := TF_CPP_MIN_LOG_LEVEL=2 $(VPY) -m pytest -q -n $(TEST_WORKERS)
 
 .PHONY: run test test-all venv clean
 
@@ -33,10 +37,10 @@ run: $(VENV)/.installed
 	  "SavedModel next to it"
 
 test: $(VENV)/.installed-dev
-	TF_CPP_MIN_LOG_LEVEL=2 $(VPY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(PYTEST) -m "not slow" $(PYTEST_ARGS)
 
 test-all: $(VENV)/.installed-dev
-	TF_CPP_MIN_LOG_LEVEL=2 $(VPY) -m pytest -q $(PYTEST_ARGS)
+	$(PYTEST) $(PYTEST_ARGS)
 
 clean:
 	rm -rf runs

@@ -384,3 +384,43 @@ def pretrain_in_process(workdir, output_dir, *extra, **kwargs):
   """run_pretraining.run in this process, with pretrain_args' arguments."""
   return program_in_process(pretrain_args(workdir, output_dir, *extra,
                                           **kwargs))
+
+
+
+def pytest_collection_modifyitems(config, items):
+  """Under pytest-xdist (the Makefile's -n 2), modules with more slow tests
+  come first: handed out first, the two workers end close together instead
+  of one waiting on a last long module."""
+  del config  # the hook's signature
+  if "PYTEST_XDIST_WORKER" not in os.environ:
+    return
+  slow_tests = {}
+  for item in items:
+    if item.get_closest_marker("slow") is not None:
+      slow_tests[item.module.__name__] = slow_tests.get(
+          item.module.__name__, 0) + 1
+  order = {name: i for i, name in enumerate(
+      dict.fromkeys(item.module.__name__ for item in items))}
+  items.sort(key=lambda item: (-slow_tests.get(item.module.__name__, 0),
+                               order[item.module.__name__]))
+
+
+def xdist_work_unit(nodeid):
+  """The pytest-xdist work unit of a test: its module, so module fixtures
+  (trained runs, records, clusters) are built once; the Slurm modules form
+  one unit, sharing the session's one Slurm cluster on one worker."""
+  module = nodeid.split("::", 1)[0]
+  return "slurm" if os.path.basename(module).startswith("test_slurm") \
+      else module
+
+
+def pytest_xdist_make_scheduler(config, log):
+  """Work units by xdist_work_unit, in collection order."""
+  from xdist.scheduler import LoadScopeScheduling
+
+  class ByModule(LoadScopeScheduling):
+    def _split_scope(self, nodeid):
+      return xdist_work_unit(nodeid)
+
+  config.option.loadscopereorder = False
+  return ByModule(config, log)

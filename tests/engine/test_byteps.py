@@ -437,7 +437,7 @@ def stop_lines(log_path):
 def test_sigterm_stops_every_worker_at_the_same_step(real_text, tmp_path):
   out = tmp_path / "stop"
   out.mkdir()
-  steps, port = 400, free_port()
+  steps, port = 100, free_port()
   proc, log = launch(real_text, out, steps=steps, port=port, log_name="1.log")
   pids = worker_pids(port)
   signalled_at = wait_for_step(proc, out, 3)
