@@ -158,7 +158,9 @@ def multi_worker_cluster(workdir, out, args, log_suffix):
 def test_one_signalled_worker_stops_every_worker_at_the_same_step(workdir):
   out = workdir / "multi_worker"
   out.mkdir()
-  steps = 300
+  # Two processes step at >= 0.1 s: 117 steps after the signal's step 3
+  # leave it seconds to arrive; the rerun trains the rest.
+  steps = 120
   args = pretrain_args(workdir, out, FAR_AWAY, "--log_every_n_steps=1",
                        "--collective_timeout_seconds=60", steps=steps)
   procs, logs = multi_worker_cluster(workdir, out, args, "first")
@@ -228,7 +230,7 @@ def test_one_signalled_horovod_rank_stops_every_rank_at_the_same_step(
     workdir):
   out = workdir / "horovod_stop"
   out.mkdir()
-  steps = 300
+  steps = 120  # as for the multi_worker cluster above
   extra = (FAR_AWAY, "--log_every_n_steps=1", "--distribution_strategy=horovod")
   proc, marker, log = launch_horovod(workdir, out, *extra, steps=steps)
   ranks = horovod_ranks(marker)
