@@ -414,6 +414,7 @@ def xdist_work_unit(nodeid):
       else module
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest runs without xdist too
 def pytest_xdist_make_scheduler(config, log):
   """Work units by xdist_work_unit, in collection order."""
   from xdist.scheduler import LoadScopeScheduling

@@ -8,6 +8,7 @@ new module or import is checked the day it lands.
 import ast
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -193,3 +194,24 @@ def test_the_import_rule_catches_each_kind_of_violation(tmp_path, name, source):
   module = tmp_path / "m.py"
   module.write_text(source)
   assert len(_violations([(str(module), name)], _programs())) == 1
+
+
+def test_every_slurm_cluster_module_shares_one_xdist_work_unit():
+  """The session's Slurm cluster is started once per worker that runs a
+  test using it: every such module must fall into one work unit."""
+  from conftest import xdist_work_unit
+  tests_dir = os.path.join(REPO_ROOT, "tests")
+  users = set()
+  for folder, _, files in os.walk(tests_dir):
+    for name in files:
+      if name.startswith("test_") and name.endswith(".py"):
+        path = os.path.join(folder, name)
+        with open(path) as f:
+          # A test or fixture taking the cluster as an argument.
+          if re.search(r"def \w+\([^)]*\bslurm_cluster\b", f.read()):
+            users.add(os.path.relpath(path, REPO_ROOT))
+  assert len(users) >= 2, users
+  assert {xdist_work_unit(path + "::test_x") for path in users} == {"slurm"}
+  # Every other module is a unit of its own: its module fixtures build once.
+  assert xdist_work_unit("tests/engine/test_byteps.py::test_x[a-b]") == (
+      "tests/engine/test_byteps.py")
