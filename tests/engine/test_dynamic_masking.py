@@ -21,8 +21,7 @@ from bertkit.engine import input_pipeline
 import run_pretraining
 import tokenization
 from conftest import REPO_ROOT, expect_user_error, tiny_bert_config
-from conftest import program_in_process, load_checkpoint
-from conftest import program_in_process, run_program
+from conftest import load_checkpoint, program_in_process, run_program
 from bertkit.common.errors import UserError
 
 SEQ, PREDS, VOCAB = 64, 10, 1000
@@ -50,10 +49,10 @@ def data(tmp_path_factory):
                                        "corpus.txt"),
       "--output_file=%s" % (d / "vocab.txt"), "--vocab_size=%d" % VOCAB])
   program_in_process(create_data_args(d, "static.tfrecord",
-                                           "--dupe_factor=1"))
+                                      "--dupe_factor=1"))
   # No --dupe_factor: 1 is the default of --masking=dynamic.
   program_in_process(create_data_args(d, "unmasked.tfrecord",
-                                           "--masking=dynamic"))
+                                      "--masking=dynamic"))
   with open(d / "config.json", "w") as f:
     json.dump(CONFIG, f)
   vocab = tokenization.load_vocab(str(d / "vocab.txt"))
@@ -474,7 +473,7 @@ def packed(data):
   a third of the sequences short enough to share a row)."""
   short = ("--masking=dynamic", "--short_seq_prob=0.5")
   program_in_process(packed_data_args(data["dir"], "short.tfrecord",
-                                           *short))
+                                      *short))
   result = program_in_process(packed_data_args(
       data["dir"], "packed_unmasked.tfrecord", "--pack_sequences",
       "--max_sequences_per_pack=%d" % PER_PACK, *short))

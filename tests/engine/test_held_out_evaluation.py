@@ -94,7 +94,7 @@ def test_history_lines_resume_and_final_results(text_records, tmp_path):
       first[1]["masked_lm_accuracy"])
   # Resume to step 10: the history continues, the clock too.
   program_in_process(train_args(text_records, out, "--eval_every_n_steps=2",
-                         steps=10))
+                                steps=10))
   resumed = history(out)
   assert resumed[:3] == first
   assert [e["step"] for e in resumed] == [2, 4, 6, 8, 10]
@@ -113,8 +113,8 @@ def test_mirrored_evaluation_equals_evaluating_its_checkpoint(text_records,
   trained."""
   out = tmp_path / "mirrored"
   program_in_process(train_args(text_records, out, "--eval_every_n_steps=3",
-                         "--distribution_strategy=mirrored",
-                         "--cpu_replicas=2"))
+                                "--distribution_strategy=mirrored",
+                                "--cpu_replicas=2"))
   last = history(out)[-1]
   assert last["step"] == 6
   copy = tmp_path / "evaluated"
@@ -157,8 +157,8 @@ def test_target_stops_every_worker_at_the_first_evaluation_reaching_it(
   for task in ("worker-0", "worker-1"):
     assert read_json(out / ("final_weights.%s.json" % task))[
         "global_step"] == stop
-  rerun = program_in_process(train_args(text_records, out, "--eval_every_n_steps=2",
-                                 target, steps=40))
+  rerun = program_in_process(train_args(
+      text_records, out, "--eval_every_n_steps=2", target, steps=40))
   assert "nothing left to train" in rerun.stderr
   assert tf.train.latest_checkpoint(str(out)).endswith("model.ckpt-%d" % stop)
 
@@ -275,9 +275,9 @@ def test_bad_held_out_records(text_records, tmp_path, what):
   else:
     other = tmp_path / "seq64.tfrecord"
     program_in_process(["create_pretraining_data.py",
-                      "--input_file=%s/one_document.txt" % DATA,
-                       "--output_file=%s" % other, "--vocab_file=%s" % VOCAB,
-                       "--max_seq_length=64", "--masking=dynamic"])
+                        "--input_file=%s/one_document.txt" % DATA,
+                        "--output_file=%s" % other, "--vocab_file=%s" % VOCAB,
+                        "--max_seq_length=64", "--masking=dynamic"])
     args.append("--eval_input_file=%s" % other)
     fragment = "input_ids has length 64 but --max_seq_length=32"
   with pytest.raises(UserError) as e:
