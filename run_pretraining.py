@@ -328,15 +328,11 @@ def validate(opts, checked):
   schedule = learning_rate_schedule(opts)
   train_input = training_input(opts, bert_config, checked.input_files)
   flag_name = checked.eval_flag
+  # Records of either next-sentence kind evaluate either model: the
+  # masked-LM metrics always, the next-sentence ones where both have it
+  # (pretraining.eval_outputs).
   eval_input = evaluation_input(opts, bert_config, checked.eval_files,
                                 "--" + flag_name)
-  if (pretraining_records.has_next_sentence(eval_input.record_kind) !=
-      pretraining_records.has_next_sentence(train_input.record_kind)):
-    raise UserError(
-        "--%s holds %s but --input_file holds %s: evaluate records made "
-        "with the same --next_sentence_prediction as the training ones" % (
-            flag_name, eval_input.record_kind.description,
-            train_input.record_kind.description))
   return Plan(bert_config, checked.input_files, train_input,
               checked.eval_files if opts.evaluate else None, eval_input,
               schedule)

@@ -13,7 +13,9 @@ In one run on one machine:
      run_pretraining.py --use_bf16 against the peer under
      torch.autocast("cpu", dtype=torch.bfloat16)), each timing our
      run_pretraining.py (one device, fresh output directories) and the
-     PyTorch peer (benchmarks/pytorch_peer.py), in alternating order (ours
+     PyTorch peer (benchmarks/pytorch_peer.py: BertModel and the heads,
+     sparse prediction, SDPA attention; --peer_compile: torch.compile),
+     in alternating order (ours
      first in even rounds), so that a change in the machine's load hits both
      alike.
 
@@ -140,7 +142,8 @@ def peer_command(args, precision, steps):
           "--max_predictions_per_seq=%d" % args.max_predictions_per_seq,
           "--train_batch_size=%d" % args.train_batch_size,
           "--num_steps=%d" % steps, "--warmup_steps=0"] + (
-              ["--bf16"] if precision == "bf16" else [])
+              ["--bf16"] if precision == "bf16" else []) + (
+                  ["--compile"] if args.peer_compile else [])
 
 
 def run_ours(args, input_file, run_dir, precision):
@@ -195,6 +198,8 @@ def parse_args(argv=None):
   parser.add_argument("--train_batch_size", type=int, default=32)
   parser.add_argument("--precisions", default="fp32,bf16",
                       help="fp32 and/or bf16, comma-separated")
+  parser.add_argument("--peer_compile", action="store_true",
+                      help="the peer's encoder through torch.compile")
   parser.add_argument("--rounds", type=int, default=3)
   parser.add_argument("--short_steps", type=int, default=10)
   parser.add_argument("--long_steps", type=int, default=40)
@@ -252,6 +257,7 @@ def main(args):
     print("round %d numpy   %6.1f GFLOP/s" % (i, numpy_rates[-1]), flush=True)
   numpy_gflops = max(numpy_rates)
   report = {"cpu": cpu, "records": input_file,
+            "peer_compile": args.peer_compile,
             "timing": "whole-process wall, %d minus %d steps" % (
                 args.long_steps, args.short_steps),
             "numpy_matmul_gflops_each": numpy_rates}

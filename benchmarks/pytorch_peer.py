@@ -1,14 +1,23 @@
-"""The PyTorch peer of run_pretraining.py: same model, shapes and update.
+"""The PyTorch peer of run_pretraining.py: BERT as a careful engineer trains it.
 
-Trains Hugging Face `BertForPreTraining` (eager attention) built from one of
-our bert_config.json files, with what run_pretraining.py computes per step:
+The one PyTorch trainer every comparison in benchmarks/ runs against
+(throughput: compare_pytorch.py; packing: packing_speed.py; time to quality:
+time_to_accuracy_peer.py, which imports this module). It is written the way
+upstream, NVIDIA's PyTorch BERT, Cramming and MosaicBERT write it:
 
-  * the masked-LM head on the P masked positions only (gathered before the
-    transform, as run_pretraining.get_masked_lm_output does), loss weighted
-    by masked_lm_weights; the next-sentence loss on the pooled output;
+  * Hugging Face `BertModel` and the pretraining heads
+    (`BertForPreTraining`'s `bert` and `cls`), attention through PyTorch's
+    fused scaled-dot-product attention (`attn_implementation="sdpa"`);
+  * sparse prediction: the masked positions are gathered before the
+    masked-LM transform and decoder, so the 30,522-wide (vocab-wide) logits
+    are computed for the P masked positions only, as
+    run_pretraining.get_masked_lm_output does; the loss weighted by the
+    masks' weights; the next-sentence loss on the pooled output;
   * dropout as configured (training mode);
-  * gradient clipping to global norm 1.0, then AdamW (weight decay 0.01,
-    none for LayerNorm and bias, betas 0.9/0.999, epsilon 1e-6).
+  * gradient clipping to a global norm, then `torch.optim.AdamW` with no
+    decay for LayerNorm weights and biases;
+  * optionally `torch.compile` (--compile), whose compile time counts: it
+    happens in the first steps.
 
 The activation is PyTorch's fused tanh GELU (`gelu_pytorch_tanh`), the
 function BERT was trained with, in the peer's fastest form. Inputs are random
@@ -71,12 +80,35 @@ def hf_config(bert_config_path, **overrides):
   return transformers.BertConfig(**values)
 
 
-def build_model(bert_config_path):
-  """BertForPreTraining from our config file; returns (model, its config)."""
-  config = hf_config(bert_config_path)
-  model = transformers.BertForPreTraining._from_config(
-      config, attn_implementation="eager")
-  return model, config
+# Attention through torch.nn.functional.scaled_dot_product_attention.
+ATTENTION = "sdpa"
+
+
+def build_model(bert_config_path, next_sentence=True, **overrides):
+  """BERT with its pretraining heads from our config file.
+
+  Args:
+    bert_config_path: one of our bert_config.json files.
+    next_sentence: False: `BertForMaskedLM` (no pooler, no next-sentence
+      head), for records without next-sentence labels.
+    **overrides: BertConfig values (e.g. hidden_dropout_prob=0.0).
+
+  Returns:
+    (model, its transformers.BertConfig); the model's `bert` is a BertModel
+    and `cls.predictions` the masked-LM head.
+  """
+  config = hf_config(bert_config_path, **overrides)
+  model_class = (transformers.BertForPreTraining if next_sentence
+                 else transformers.BertForMaskedLM)
+  return model_class._from_config(config, attn_implementation=ATTENTION), config
+
+
+def compiled(model, enabled):
+  """The model's encoder through torch.compile (dynamic shapes: batches are
+  padded to their longest sequence), or the model as it is."""
+  if enabled:
+    model.bert = torch.compile(model.bert, dynamic=True)
+  return model
 
 
 def random_batches(rng, count, batch_size, seq_length, max_predictions,
@@ -168,23 +200,56 @@ def record_batches(sequences, batch_size, num_steps):
           for step in range(num_steps)]
 
 
-def pretraining_loss(model, batch):
-  """Masked-LM (masked positions only) + next-sentence loss, as ours."""
-  sequence_output, pooled_output = model.bert(
-      input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-      token_type_ids=batch["token_type_ids"], return_dict=False)[:2]
+def masked_lm_logits(model, sequence_output, positions):
+  """The decoder's logits at the masked positions only (sparse prediction).
+
+  Args:
+    model: BertForPreTraining or BertForMaskedLM.
+    sequence_output: [B, L, H] float.
+    positions: [B, P] int64 positions (records) or a [B, L] bool mask of the
+      masked tokens (dynamic masking: a varying count per row).
+
+  Returns:
+    [M, V] logits, M = B x P or the number of masked tokens, in row order.
+  """
   width = sequence_output.shape[-1]
-  index = batch["positions"].unsqueeze(-1).expand(-1, -1, width)
-  masked = torch.gather(sequence_output, 1, index).reshape(-1, width)
-  logits = model.cls.predictions(masked)
-  per_position = torch.nn.functional.cross_entropy(
-      logits, batch["labels"].reshape(-1), reduction="none")
-  weights = batch["weights"].reshape(-1)
-  mlm_loss = (weights * per_position).sum() / (weights.sum() + 1e-5)
-  nsp_logits = model.cls.seq_relationship(pooled_output)
-  nsp_loss = torch.nn.functional.cross_entropy(
-      nsp_logits, batch["next_sentence_labels"])
-  return mlm_loss + nsp_loss
+  if positions.dtype == torch.bool:
+    masked = sequence_output[positions]  # [M, H]
+  else:
+    index = positions.unsqueeze(-1).expand(-1, -1, width)
+    masked = torch.gather(sequence_output, 1, index).reshape(-1, width)
+  return model.cls.predictions(masked)
+
+
+def pretraining_loss(model, batch):
+  """Masked-LM (masked positions only) + next-sentence loss, as ours.
+
+  `batch` holds input_ids, attention_mask, token_type_ids and either the
+  records' positions, labels and weights [B, P] or, from
+  DataCollatorForLanguageModeling, labels [B, L] (-100 where not masked);
+  next_sentence_labels [B] when the model has the next-sentence head.
+  """
+  outputs = model.bert(
+      input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+      token_type_ids=batch["token_type_ids"], return_dict=False)
+  sequence_output = outputs[0]
+  if "positions" in batch:
+    logits = masked_lm_logits(model, sequence_output, batch["positions"])
+    per_position = torch.nn.functional.cross_entropy(
+        logits, batch["labels"].reshape(-1), reduction="none")
+    weights = batch["weights"].reshape(-1)
+    loss = (weights * per_position).sum() / (weights.sum() + 1e-5)
+  else:
+    selected = batch["labels"] != -100
+    logits = masked_lm_logits(model, sequence_output, selected)
+    loss = torch.nn.functional.cross_entropy(logits,
+                                             batch["labels"][selected])
+  if "next_sentence_labels" in batch and hasattr(model.cls,
+                                                 "seq_relationship"):
+    loss = loss + torch.nn.functional.cross_entropy(
+        model.cls.seq_relationship(outputs[1]),
+        batch["next_sentence_labels"])
+  return loss
 
 
 def adamw(model, learning_rate, betas=(0.9, 0.999), eps=1e-6,
@@ -207,6 +272,7 @@ def train(args):
   torch.manual_seed(0)
   torch.set_num_threads(args.threads)
   model, config = build_model(args.bert_config_file)
+  model = compiled(model, args.compile)
   model.train()
   optimizer = adamw(model, args.learning_rate)
   total_steps = args.warmup_steps + args.num_steps
@@ -237,6 +303,7 @@ def train(args):
                                                      transformers.__version__),
       "threads": args.threads,
       "precision": "mixed_bfloat16" if args.bf16 else "float32",
+      "attention": ATTENTION, "compiled": args.compile,
       "steps_counted": len(step_seconds),
       "examples_per_sec": args.train_batch_size * len(step_seconds) /
                           sum(step_seconds),
@@ -269,6 +336,8 @@ def parse_args(argv=None):
   parser.add_argument("--bf16", action="store_true",
                       help='forward pass and loss under torch.autocast("cpu", '
                            'dtype=torch.bfloat16)')
+  parser.add_argument("--compile", action="store_true",
+                      help="the encoder through torch.compile")
   parser.add_argument("--threads", type=int,
                       default=len(os.sched_getaffinity(0)),
                       help="intra-op threads (default: the usable cores)")

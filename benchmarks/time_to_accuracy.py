@@ -62,6 +62,7 @@ Examples:
 
 import argparse
 import hashlib
+import html.parser
 import json
 import math
 import os
@@ -80,12 +81,17 @@ import tensorflow.compat.v1 as tf
 
 from bertkit.common import atomic_io
 from bertkit.common.errors import UserError
+from bertkit.data import corpus_input
 from bertkit.data import pretraining_instances
 from bertkit.engine import evaluation
 from bertkit.perf import accuracy_reports
 from bertkit.perf import child_runs
 
 CONTESTANTS = ("bert_2018", "fast", "peer")
+PROTOCOLS = ("budget", "target")
+# The budget protocol's judge: its accuracy after the budget B is the
+# target the others reach in B/k.
+BUDGET_JUDGE = "bert_2018"
 # The recipe whose records and values the peer takes.
 PEER_RECIPE = "fast"
 PEER = os.path.join(REPO_ROOT, "benchmarks", "time_to_accuracy_peer.py")
@@ -95,6 +101,13 @@ RECIPES_DIR = os.path.join(REPO_ROOT, "configs", "recipes")
 HELDOUT_BOOKS = ("Ruth", "Esther", "Ecclesiastes", "Joel", "Jonah",
                  "Hebrews", "James", "1 Peter")
 HELDOUT_SEED = 12345
+# --python_docs: pages that are lists rather than prose, and paragraphs too
+# short to be prose (headings of lists, "Added in version 3.2.").
+PYTHON_DOCS_SKIPPED_DIRS = ("whatsnew", "_sources", "_static", "_images",
+                            "_downloads")
+PYTHON_DOCS_SKIPPED_PAGES = ("genindex", "py-modindex", "search", "changelog")
+PYTHON_DOCS_MIN_WORDS = 4
+PYTHON_DOCS_MIN_PAGES = 50
 # The held-out questions: BERT's masking rate, whatever a recipe trains at.
 HELDOUT_MASKED_LM_PROB = 0.15
 # A recipe's run_pretraining.py values the peer takes (same flag names).
@@ -108,8 +121,11 @@ PEER_FLAGS = ("train_batch_size", "learning_rate", "lr_schedule",
 # for this share, the most the goals allow: the time to target is only
 # known to the nearest evaluation, so they come as often as that allows.
 EVAL_SHARE = 0.1
+# The budget protocol judges the final evaluation; the ones on the way only
+# draw the curves.
+BUDGET_EVAL_SHARE = 0.05
 # The flags the prepared data depends on (data/data.json).
-DATA_FLAGS = ("smoke", "corpus", "heldout_every", "bert_config_file",
+DATA_FLAGS = ("smoke", "corpus", "python_docs", "heldout_every", "bert_config_file",
               "max_seq_length", "heldout_predictions", "vocab_size",
               "eval_batch_size", "max_eval_steps")
 # --smoke: a 2-layer model small enough for a test.
@@ -185,14 +201,71 @@ def text_documents(path):
   return documents
 
 
+class _Paragraphs(html.parser.HTMLParser):
+  """The text of each <p> element of an HTML page, whitespace collapsed."""
+
+  def __init__(self):
+    super().__init__()
+    self.paragraphs = []
+    self._open = None
+
+  def handle_starttag(self, tag, attrs):
+    if tag == "p":
+      self._open = []
+
+  def handle_endtag(self, tag):
+    if tag == "p" and self._open is not None:
+      text = " ".join("".join(self._open).split())
+      if len(text.split()) >= PYTHON_DOCS_MIN_WORDS:
+        self.paragraphs.append(text)
+      self._open = None
+
+  def handle_data(self, data):
+    if self._open is not None:
+      self._open.append(data)
+
+
+def python_docs_documents(html_dir):
+  """Python's documentation as documents: one a page (sorted by path), its
+  <p> paragraphs split into sentences by blingfire (the segmenter
+  create_pretraining_data.py uses for JSONL text); index, search and
+  "what's new" pages left out.
+
+  Raises:
+    UserError: the folder holds no such pages.
+  """
+  split = corpus_input.segmenter()
+  documents = []
+  for root, dirs, files in os.walk(html_dir):
+    dirs[:] = sorted(d for d in dirs if d not in PYTHON_DOCS_SKIPPED_DIRS)
+    for name in sorted(files):
+      if not name.endswith(".html") or name.startswith(
+          PYTHON_DOCS_SKIPPED_PAGES):
+        continue
+      parser = _Paragraphs()
+      with open(os.path.join(root, name), encoding="utf-8") as f:
+        parser.feed(f.read())
+      lines = corpus_input.document_lines("\n".join(parser.paragraphs),
+                                          split)
+      if lines:
+        documents.append(lines)
+  if len(documents) < 2 * PYTHON_DOCS_MIN_PAGES:
+    raise UserError("--python_docs=%s holds %d pages with paragraphs; "
+                    "expected Python's HTML documentation (`apt-get install "
+                    "python3.11-doc`: /usr/share/doc/python3.11/html)" % (
+                        html_dir, len(documents)))
+  return documents
+
+
 def split_corpus(args):
   """(training documents, held-out documents), each a list of line lists.
 
-  KJV: chapters, the HELDOUT_BOOKS held out; --corpus: every
-  --heldout_every-th document held out.
+  KJV: chapters, the HELDOUT_BOOKS held out; --corpus and --python_docs:
+  every --heldout_every-th document held out.
   """
-  if args.corpus:
-    documents = text_documents(args.corpus)
+  if args.corpus or args.python_docs:
+    documents = (text_documents(args.corpus) if args.corpus
+                 else python_docs_documents(args.python_docs))
     every = args.heldout_every
     train = [d for i, d in enumerate(documents) if i % every != every - 1]
     heldout = [d for i, d in enumerate(documents) if i % every == every - 1]
@@ -226,7 +299,6 @@ class Data:
     self.model_config = os.path.join(data_dir, "model.json")
     self.heldout_all = os.path.join(data_dir, "heldout_all.tfrecord")
     self.heldout = os.path.join(data_dir, "heldout.tfrecord")
-    self.heldout_nsp = os.path.join(data_dir, "heldout_nsp.tfrecord")
     self.heldout_arrays = os.path.join(data_dir, "heldout.npz")
 
   def records(self, recipe, key):
@@ -319,8 +391,9 @@ def write_examples(path, examples):
 
 def prepare_heldout(args, data):
   """The held-out records (once), cut to whole eval batches; returns their
-  count. Writes the no-NSP records, the same with next_sentence_labels, and
-  their arrays for the peer."""
+  count. Writes the records (single segments, no next-sentence labels:
+  run_pretraining.py evaluates records of either kind with either model)
+  and their arrays for the peer."""
   if not os.path.exists(data.heldout_all):
     run_checked([sys.executable, "create_pretraining_data.py",
                  "--input_file=%s" % data.heldout_text,
@@ -343,8 +416,6 @@ def prepare_heldout(args, data):
                                                     args.eval_batch_size))
   examples = examples[:batches * args.eval_batch_size]
   write_examples(data.heldout, examples)
-  write_examples(data.heldout_nsp, [
-      dict(e, next_sentence_labels=np.zeros(1, np.int64)) for e in examples])
   save_arrays(data.heldout_arrays, heldout_arrays(examples))
   return len(examples)
 
@@ -469,14 +540,16 @@ def peer_recipe_values(args):
 # ------------------------------------------------------------------ the runs
 
 
-def common_run_flags(args, plan):
-  """The flags both trainers take alike: the training budget (a time
-  budget the schedule runs over or, with --num_train_steps, steps), the
-  throughput warm-up and, with --stop_at_target, the target."""
+def common_run_flags(args, plan, minutes):
+  """The flags both trainers take alike: the training budget (`minutes`, a
+  time budget the schedule runs over, or with --num_train_steps steps),
+  the throughput warm-up and, with --stop_at_target, the target."""
   if args.num_train_steps:
-    argv = ["--num_train_steps=%d" % args.num_train_steps]
+    steps = max(1, int(round(args.num_train_steps * minutes /
+                             plan["full_minutes"])))
+    argv = ["--num_train_steps=%d" % steps]
   else:
-    argv = ["--train_time_budget_hours=%r" % (args.max_train_minutes / 60.0),
+    argv = ["--train_time_budget_hours=%r" % (minutes / 60.0),
             "--num_train_steps=%d" % 10**9]
   if args.throughput_warmup_steps is not None:
     argv.append("--throughput_warmup_steps=%d" %
@@ -488,20 +561,20 @@ def common_run_flags(args, plan):
 
 def eval_every_n_steps(args, heldout_rows, batch_size):
   """--eval_every_n_steps, or N such that evaluation costs about
-  EVAL_SHARE of the training time."""
+  EVAL_SHARE (the budget protocol: BUDGET_EVAL_SHARE) of the training
+  time."""
   if args.eval_every_n_steps:
     return args.eval_every_n_steps
+  share = BUDGET_EVAL_SHARE if args.protocol == "budget" else EVAL_SHARE
   # Rounded first: 288 / (3 x 0.1 x 32) is 29.999999999999996.
   return max(1, int(math.ceil(round(
-      heldout_rows / (3.0 * EVAL_SHARE * batch_size), 6))))
+      heldout_rows / (3.0 * share * batch_size), 6))))
 
 
-def ours_command(args, data, recipe, run_dir, plan):
+def ours_command(args, data, recipe, run_dir, plan, minutes):
   """run_pretraining.py with the recipe's flags file and the benchmark's."""
   values = read_flagfile(recipe_file(args, recipe, "run_pretraining"))
   records = plan["records"][recipe]
-  heldout = (data.heldout_nsp if has_next_sentence(records)
-             else data.heldout)
   batch = args.train_batch_size or int(values.get("train_batch_size", 32))
   argv = [sys.executable, child_runs.RUN_PRETRAINING,
           "--flagfile=%s" % recipe_file(args, recipe, "run_pretraining"),
@@ -509,20 +582,20 @@ def ours_command(args, data, recipe, run_dir, plan):
           "--input_file=%s" % records, "--vocab_file=%s" % data.vocab,
           "--output_dir=%s" % run_dir, "--do_train",
           "--max_seq_length=%d" % args.max_seq_length,
-          "--eval_input_file=%s" % heldout,
+          "--eval_input_file=%s" % data.heldout,
           "--eval_every_n_steps=%d" % eval_every_n_steps(
               args, plan["heldout_rows"], batch),
           "--eval_batch_size=%d" % args.eval_batch_size,
           "--max_eval_steps=%d" % (plan["heldout_rows"] //
                                    args.eval_batch_size),
           "--tf_random_seed=%d" % args.seed, "--log_every_n_steps=50"]
-  argv += common_run_flags(args, plan)
+  argv += common_run_flags(args, plan, minutes)
   if args.train_batch_size:
     argv.append("--train_batch_size=%d" % args.train_batch_size)
   return argv
 
 
-def peer_command(args, data, run_dir, plan):
+def peer_command(args, data, run_dir, plan, minutes):
   """The peer with PEER_RECIPE's values, on its records' sequences."""
   values = peer_recipe_values(args)
   batch = int(values.get("train_batch_size", 32))
@@ -536,18 +609,12 @@ def peer_command(args, data, run_dir, plan):
           "--eval_batch_size=%d" % args.eval_batch_size,
           "--seed=%d" % args.seed]
   argv += ["--%s=%s" % item for item in sorted(values.items())]
-  argv += common_run_flags(args, plan)
+  argv += common_run_flags(args, plan, minutes)
+  argv += ["--compile=%s" % str(args.peer_compile).lower(),
+           "--dense_decoder=%s" % str(args.peer_dense_decoder).lower()]
   if args.peer_threads:
     argv.append("--threads=%d" % args.peer_threads)
   return argv
-
-
-def has_next_sentence(records_path):
-  """Whether the first record of a file has next_sentence_labels."""
-  for raw in tf.io.tf_record_iterator(records_path):
-    return "next_sentence_labels" in tf.train.Example.FromString(
-        raw).features.feature
-  return False
 
 
 def _complete_lines(path):
@@ -597,29 +664,244 @@ def run_watched(argv, run_dir, timeout):
   return seconds, seen
 
 
-def run_contestant(args, data, contestant, repeat, plan):
-  """Runs one repeat of a contestant; returns its run directory."""
-  run_dir = os.path.join(args.output_dir, "runs",
-                         "%s_r%d" % (contestant, repeat))
+def run_contestant(args, data, contestant, repeat, plan, divisor=None):
+  """Runs one repeat of a contestant, for the budget B / `divisor` (None:
+  the whole --max_train_minutes); returns its run directory."""
+  minutes = plan["full_minutes"] / (divisor or 1)
+  name = contestant if divisor is None else "%s_B%d" % (contestant, divisor)
+  run_dir = os.path.join(args.output_dir, "runs", "%s_r%d" % (name, repeat))
   shutil.rmtree(run_dir, ignore_errors=True)
   os.makedirs(run_dir)
   if contestant == "peer":
-    argv = peer_command(args, data, run_dir, plan)
+    argv = peer_command(args, data, run_dir, plan, minutes)
     recipe, framework = PEER_RECIPE, "PyTorch peer"
   else:
-    argv = ours_command(args, data, contestant, run_dir, plan)
+    argv = ours_command(args, data, contestant, run_dir, plan, minutes)
     recipe, framework = contestant, None
   seconds, seen = run_watched(argv, run_dir, args.timeout_minutes * 60)
-  info = {"name": "%s r%d" % (contestant, repeat), "contestant": contestant,
-          "model": plan["model"], "recipe": recipe, "framework": framework,
+  info = {"name": "%s r%d" % (name.replace("_B", " B/"), repeat),
+          "contestant": contestant, "divisor": divisor,
+          "budget_minutes": minutes, "model": plan["model"],
+          "recipe": recipe, "framework": framework,
           "process_wall_seconds": round(seconds, 2),
           "eval_seen_seconds": seen, "command": " ".join(argv[1:])}
   with atomic_io.atomic_open(os.path.join(
       run_dir, accuracy_reports.RUN_INFO_FILE)) as f:
     json.dump(info, f, indent=2)
-  print("%-9s r%d: %.1f s whole process, %d evaluations" % (
-      contestant, repeat, seconds, len(seen)), flush=True)
+  last = (evaluation.read_history(run_dir) or [{}])[-1]
+  print("%-9s %s r%d: %.1f s whole process, %d evaluations, final "
+        "accuracy %s at step %s" % (
+            contestant, "" if divisor is None else "B/%d" % divisor, repeat,
+            seconds, len(seen),
+            "%.4f" % last[accuracy_reports.METRIC] if last else "n/a",
+            last.get("step")), flush=True)
   return run_dir
+
+
+# ------------------------------------------------------- the budget protocol
+
+
+def next_divisor(divisors, start, reached):
+  """The next rung of a contestant's budget ladder, or None when done.
+
+  A contestant trains for B / k minutes, k from `divisors`, starting at
+  `start`: while it reaches the target it tries the next smaller budget,
+  while it misses the next larger one. Accuracy at the end of a completed
+  schedule grows with the budget, so the first miss below a reach (or the
+  first reach above a miss) ends the search.
+
+  Args:
+    divisors: the ladder's k, ascending (1 = the whole budget B).
+    start: the first k tried (one of `divisors`).
+    reached: {k: whether the run for B / k reached the target} so far.
+
+  Returns:
+    The next k to run, or None.
+  """
+  if not reached:
+    return start
+  hits = [k for k, hit in reached.items() if hit]
+  if hits:
+    i = divisors.index(max(hits)) + 1
+    if i == len(divisors) or divisors[i] in reached:
+      return None
+    return divisors[i]
+  i = divisors.index(min(reached)) - 1
+  return divisors[i] if i >= 0 else None
+
+
+def crossing_budget(points, target):
+  """The budget at which accuracy reaches `target`, interpolated linearly
+  between the smallest budget reaching it and the largest below that
+  missing it.
+
+  Args:
+    points: [(budget minutes, final accuracy)] of one contestant.
+    target: the accuracy.
+
+  Returns:
+    minutes, or None when no budget reached it or the smallest one tried
+    did (the crossing lies below the ladder).
+  """
+  hits = [(b, a) for b, a in points if a >= target]
+  if not hits:
+    return None
+  b_hit, a_hit = min(hits)
+  misses = [(b, a) for b, a in points if a < target and b < b_hit]
+  if not misses:
+    return None
+  b_miss, a_miss = max(misses)
+  return b_miss + (target - a_miss) * (b_hit - b_miss) / (a_hit - a_miss)
+
+
+def final_accuracy(run_dir):
+  """The last held-out evaluation's masked-LM accuracy of a run."""
+  history = evaluation.read_history(run_dir)
+  if not history:
+    raise RuntimeError("%s has no evaluation" % run_dir)
+  return history[-1][accuracy_reports.METRIC]
+
+
+def budget_summary(budget_minutes, target, results, judge_runs):
+  """The budget protocol's figures.
+
+  Args:
+    budget_minutes: B.
+    target: the judge's final accuracy after B (median over its repeats).
+    results: {contestant: {divisor: [run_row dicts]}}.
+    judge_runs: the judge's run_row dicts.
+
+  Returns:
+    dict: budget_minutes, target, per contestant its rungs (divisor,
+    minutes, median final accuracy, reached) and its figure (B over the
+    smallest budget reaching the target, on the ladder and interpolated),
+    and the ratios fast against bert_2018 and ours against the peer.
+  """
+  out = {"budget_minutes": budget_minutes, "target": target,
+         "judge": {"contestant": BUDGET_JUDGE, "repeats": len(judge_runs),
+                   "final_accuracies": [r["masked_lm_accuracy"]
+                                        for r in judge_runs]},
+         "contestants": {}, "speedups": {}}
+  for contestant, rungs in results.items():
+    table = []
+    for divisor in sorted(rungs):
+      rows = rungs[divisor]
+      accuracy = accuracy_reports.median_or_none(
+          [r["masked_lm_accuracy"] for r in rows])
+      table.append({
+          "divisor": divisor, "minutes": budget_minutes / divisor,
+          "masked_lm_accuracy": accuracy, "reached": accuracy >= target,
+          "final_step": accuracy_reports.median_or_none(
+              [r["final_step"] for r in rows]),
+          "examples_per_sec": accuracy_reports.median_or_none(
+              [r["examples_per_sec"] for r in rows]),
+          "wall_seconds": accuracy_reports.median_or_none(
+              [r["wall_seconds"] for r in rows]),
+          "repeats": len(rows)})
+    hits = [r["divisor"] for r in table if r["reached"]]
+    crossing = crossing_budget([(r["minutes"], r["masked_lm_accuracy"])
+                                for r in table], target)
+    out["contestants"][contestant] = {
+        "rungs": table,
+        "smallest_divisor_reaching": max(hits) if hits else None,
+        "speedup_ladder": float(max(hits)) if hits else None,
+        "below_ladder": bool(hits) and max(hits) == max(rungs) and (
+            crossing is None),
+        "crossing_minutes": crossing,
+        "speedup_interpolated": (budget_minutes / crossing
+                                 if crossing else None)}
+  per = out["contestants"]
+  for name, slow, fast in (("fast against bert_2018", None, "fast"),
+                           ("ours (fast) against the peer", "peer", "fast")):
+    if fast not in per or (slow is not None and slow not in per):
+      continue
+    ratio = {}
+    for key in ("speedup_ladder", "speedup_interpolated"):
+      mine = per[fast][key]
+      theirs = 1.0 if slow is None else per[slow][key]
+      ratio[key] = mine / theirs if mine and theirs else None
+    out["speedups"][name] = ratio
+  return out
+
+
+def budget_markdown(summary, command):
+  """summary.md of the budget protocol."""
+  budget = summary["budget_minutes"]
+  out = ["# Time to quality by budget: %s's held-out accuracy after %g "
+         "minutes\n" % (BUDGET_JUDGE, budget),
+         "Target: %.4f, the final held-out masked-LM accuracy of %s trained "
+         "for B = %g minutes (its schedule over B; finals %s). Each other "
+         "contestant trains for B/k with its schedule completed; its figure "
+         "is B over the smallest budget reaching the target. Command: "
+         "`%s`\n" % (summary["target"], BUDGET_JUDGE, budget, ", ".join(
+             "%.4f" % a for a in summary["judge"]["final_accuracies"]),
+                      command),
+         "| contestant | budget | minutes | final accuracy | reached | "
+         "steps | examples/sec | whole process, wall s |",
+         "|---|---|---|---|---|---|---|---|"]
+  for name, c in summary["contestants"].items():
+    for r in c["rungs"]:
+      out.append("| %s | B/%d | %.2f | %.4f | %s | %s | %s | %s |" % (
+          name, r["divisor"], r["minutes"], r["masked_lm_accuracy"],
+          "yes" if r["reached"] else "no",
+          "" if r["final_step"] is None else "%d" % r["final_step"],
+          "" if r["examples_per_sec"] is None
+          else "%.2f" % r["examples_per_sec"],
+          _seconds(r["wall_seconds"])))
+  out.append("")
+  for name, c in summary["contestants"].items():
+    if c["speedup_ladder"] is None:
+      out.append("- %s: the target not reached within the ladder" % name)
+      continue
+    out.append("- %s: reaches it in B/%d: **%s%.2fx**%s" % (
+        name, c["smallest_divisor_reaching"],
+        ">= " if c["below_ladder"] else "", c["speedup_ladder"],
+        "" if c["speedup_interpolated"] is None else
+        " (interpolated: %.2fx, at %.2f minutes)" % (
+            c["speedup_interpolated"], c["crossing_minutes"])))
+  for name, ratio in summary["speedups"].items():
+    out.append("- %s: %s on the ladder, %s interpolated" % (
+        name, *["n/a" if ratio[k] is None else "%.2fx" % ratio[k]
+                for k in ("speedup_ladder", "speedup_interpolated")]))
+  return "\n".join(out) + "\n"
+
+
+def run_budget_protocol(args, data, plan):
+  """The judge for B, then each other contestant down (or up) its ladder;
+  returns (runs, summary)."""
+  runs, judge_rows = [], []
+  for repeat in range(args.repeats):
+    run_dir = run_contestant(args, data, BUDGET_JUDGE, repeat, plan, 1)
+    runs.append((BUDGET_JUDGE, run_dir))
+    judge_rows.append(accuracy_reports.run_row(run_dir))
+  target = accuracy_reports.median_or_none(
+      [r["masked_lm_accuracy"] for r in judge_rows])
+  print("target: %.4f, %s's final held-out accuracy after %g minutes" % (
+      target, BUDGET_JUDGE, args.max_train_minutes), flush=True)
+  results = {}
+  start = args.start_divisor
+  for contestant in [c for c in args.contestants if c != BUDGET_JUDGE]:
+    rungs, reached = {}, {}
+    divisor = next_divisor(args.divisors, start, reached)
+    while divisor is not None:
+      rows = []
+      for repeat in range(args.repeats):
+        run_dir = run_contestant(args, data, contestant, repeat, plan,
+                                 divisor)
+        runs.append((contestant, run_dir))
+        rows.append(accuracy_reports.run_row(run_dir))
+      rungs[divisor] = rows
+      reached[divisor] = accuracy_reports.median_or_none(
+          [r["masked_lm_accuracy"] for r in rows]) >= target
+      divisor = next_divisor(args.divisors, start, reached)
+    results[contestant] = rungs
+    hits = [k for k, hit in reached.items() if hit]
+    # The next contestant starts where this one's smallest budget was: the
+    # ratio between them is decided by the fewest runs.
+    if contestant == PEER_RECIPE and hits:
+      start = max(hits)
+  return runs, judge_rows, budget_summary(args.max_train_minutes, target,
+                                          results, judge_rows)
 
 
 # --------------------------------------------------------------- the results
@@ -686,6 +968,39 @@ def summary_markdown(summary, command):
   return "\n".join(out) + "\n"
 
 
+def write_budget_results(args, runs, summary):
+  """The budget protocol's summary, results table, eval points and plots."""
+  command = " ".join(["python", "benchmarks/time_to_accuracy.py"] +
+                     sys.argv[1:])
+  out = args.output_dir
+  with atomic_io.atomic_open(os.path.join(out, "summary.json")) as f:
+    json.dump(summary, f, indent=2)
+  markdown = budget_markdown(summary, command)
+  with atomic_io.atomic_open(os.path.join(out, "summary.md")) as f:
+    f.write(markdown)
+  target = summary["target"]
+  accuracy_reports.write_table(
+      out, [accuracy_reports.run_row(d, target) for _, d in runs])
+  labelled = [(json.load(open(os.path.join(
+      d, accuracy_reports.RUN_INFO_FILE)))["name"].rsplit(" r", 1)[0], d)
+              for _, d in runs]
+  accuracy_reports.write_eval_points(os.path.join(out, "eval_points"),
+                                     labelled)
+  title = "%s, seq %d" % ("tiny model" if args.smoke else "BERT-mini",
+                          args.max_seq_length)
+  accuracy_reports.write_curves_plot(
+      os.path.join(out, "curves.png"), labelled, target,
+      title + ": held-out masked-LM accuracy during each run")
+  accuracy_reports.write_budget_plot(
+      os.path.join(out, "budget_curves.png"),
+      {name: [(r["minutes"], r["masked_lm_accuracy"]) for r in c["rungs"]]
+       for name, c in summary["contestants"].items()},
+      summary["budget_minutes"], target,
+      title + ": final held-out accuracy against the training budget")
+  print(markdown)
+  return summary
+
+
 def write_results(args, runs, target, how):
   """Writes the summary, the results table, the eval points and the plot."""
   summary = summarize(runs, target, how)
@@ -713,12 +1028,24 @@ def parse_args(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   add = parser.add_argument
   add("--output_dir", required=True)
+  add("--protocol", choices=PROTOCOLS, default="budget",
+      help="budget: time to quality by budget; target: every contestant "
+      "for the same budget, timed to --target")
   add("--contestants", default=",".join(CONTESTANTS))
-  add("--repeats", type=int, default=2)
+  add("--repeats", type=int,
+      help="runs of each contestant (budget: of each rung); default 1 "
+      "(budget), 2 (target)")
   add("--target", default="auto",
-      help="masked_lm_accuracy to time, or auto (see the docstring)")
-  add("--max_train_minutes", type=float, default=20.0,
-      help="training-time budget of every run (the schedules run over it)")
+      help="--protocol=target: masked_lm_accuracy to time, or auto (see "
+      "the docstring)")
+  add("--max_train_minutes", type=float, default=15.0,
+      help="B: the training-time budget (the schedules run over it); "
+      "budget: bert_2018's, the others' are B/k")
+  add("--divisors", default="1,2,3,4",
+      help="budget: the ladder's k (each contestant but bert_2018 trains "
+      "for B/k)")
+  add("--start_divisor", type=int, default=2,
+      help="budget: the first rung of fast's ladder (the goal: B/2)")
   add("--num_train_steps", type=int,
       help="train this many steps instead of a time budget")
   add("--train_batch_size", type=int, help="default: each recipe's")
@@ -739,6 +1066,15 @@ def parse_args(argv=None):
   add("--heldout_predictions", type=int, default=20)
   add("--vocab_size", type=int, default=30522)
   add("--dupe_factor", type=int, help="overrides the recipes' value")
+  add("--peer_compile", action="store_true",
+      help="the peer's encoder through torch.compile (compile time counted)")
+  add("--peer_dense_decoder", action="store_true",
+      help="the peer computes logits at every position, as run_mlm.py "
+      "trains (a labelled second figure, not the headline peer)")
+  add("--python_docs",
+      help="the second corpus: the <p> paragraphs of the HTML pages of "
+      "Python's documentation in this folder (Debian's python3.11-doc: "
+      "/usr/share/doc/python3.11/html), a page a document")
   add("--peer_threads", type=int,
       help="the peer's intra-op threads (default: the usable cores, as "
       "TensorFlow uses)")
@@ -757,9 +1093,9 @@ def parse_args(argv=None):
                     heldout_every=8, max_seq_length=64, heldout_predictions=10,
                     vocab_size=1000, num_train_steps=30,
                     eval_every_n_steps=10, train_batch_size=8,
-                    eval_batch_size=8, max_eval_steps=2, repeats=1,
+                    eval_batch_size=8, max_eval_steps=2,
                     dupe_factor=1, throughput_warmup_steps=2,
-                    peer_threads=1)
+                    peer_threads=1, divisors="1,2,3")
     for name, value in defaults.items():
       if getattr(args, name) == parser.get_default(name):
         setattr(args, name, value)
@@ -768,6 +1104,22 @@ def parse_args(argv=None):
   if unknown or not args.contestants:
     raise UserError("--contestants: expected any of %s, got %s" % (
         ",".join(CONTESTANTS), ",".join(unknown) or "none"))
+  if args.repeats is None:
+    args.repeats = 1 if args.protocol == "budget" or args.smoke else 2
+  try:
+    args.divisors = sorted({int(k) for k in args.divisors.split(",") if k})
+  except ValueError:
+    args.divisors = []
+  if not args.divisors or args.divisors[0] < 1:
+    raise UserError("--divisors: expected integers >= 1, comma-separated")
+  if args.start_divisor not in args.divisors:
+    raise UserError("--start_divisor=%d is not one of --divisors=%s" % (
+        args.start_divisor, ",".join(map(str, args.divisors))))
+  if args.protocol == "budget" and BUDGET_JUDGE not in args.contestants:
+    raise UserError("--protocol=budget needs %s among --contestants: its "
+                    "accuracy after the budget is the target" % BUDGET_JUDGE)
+  if args.corpus and args.python_docs:
+    raise UserError("--corpus and --python_docs: give one corpus")
   if args.target != "auto":
     try:
       args.target = float(args.target)
@@ -803,6 +1155,10 @@ def main(args):
   data.mark_made_by(args)
   print("held-out: %d records; data in %s, ready after %.1f s" % (
       heldout_rows, data.dir, time.perf_counter() - started), flush=True)
+  plan["full_minutes"] = args.max_train_minutes
+  if args.protocol == "budget":
+    runs, _, summary = run_budget_protocol(args, data, plan)
+    return write_budget_results(args, runs, summary)
   runs = []
   for repeat in range(args.repeats):
     shift = repeat % len(args.contestants)

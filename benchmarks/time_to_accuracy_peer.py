@@ -1,24 +1,29 @@
-"""time_to_accuracy.py's PyTorch peer: Hugging Face BERT as a user trains it.
+"""time_to_accuracy.py's PyTorch peer: BERT as a careful engineer trains it.
 
-What a PyTorch user would pick to pretrain BERT with a given recipe:
-transformers' `BertForMaskedLM` (`BertForPreTraining` when the sequences
-carry next-sentence labels), built from one of our bert_config.json files
-(benchmarks/pytorch_peer.py's `hf_config`), its default attention
-implementation, `torch.optim.AdamW` (no decay for LayerNorm and biases),
-gradient clipping to a global norm, and `DataCollatorForLanguageModeling`'s
-dynamic masking (each token masked with probability --masked_lm_prob,
-80/10/10, new masks every time a sequence is seen; each batch padded to its
-longest sequence). The model's own loss: cross-entropy over every masked
-position of the batch (plus the next-sentence loss for BertForPreTraining).
+The model, loss and optimizer of benchmarks/pytorch_peer.py (Hugging Face
+`BertModel` and the pretraining heads built from one of our bert_config.json
+files, PyTorch's fused scaled-dot-product attention, the masked positions
+gathered before the decoder, `torch.optim.AdamW` with no decay for LayerNorm
+and biases, gradient clipping to a global norm; --compile: torch.compile,
+its compile time counted), with a recipe's values as flags, and
+`DataCollatorForLanguageModeling`'s dynamic masking (each token masked with
+probability --masked_lm_prob, 80/10/10, new masks every time a sequence is
+seen; each batch padded to its longest sequence). The masked-LM loss is the
+mean cross-entropy over the batch's masked tokens (plus the next-sentence
+loss when the sequences carry next-sentence labels).
+
+--dense_decoder trains instead as transformers' run_mlm.py does: the model's
+own loss (`BertForMaskedLM(labels=...)`), whose decoder computes the
+vocab-wide logits at every position of every sequence. It is a labelled
+second figure ("as run_mlm.py trains it"), never the headline peer.
 
 It trains on given token sequences (the benchmark reads them from the
 training records of run_pretraining.py's contestant, so both see the same
-text in the same order: file order, epoch after epoch) with the recipe's
-values as flags, and evaluates the training weights every
---eval_every_n_steps steps and at the end on the held-out set by
-run_pretraining.py's rule (`evaluate`): the records' own masks, masked-LM
-accuracy = the share of masked positions (weight 1) whose argmax is the
-label, loss = the mean cross-entropy over them.
+text in the same order: file order, epoch after epoch) and evaluates the
+training weights every --eval_every_n_steps steps and at the end on the
+held-out set by run_pretraining.py's rule (`evaluate`): the records' own
+masks, masked-LM accuracy = the share of masked positions (weight 1) whose
+argmax is the label, loss = the mean cross-entropy over them.
 
 Its clock is run_pretraining.py's (bertkit/engine/training_clock.py):
 training seconds run from when the frameworks are imported (before the model
@@ -70,8 +75,8 @@ from bertkit.engine import training_clock
 
 # transformers imports a class's module on first use: done here, so that
 # the clock below counts no imports.
-MODEL_CLASSES = {False: transformers.BertForMaskedLM,
-                 True: transformers.BertForPreTraining}
+MODEL_CLASSES = (transformers.BertForMaskedLM,
+                 transformers.BertForPreTraining)
 COLLATOR = transformers.DataCollatorForLanguageModeling
 TOKENIZER = transformers.BertTokenizerFast
 
@@ -172,8 +177,9 @@ def build_peer(args, next_sentence):
   for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
     if getattr(args, name) is not None:
       overrides[name] = getattr(args, name)
-  config = pytorch_peer.hf_config(args.bert_config_file, **overrides)
-  model = MODEL_CLASSES[next_sentence]._from_config(config)
+  model, _ = pytorch_peer.build_model(args.bert_config_file, next_sentence,
+                                      **overrides)
+  model = pytorch_peer.compiled(model, args.compile)
   model.train()
   optimizer = pytorch_peer.adamw(
       model, args.learning_rate, betas=(args.adam_beta_1, args.adam_beta_2),
@@ -183,6 +189,18 @@ def build_peer(args, next_sentence):
   collator = COLLATOR(tokenizer, mlm_probability=args.masked_lm_prob,
                       seed=args.seed)
   return model, optimizer, collator
+
+
+def step_loss(model, batch, dense_decoder):
+  """The training loss of a collated batch: sparse prediction
+  (pytorch_peer.pretraining_loss), or with `dense_decoder` the model's own
+  loss over every position."""
+  if dense_decoder:
+    return model(**batch).loss
+  batch = dict(batch)
+  if "next_sentence_label" in batch:
+    batch["next_sentence_labels"] = batch.pop("next_sentence_label")
+  return pytorch_peer.pretraining_loss(model, batch)
 
 
 def schedule_of(args):
@@ -295,7 +313,7 @@ def train(args):
     batch = collator([sequences[(step * batch_size + i) % len(sequences)]
                       for i in range(batch_size)])
     optimizer.zero_grad(set_to_none=True)
-    loss = model(**batch).loss
+    loss = step_loss(model, batch, args.dense_decoder)
     loss.backward()
     if args.clip_norm:
       torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_norm)
@@ -332,7 +350,9 @@ def write_outputs(args, recorder, final_step):
               masked_lm_loss=last["masked_lm_loss"],
               train_seconds=last["train_seconds"],
               framework="pytorch %s, transformers %s" % (
-                  torch.__version__, transformers.__version__))
+                  torch.__version__, transformers.__version__),
+              attention=pytorch_peer.ATTENTION, compiled=args.compile,
+              decoder="dense" if args.dense_decoder else "sparse")
 
 
 def parse_args(argv=None):
@@ -365,6 +385,11 @@ def parse_args(argv=None):
   parser.add_argument("--target_masked_lm_accuracy", type=float)
   parser.add_argument("--throughput_warmup_steps", type=int, default=10)
   parser.add_argument("--seed", type=int, default=1)
+  parser.add_argument("--compile", type=_bool, default=False,
+                      help="the encoder through torch.compile")
+  parser.add_argument("--dense_decoder", type=_bool, default=False,
+                      help="the model's own loss, logits at every position "
+                      "(as run_mlm.py trains it)")
   parser.add_argument("--threads", type=int,
                       default=len(os.sched_getaffinity(0)),
                       help="intra-op threads (default: the usable cores)")

@@ -392,7 +392,8 @@ def _iter_text_lines(piece):
       yield line, len(raw)
 
 
-def _segmenter():
+def segmenter():
+  """blingfire's text_to_sentences: text -> its sentences joined by "\\n"."""
   import blingfire  # pylint: disable=g-import-not-at-top
   return blingfire.text_to_sentences
 
@@ -446,7 +447,7 @@ def _jsonl_text(raw, path, line_start, text_field):
 
 def _iter_jsonl_lines(piece, text_field):
   """(sentence, bytes) of a JSONL piece; "" ends each document."""
-  split_sentences = _segmenter()
+  split_sentences = segmenter()
   end = _piece_end(piece)
   with open_binary(piece.path) as f:
     for line_start, raw in _lines_starting_at(f, piece.start):
@@ -481,7 +482,7 @@ def _iter_parquet_lines(piece, text_field):
   """(sentence, 0) of a Parquet piece's row groups; "" ends a document."""
   import pyarrow  # pylint: disable=g-import-not-at-top
   import pyarrow.parquet as pq  # pylint: disable=g-import-not-at-top
-  split_sentences = _segmenter()
+  split_sentences = segmenter()
   with open_binary(piece.path) as f:
     try:
       parquet = pq.ParquetFile(f)

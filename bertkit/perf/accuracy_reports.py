@@ -369,6 +369,36 @@ def write_curves_plot(path, runs, target=None, title=None):
   reports.save_png(fig, path)
 
 
+def write_budget_plot(path, curves, budget_minutes, target, title=None):
+  """Final held-out accuracy against the training budget, a line a
+  contestant.
+
+  Args:
+    path: the PNG to write.
+    curves: {contestant: [(budget minutes, final accuracy)]}.
+    budget_minutes: B, drawn as a vertical line.
+    target: the accuracy to reach, drawn as a horizontal line.
+    title: the plot's title.
+  """
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
+  fig, ax = plt.subplots(figsize=(8, 5))
+  for label, points in curves.items():
+    points = sorted(points)
+    ax.plot([b for b, _ in points], [a for _, a in points], marker="o",
+            label=label)
+  ax.axhline(target, color="gray", linestyle=":", label="target %.4f" % target)
+  ax.axvline(budget_minutes, color="gray", linestyle="--", alpha=0.5)
+  ax.set_xlabel("training budget, minutes (schedule completed)")
+  ax.set_ylabel("final held-out masked-LM accuracy")
+  ax.grid(True, alpha=0.3)
+  if title:
+    ax.set_title(title)
+  ax.legend(loc="lower right")
+  reports.save_png(fig, path)
+
+
 def write_report(output_dir, run_dirs, target=None):
   """The results table of run directories (benchmark.py --report).
 

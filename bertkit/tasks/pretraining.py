@@ -327,10 +327,13 @@ def micro_batch_loss_fns(bert_config, features, num_micro_batches,
 
 def eval_outputs(bert_config, features, next_sentence_prediction=True):
   """(mean loss, eval metrics) of an eval batch: upstream's four, or
-  masked_lm_accuracy and masked_lm_loss without next-sentence prediction."""
+  masked_lm_accuracy and masked_lm_loss where the model or the records have
+  no next sentence (held-out records of either kind judge either model on
+  the same masked-LM questions)."""
   masked_lm, next_sentence = pretraining_model(
       bert_config, features, is_training=False,
-      next_sentence_prediction=next_sentence_prediction)
+      next_sentence_prediction=(next_sentence_prediction and
+                                "next_sentence_labels" in features))
   masked_lm_loss, masked_lm_example_loss, masked_lm_log_probs = masked_lm
   if next_sentence is None:
     return masked_lm_loss, masked_lm_metrics(

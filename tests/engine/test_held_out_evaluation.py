@@ -284,3 +284,58 @@ def test_bad_held_out_records(text_records, tmp_path, what):
     program_in_process(args)
   assert fragment in str(e.value), str(e.value)
   assert not out.exists()
+
+
+def _without_next_sentence(source, target):
+  """A copy of masked records with next_sentence_labels dropped: records
+  of the other kind asking the same masked-LM questions, byte for byte."""
+  with tf.io.TFRecordWriter(str(target)) as writer:
+    for raw in tf.io.tf_record_iterator(str(source)):
+      example = tf.train.Example.FromString(raw)
+      del example.features.feature["next_sentence_labels"]
+      writer.write(example.SerializeToString())
+
+
+@pytest.mark.parametrize("trained_with_next_sentence", [True, False])
+def test_held_out_records_of_either_kind_evaluate_either_model(
+    text_records, tmp_path, trained_with_next_sentence):
+  """The same masked-LM questions with and without next-sentence labels
+  give the same masked-LM figures for one checkpoint; next-sentence
+  figures exist only where the model and the records both have them."""
+  d = text_records
+  with_labels = d / "held_out.tfrecord"
+  without = tmp_path / "held_out_single.tfrecord"
+  _without_next_sentence(with_labels, without)
+  train = d / "train.tfrecord"
+  if not trained_with_next_sentence:
+    train = tmp_path / "train_single.tfrecord"
+    program_in_process(["create_pretraining_data.py",
+                        "--input_file=%s/corpus.txt" % DATA,
+                        "--output_file=%s" % train, "--vocab_file=%s" % VOCAB,
+                        "--max_seq_length=%d" % SEQ, "--masking=dynamic",
+                        "--next_sentence_prediction=false",
+                        "--dupe_factor=1"])
+  out = tmp_path / "run"
+  # Trained while evaluating the other kind of records.
+  other = without if trained_with_next_sentence else with_labels
+  args = [a for a in train_args(d, out, steps=4)
+          if not a.startswith(("--input_file", "--eval_input_file"))]
+  program_in_process(args + ["--input_file=%s" % train,
+                             "--eval_input_file=%s" % other])
+  during = history(out)[-1]
+  assert during["step"] == 4
+  evaluate = [a for a in args if a != "--do_train"] + [
+      "--do_eval", "--input_file=%s" % train]
+  figures = {}
+  for name, records in (("with", with_labels), ("without", without)):
+    program_in_process(evaluate + ["--eval_input_file=%s" % records])
+    figures[name] = eval_results(out)
+    assert figures[name]["global_step"] == 4
+  for metric in ("masked_lm_accuracy", "masked_lm_loss"):
+    assert figures["with"][metric] == figures["without"][metric], metric
+    assert during[metric] == pytest.approx(figures["without"][metric],
+                                           rel=1e-5), metric
+  assert "next_sentence_accuracy" not in figures["without"]
+  assert ("next_sentence_accuracy" in figures["with"]) == (
+      trained_with_next_sentence)
+  assert "next_sentence_accuracy" not in during

@@ -279,13 +279,66 @@ def test_default_evaluation_interval_is_the_share_of_training_allowed():
   """Held-out rows / (3 x share x batch), rounded up: 288 rows at batch 32
   is exactly 30 steps, although the float quotient is 29.999999999999996;
   a given --eval_every_n_steps wins."""
-  args = time_to_accuracy.parse_args(["--output_dir=/tmp/unused"])
+  args = time_to_accuracy.parse_args(["--output_dir=/tmp/unused",
+                                      "--protocol=target"])
   assert time_to_accuracy.EVAL_SHARE == 0.1
   assert time_to_accuracy.eval_every_n_steps(args, 288, 32) == 30
   assert time_to_accuracy.eval_every_n_steps(args, 289, 32) == 31
   assert time_to_accuracy.eval_every_n_steps(args, 8, 32) == 1
+  # The budget protocol judges the last evaluation: half as many on the way.
+  args.protocol = "budget"
+  assert time_to_accuracy.eval_every_n_steps(args, 288, 32) == 60
   args.eval_every_n_steps = 7
   assert time_to_accuracy.eval_every_n_steps(args, 288, 32) == 7
+
+
+def test_budget_ladder_goes_down_while_reached_and_up_while_missed():
+  ladder = [1, 2, 3, 4]
+  step = time_to_accuracy.next_divisor
+  assert step(ladder, 2, {}) == 2
+  assert step(ladder, 2, {2: True}) == 3
+  assert step(ladder, 2, {2: True, 3: True}) == 4
+  assert step(ladder, 2, {2: True, 3: True, 4: True}) is None  # below it
+  assert step(ladder, 2, {2: True, 3: False}) is None
+  assert step(ladder, 2, {2: False}) == 1
+  assert step(ladder, 2, {2: False, 1: True}) is None
+  assert step(ladder, 2, {2: False, 1: False}) is None
+  # The peer starts where fast's smallest budget was.
+  assert step(ladder, 4, {4: False}) == 3
+  assert step(ladder, 4, {4: False, 3: True}) is None
+
+
+def test_crossing_budget_interpolates_between_the_rungs_around_it():
+  points = [(7.5, 0.30), (5.0, 0.26), (3.75, 0.22)]
+  # 0.25 lies a quarter of the way from 0.22 (3.75 min) to 0.26 (5 min).
+  assert time_to_accuracy.crossing_budget(points, 0.23) == pytest.approx(
+      3.75 + 0.25 * 1.25)
+  assert time_to_accuracy.crossing_budget(points, 0.31) is None
+  assert time_to_accuracy.crossing_budget(points, 0.20) is None  # all reach
+
+
+def test_budget_summary_figures_and_ratios():
+  def rows(accuracy):
+    return [{"masked_lm_accuracy": accuracy, "final_step": 100,
+             "examples_per_sec": 27.0, "wall_seconds": 60.0}]
+  results = {"fast": {2: rows(0.30), 3: rows(0.27), 4: rows(0.24)},
+             "peer": {3: rows(0.25), 2: rows(0.28)}}
+  summary = time_to_accuracy.budget_summary(15.0, 0.26, results,
+                                            rows(0.26))
+  fast, peer = summary["contestants"]["fast"], summary["contestants"]["peer"]
+  assert [r["divisor"] for r in fast["rungs"]] == [2, 3, 4]
+  assert [r["reached"] for r in fast["rungs"]] == [True, True, False]
+  assert fast["speedup_ladder"] == 3.0 and peer["speedup_ladder"] == 2.0
+  # fast crosses 0.26 at 3.75 + (0.02 / 0.03) x 1.25 minutes.
+  assert fast["crossing_minutes"] == pytest.approx(3.75 + 1.25 * 2 / 3)
+  assert peer["crossing_minutes"] == pytest.approx(5.0 + 2.5 / 3)
+  speedups = summary["speedups"]
+  assert speedups["fast against bert_2018"]["speedup_ladder"] == 3.0
+  assert speedups["ours (fast) against the peer"]["speedup_ladder"] == 1.5
+  assert speedups["ours (fast) against the peer"][
+      "speedup_interpolated"] == pytest.approx(
+          peer["crossing_minutes"] / fast["crossing_minutes"])
+  assert not fast["below_ladder"]
 
 
 def test_the_peer_takes_the_fast_recipe_and_refuses_uncorrected_adam(
@@ -333,10 +386,10 @@ def test_prepared_data_is_reused_only_with_the_same_flags(tmp_path):
 
 
 @pytest.mark.slow
-def test_smoke_run_of_the_whole_benchmark(tmp_path):
+def test_smoke_run_of_the_whole_benchmark_to_a_target(tmp_path):
   out = str(tmp_path / "tta")
   run_ok(["benchmarks/time_to_accuracy.py", "--output_dir=%s" % out,
-          "--smoke"], timeout=900)
+          "--smoke", "--protocol=target"], timeout=900)
   with open(os.path.join(out, "summary.json")) as f:
     summary = json.load(f)
   with open(os.path.join(out, "results.csv")) as f:
@@ -364,19 +417,14 @@ def test_smoke_run_of_the_whole_benchmark(tmp_path):
              if e["masked_lm_accuracy"] >= target]
     assert table["fast r0"]["target_step"] == (
         str(first[0]["step"]) if first else "")
-  # bert_2018 trains with next-sentence labels: it reads the held-out
-  # records with those labels added, the same questions.
+  # bert_2018 trains with next-sentence labels and reads the same held-out
+  # records as the others, which have none.
   with open(os.path.join(out, "runs", "bert_2018_r0", "run_info.json")) as f:
-    assert "heldout_nsp.tfrecord" in json.load(f)["command"]
-  plain = time_to_accuracy.read_examples(os.path.join(out, "data",
-                                                      "heldout.tfrecord"))
-  with_labels = time_to_accuracy.read_examples(
-      os.path.join(out, "data", "heldout_nsp.tfrecord"))
-  assert len(plain) == 16 and len(with_labels) == 16
-  for a, b in zip(plain, with_labels):
-    assert set(b) - set(a) == {"next_sentence_labels"}
-    for name in a:
-      np.testing.assert_array_equal(a[name], b[name])
+    command = json.load(f)["command"]
+  assert "--eval_input_file=%s" % os.path.join(
+      out, "data", "heldout.tfrecord") in command
+  assert "next_sentence_accuracy" not in histories["bert_2018"][-1]
+  assert not os.path.exists(os.path.join(out, "data", "heldout_nsp.tfrecord"))
   # benchmark.py --report: the same table of the same runs.
   report_dir = str(tmp_path / "report")
   run_ok(["benchmark.py", "--output_dir=%s" % report_dir, "--report=%s" %
@@ -391,3 +439,53 @@ def test_smoke_run_of_the_whole_benchmark(tmp_path):
     assert os.path.getsize(os.path.join(out, name)) > 0
   with open(os.path.join(out, "curves.png"), "rb") as f:
     assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+def test_smoke_run_of_the_budget_protocol(tmp_path):
+  """bert_2018 for B (30 steps in --smoke), its final accuracy the target;
+  fast and the peer down their ladders of B/k with their schedules
+  completed; each figure from the runs' own final evaluations."""
+  out = str(tmp_path / "budget")
+  run_ok(["benchmarks/time_to_accuracy.py", "--output_dir=%s" % out,
+          "--smoke"], timeout=900)
+  with open(os.path.join(out, "summary.json")) as f:
+    summary = json.load(f)
+  def final(name):
+    with open(os.path.join(out, "runs", name, "eval_history.jsonl")) as f:
+      return [json.loads(l) for l in f][-1]
+  judge = final("bert_2018_B1_r0")
+  assert judge["step"] == 30
+  assert summary["target"] == judge["masked_lm_accuracy"]
+  ladder = [1, 2, 3]
+  for name, contestant in summary["contestants"].items():
+    reached = {}
+    for rung in contestant["rungs"]:
+      last = final("%s_B%d_r0" % (name, rung["divisor"]))
+      # The schedule completed: B/k of the 30 steps.
+      assert last["step"] == round(30 / rung["divisor"])
+      assert rung["masked_lm_accuracy"] == last["masked_lm_accuracy"]
+      assert rung["reached"] == (last["masked_lm_accuracy"] >=
+                                 summary["target"])
+      reached[rung["divisor"]] = rung["reached"]
+    # The ladder ran as next_divisor says, from fast's start (B/2) or, for
+    # the peer, from fast's smallest budget reaching the target.
+    hits = [k for k, hit in reached.items() if hit]
+    assert contestant["speedup_ladder"] == (float(max(hits)) if hits
+                                             else None)
+    start = 2
+    if name == "peer":
+      fast_hits = summary["contestants"]["fast"]["smallest_divisor_reaching"]
+      start = fast_hits or 2
+    tried, so_far = [], {}
+    k = time_to_accuracy.next_divisor(ladder, start, so_far)
+    while k is not None:
+      tried.append(k)
+      so_far[k] = reached[k]
+      k = time_to_accuracy.next_divisor(ladder, start, so_far)
+    assert sorted(tried) == sorted(reached)
+  with open(os.path.join(out, "summary.md")) as f:
+    assert "Time to quality by budget" in f.read()
+  for name in ("curves.png", "budget_curves.png"):
+    with open(os.path.join(out, name), "rb") as f:
+      assert f.read(8) == b"\x89PNG\r\n\x1a\n"
