@@ -11,8 +11,9 @@ in the machine's load hits all alike):
     --train_batch_size rows a step (the same compute per step as unpacked:
     rows of --max_seq_length tokens; each row holds up to
     --max_sequences_per_pack sequences);
-  * the peer: benchmarks/pytorch_peer.py (Hugging Face BertForPreTraining)
-    on the unpacked records, --train_batch_size sequences a step like
+  * the peer: benchmarks/pytorch_peer.py (Hugging Face BertModel and the
+    pretraining heads, sparse prediction, SDPA attention) on the unpacked
+    records, --train_batch_size sequences a step like
     unpacked ours, each batch padded to its longest sequence (dynamic
     padding).
 

@@ -489,3 +489,15 @@ def test_smoke_run_of_the_budget_protocol(tmp_path):
   for name in ("curves.png", "budget_curves.png"):
     with open(os.path.join(out, name), "rb") as f:
       assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_rerun_reuses_only_runs_of_the_same_command(tmp_path):
+  run_dir = str(tmp_path / "fast_B2_r0")
+  argv = ["python", "run_pretraining.py", "--train_time_budget_hours=0.125"]
+  assert not time_to_accuracy.finished_run(run_dir, argv)
+  os.makedirs(run_dir)
+  with open(os.path.join(run_dir, "run_info.json"), "w") as f:
+    json.dump({"command": " ".join(argv[1:])}, f)
+  assert time_to_accuracy.finished_run(run_dir, argv)
+  assert not time_to_accuracy.finished_run(
+      run_dir, argv[:2] + ["--train_time_budget_hours=0.0625"])
