@@ -84,13 +84,15 @@ def hf_config(bert_config_path, **overrides):
 ATTENTION = "sdpa"
 
 
-def build_model(bert_config_path, next_sentence=True, **overrides):
+def build_model(bert_config_path, next_sentence=True, attention=ATTENTION,
+                **overrides):
   """BERT with its pretraining heads from our config file.
 
   Args:
     bert_config_path: one of our bert_config.json files.
     next_sentence: False: `BertForMaskedLM` (no pooler, no next-sentence
       head), for records without next-sentence labels.
+    attention: transformers' attn_implementation ("sdpa" or "eager").
     **overrides: BertConfig values (e.g. hidden_dropout_prob=0.0).
 
   Returns:
@@ -100,7 +102,8 @@ def build_model(bert_config_path, next_sentence=True, **overrides):
   config = hf_config(bert_config_path, **overrides)
   model_class = (transformers.BertForPreTraining if next_sentence
                  else transformers.BertForMaskedLM)
-  return model_class._from_config(config, attn_implementation=ATTENTION), config
+  return model_class._from_config(config,
+                                  attn_implementation=attention), config
 
 
 def compiled(model, enabled):
@@ -271,7 +274,8 @@ def train(args):
   """Runs the steps; returns the result dict."""
   torch.manual_seed(0)
   torch.set_num_threads(args.threads)
-  model, config = build_model(args.bert_config_file)
+  model, config = build_model(args.bert_config_file,
+                              attention=args.attention)
   model = compiled(model, args.compile)
   model.train()
   optimizer = adamw(model, args.learning_rate)
@@ -303,7 +307,7 @@ def train(args):
                                                      transformers.__version__),
       "threads": args.threads,
       "precision": "mixed_bfloat16" if args.bf16 else "float32",
-      "attention": ATTENTION, "compiled": args.compile,
+      "attention": args.attention, "compiled": args.compile,
       "steps_counted": len(step_seconds),
       "examples_per_sec": args.train_batch_size * len(step_seconds) /
                           sum(step_seconds),
@@ -338,6 +342,9 @@ def parse_args(argv=None):
                            'dtype=torch.bfloat16)')
   parser.add_argument("--compile", action="store_true",
                       help="the encoder through torch.compile")
+  parser.add_argument("--attention", choices=("sdpa", "eager"),
+                      default=ATTENTION,
+                      help="transformers' attention implementation")
   parser.add_argument("--threads", type=int,
                       default=len(os.sched_getaffinity(0)),
                       help="intra-op threads (default: the usable cores)")

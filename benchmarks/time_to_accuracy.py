@@ -1006,48 +1006,16 @@ def summary_markdown(summary, command):
   return "\n".join(out) + "\n"
 
 
-def write_budget_results(args, runs, summary):
-  """The budget protocol's summary, results table, eval points and plots."""
+def write_outputs(args, summary, markdown_of, runs, target):
+  """Writes summary.json and summary.md (`markdown_of(summary, command)`),
+  the results table, the eval points and the curves of `runs` (label,
+  run_dir); prints the summary."""
   command = " ".join(["python", "benchmarks/time_to_accuracy.py"] +
                      sys.argv[1:])
   out = args.output_dir
   with atomic_io.atomic_open(os.path.join(out, "summary.json")) as f:
     json.dump(summary, f, indent=2)
-  markdown = budget_markdown(summary, command)
-  with atomic_io.atomic_open(os.path.join(out, "summary.md")) as f:
-    f.write(markdown)
-  target = summary["target"]
-  accuracy_reports.write_table(
-      out, [accuracy_reports.run_row(d, target) for _, d in runs])
-  labelled = [(json.load(open(os.path.join(
-      d, accuracy_reports.RUN_INFO_FILE)))["name"].rsplit(" r", 1)[0], d)
-              for _, d in runs]
-  accuracy_reports.write_eval_points(os.path.join(out, "eval_points"),
-                                     labelled)
-  title = "%s, seq %d" % ("tiny model" if args.smoke else "BERT-mini",
-                          args.max_seq_length)
-  accuracy_reports.write_curves_plot(
-      os.path.join(out, "curves.png"), labelled, target,
-      title + ": held-out masked-LM accuracy during each run")
-  accuracy_reports.write_budget_plot(
-      os.path.join(out, "budget_curves.png"),
-      {name: [(r["minutes"], r["masked_lm_accuracy"]) for r in c["rungs"]]
-       for name, c in summary["contestants"].items()},
-      summary["budget_minutes"], target,
-      title + ": final held-out accuracy against the training budget")
-  print(markdown)
-  return summary
-
-
-def write_results(args, runs, target, how):
-  """Writes the summary, the results table, the eval points and the plot."""
-  summary = summarize(runs, target, how)
-  command = " ".join(["python", "benchmarks/time_to_accuracy.py"] +
-                     sys.argv[1:])
-  out = args.output_dir
-  with atomic_io.atomic_open(os.path.join(out, "summary.json")) as f:
-    json.dump(summary, f, indent=2)
-  markdown = summary_markdown(summary, command)
+  markdown = markdown_of(summary, command)
   with atomic_io.atomic_open(os.path.join(out, "summary.md")) as f:
     f.write(markdown)
   accuracy_reports.write_table(
@@ -1055,10 +1023,46 @@ def write_results(args, runs, target, how):
   accuracy_reports.write_eval_points(os.path.join(out, "eval_points"), runs)
   accuracy_reports.write_curves_plot(
       os.path.join(out, "curves.png"), runs, target,
-      "%s, seq %d: held-out masked-LM accuracy" % (
-          "tiny model" if args.smoke else "BERT-mini", args.max_seq_length))
+      "%s: held-out masked-LM accuracy" % plot_title(args))
   print(markdown)
   return summary
+
+
+def plot_title(args):
+  return "%s, seq %d" % ("tiny model" if args.smoke else "BERT-mini",
+                         args.max_seq_length)
+
+
+def budget_curves(summary):
+  """{contestant: [(budget minutes, final accuracy)]}, the judge's point
+  at B included."""
+  curves = {BUDGET_JUDGE: [(summary["budget_minutes"], summary["target"])]}
+  curves.update({name: [(r["minutes"], r["masked_lm_accuracy"])
+                        for r in c["rungs"]]
+                 for name, c in summary["contestants"].items()})
+  return curves
+
+
+def write_budget_results(args, runs, summary):
+  """The budget protocol's outputs, and final accuracy against the budget
+  (budget_curves.png)."""
+  labelled = []
+  for _, run_dir in runs:
+    with open(os.path.join(run_dir, accuracy_reports.RUN_INFO_FILE)) as f:
+      labelled.append((json.load(f)["name"].rsplit(" r", 1)[0], run_dir))
+  accuracy_reports.write_budget_plot(
+      os.path.join(args.output_dir, "budget_curves.png"),
+      budget_curves(summary), summary["budget_minutes"], summary["target"],
+      "%s: final held-out accuracy against the training budget" %
+      plot_title(args))
+  return write_outputs(args, summary, budget_markdown, labelled,
+                       summary["target"])
+
+
+def write_results(args, runs, target, how):
+  """The target protocol's outputs."""
+  return write_outputs(args, summarize(runs, target, how), summary_markdown,
+                       runs, target)
 
 
 def parse_args(argv=None):
