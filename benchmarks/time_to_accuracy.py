@@ -1141,6 +1141,15 @@ def parse_args(argv=None):
     for name, value in defaults.items():
       if getattr(args, name) == parser.get_default(name):
         setattr(args, name, value)
+  return checked(args)
+
+
+def checked(args):
+  """The parsed flags, checked and completed.
+
+  Raises:
+    UserError: a flag out of range or flags that do not go together.
+  """
   args.contestants = [c for c in args.contestants.split(",") if c]
   unknown = sorted(set(args.contestants) - set(CONTESTANTS))
   if unknown or not args.contestants:
