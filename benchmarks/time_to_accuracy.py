@@ -128,7 +128,7 @@ PYTHON_DOCS_SKIPPED_DIRS = ("whatsnew", "_sources", "_static", "_images",
                             "_downloads")
 PYTHON_DOCS_SKIPPED_PAGES = ("genindex", "py-modindex", "search", "changelog")
 PYTHON_DOCS_MIN_WORDS = 4
-PYTHON_DOCS_MIN_PAGES = 50
+PYTHON_DOCS_MIN_PAGES = 100
 # The held-out questions: BERT's masking rate, whatever a recipe trains at.
 HELDOUT_MASKED_LM_PROB = 0.15
 # A recipe's run_pretraining.py values the peer takes (same flag names).
@@ -146,9 +146,9 @@ EVAL_SHARE = 0.1
 # draw the curves.
 BUDGET_EVAL_SHARE = 0.05
 # The flags the prepared data depends on (data/data.json).
-DATA_FLAGS = ("smoke", "corpus", "python_docs", "heldout_every", "bert_config_file",
-              "max_seq_length", "heldout_predictions", "vocab_size",
-              "eval_batch_size", "max_eval_steps")
+DATA_FLAGS = ("smoke", "corpus", "python_docs", "heldout_every",
+              "bert_config_file", "max_seq_length", "heldout_predictions",
+              "vocab_size", "eval_batch_size", "max_eval_steps")
 # --smoke: a 2-layer model small enough for a test.
 SMOKE_CONFIG = {
     "attention_probs_dropout_prob": 0.1, "hidden_act": "gelu",
@@ -270,7 +270,7 @@ def python_docs_documents(html_dir):
                                           split)
       if lines:
         documents.append(lines)
-  if len(documents) < 2 * PYTHON_DOCS_MIN_PAGES:
+  if len(documents) < PYTHON_DOCS_MIN_PAGES:
     raise UserError("--python_docs=%s holds %d pages with paragraphs; "
                     "expected Python's HTML documentation (`apt-get install "
                     "python3.11-doc`: /usr/share/doc/python3.11/html)" % (
@@ -567,7 +567,7 @@ def common_run_flags(args, plan, minutes):
   the throughput warm-up and, with --stop_at_target, the target."""
   if args.num_train_steps:
     steps = max(1, int(round(args.num_train_steps * minutes /
-                             plan["full_minutes"])))
+                             args.max_train_minutes)))
     argv = ["--num_train_steps=%d" % steps]
   else:
     argv = ["--train_time_budget_hours=%r" % (minutes / 60.0),
@@ -698,7 +698,8 @@ def finished_run(run_dir, argv):
 def run_contestant(args, data, contestant, repeat, plan, divisor=None):
   """Runs one repeat of a contestant, for the budget B / `divisor` (None:
   the whole --max_train_minutes); returns its run directory."""
-  minutes = plan["full_minutes"] / (divisor or 1)
+  minutes = args.max_train_minutes / (divisor or 1)
+  rung = "" if divisor is None else "B/%d" % divisor
   name = contestant if divisor is None else "%s_B%d" % (contestant, divisor)
   run_dir = os.path.join(args.output_dir, "runs", "%s_r%d" % (name, repeat))
   if contestant == "peer":
@@ -709,13 +710,12 @@ def run_contestant(args, data, contestant, repeat, plan, divisor=None):
     recipe, framework = contestant, None
   if finished_run(run_dir, argv):
     print("%-9s %s r%d: reused %s (the same command finished)" % (
-        contestant, "" if divisor is None else "B/%d" % divisor, repeat,
-        run_dir), flush=True)
+        contestant, rung, repeat, run_dir), flush=True)
     return run_dir
   shutil.rmtree(run_dir, ignore_errors=True)
   os.makedirs(run_dir)
   seconds, seen = run_watched(argv, run_dir, args.timeout_minutes * 60)
-  info = {"name": "%s r%d" % (name.replace("_B", " B/"), repeat),
+  info = {"name": " ".join(filter(None, (contestant, rung, "r%d" % repeat))),
           "contestant": contestant, "divisor": divisor,
           "budget_minutes": minutes, "model": plan["model"],
           "recipe": recipe, "framework": framework,
@@ -727,8 +727,7 @@ def run_contestant(args, data, contestant, repeat, plan, divisor=None):
   last = (evaluation.read_history(run_dir) or [{}])[-1]
   print("%-9s %s r%d: %.1f s whole process, %d evaluations, final "
         "accuracy %s at step %s" % (
-            contestant, "" if divisor is None else "B/%d" % divisor, repeat,
-            seconds, len(seen),
+            contestant, rung, repeat, seconds, len(seen),
             "%.4f" % last[accuracy_reports.METRIC] if last else "n/a",
             last.get("step")), flush=True)
   return run_dir
@@ -790,12 +789,11 @@ def crossing_budget(points, target):
   return b_miss + (target - a_miss) * (b_hit - b_miss) / (a_hit - a_miss)
 
 
-def final_accuracy(run_dir):
-  """The last held-out evaluation's masked-LM accuracy of a run."""
-  history = evaluation.read_history(run_dir)
-  if not history:
-    raise RuntimeError("%s has no evaluation" % run_dir)
-  return history[-1][accuracy_reports.METRIC]
+def median_accuracy(rows):
+  """The median final held-out accuracy of run_row dicts (one rung's, or
+  the judge's repeats)."""
+  return accuracy_reports.median_or_none([r["masked_lm_accuracy"]
+                                          for r in rows])
 
 
 def budget_summary(budget_minutes, target, results, judge_runs):
@@ -822,8 +820,7 @@ def budget_summary(budget_minutes, target, results, judge_runs):
     table = []
     for divisor in sorted(rungs):
       rows = rungs[divisor]
-      accuracy = accuracy_reports.median_or_none(
-          [r["masked_lm_accuracy"] for r in rows])
+      accuracy = median_accuracy(rows)
       table.append({
           "divisor": divisor, "minutes": budget_minutes / divisor,
           "masked_lm_accuracy": accuracy, "reached": accuracy >= target,
@@ -903,15 +900,17 @@ def budget_markdown(summary, command):
 
 
 def run_budget_protocol(args, data, plan):
-  """The judge for B, then each other contestant down (or up) its ladder;
-  returns (runs, summary)."""
+  """The judge for B, then each other contestant down (or up) its ladder.
+
+  Returns:
+    (runs: [(contestant, run_dir)], the budget_summary).
+  """
   runs, judge_rows = [], []
   for repeat in range(args.repeats):
     run_dir = run_contestant(args, data, BUDGET_JUDGE, repeat, plan, 1)
     runs.append((BUDGET_JUDGE, run_dir))
     judge_rows.append(accuracy_reports.run_row(run_dir))
-  target = accuracy_reports.median_or_none(
-      [r["masked_lm_accuracy"] for r in judge_rows])
+  target = median_accuracy(judge_rows)
   print("target: %.4f, %s's final held-out accuracy after %s" % (
       target, BUDGET_JUDGE, "%d steps" % args.num_train_steps
       if args.num_train_steps else "%g minutes" % args.max_train_minutes),
@@ -929,8 +928,7 @@ def run_budget_protocol(args, data, plan):
         runs.append((contestant, run_dir))
         rows.append(accuracy_reports.run_row(run_dir))
       rungs[divisor] = rows
-      reached[divisor] = accuracy_reports.median_or_none(
-          [r["masked_lm_accuracy"] for r in rows]) >= target
+      reached[divisor] = median_accuracy(rows) >= target
       divisor = next_divisor(args.divisors, start, reached)
     results[contestant] = rungs
     hits = [k for k, hit in reached.items() if hit]
@@ -938,8 +936,8 @@ def run_budget_protocol(args, data, plan):
     # ratio between them is decided by the fewest runs.
     if contestant == PEER_RECIPE and hits:
       start = max(hits)
-  return runs, judge_rows, budget_summary(args.max_train_minutes, target,
-                                          results, judge_rows)
+  return runs, budget_summary(args.max_train_minutes, target, results,
+                              judge_rows)
 
 
 # --------------------------------------------------------------- the results
@@ -1206,9 +1204,8 @@ def main(args):
   data.mark_made_by(args)
   print("held-out: %d records; data in %s, ready after %.1f s" % (
       heldout_rows, data.dir, time.perf_counter() - started), flush=True)
-  plan["full_minutes"] = args.max_train_minutes
   if args.protocol == "budget":
-    runs, _, summary = run_budget_protocol(args, data, plan)
+    runs, summary = run_budget_protocol(args, data, plan)
     return write_budget_results(args, runs, summary)
   runs = []
   for repeat in range(args.repeats):
