@@ -142,6 +142,8 @@ def main(argv):
     print("Trace: %s\n" % path)
     print(profiles.top_ops_markdown(
         profiles.op_totals(profiles.trace_events(path)), FLAGS.top_ops))
+    print(profiles.busy_line(profiles.busy_times(
+        profiles.trace_intervals(path))))
     return
   shared_flags.require(FLAGS, ("output_dir",))
   if FLAGS.report:

@@ -699,7 +699,7 @@ def run_contestant(args, data, contestant, repeat, plan, divisor=None):
   """Runs one repeat of a contestant, for the budget B / `divisor` (None:
   the whole --max_train_minutes); returns its run directory."""
   minutes = args.max_train_minutes / (divisor or 1)
-  rung = "" if divisor is None else "B/%d" % divisor
+  rung = "" if divisor is None else "B/%d" % divisor if divisor > 1 else "B"
   name = contestant if divisor is None else "%s_B%d" % (contestant, divisor)
   run_dir = os.path.join(args.output_dir, "runs", "%s_r%d" % (name, repeat))
   if contestant == "peer":

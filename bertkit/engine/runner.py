@@ -579,7 +579,8 @@ def train(estimator, setup, train_input_fn, eval_input_fn, max_steps,
       setup.plan.num_replicas, max_steps,
       log_every=run_options.log_every_n_steps,
       warmup_steps=run_options.throughput_warmup_steps,
-      is_chief=setup.is_chief, extra_info=setup.extra_info, clock=watch.clock)
+      is_chief=setup.is_chief, extra_info=setup.extra_info, clock=watch.clock,
+      time_budget_seconds=watch.time_budget_seconds)
   stop_hook = training_hooks.StopOnSignalHook(
       stop_vote if setup.plan.num_workers > 1 else None)
   # The evaluation hook first: its end() adds the time to target to the

@@ -79,7 +79,7 @@ class ThroughputHook(tf.train.SessionRunHook):
   # Size: the run's facts the figures need, each with a default.
   def __init__(self, output_dir, global_batch_size, num_replicas, max_steps,
                log_every=100, warmup_steps=10, is_chief=True, extra_info=None,
-               clock=None):
+               clock=None, time_budget_seconds=None):
     """Args:
       output_dir: where throughput.jsonl, the summary and events go.
       global_batch_size: examples per step over all replicas and workers.
@@ -92,6 +92,9 @@ class ThroughputHook(tf.train.SessionRunHook):
         training ends: hooks ending before this one may add to it.
       clock: the run's training_clock.TrainingClock: the seconds it
         excludes (evaluation) are left out of the step they fall in.
+      time_budget_seconds: --train_time_budget_hours in seconds of the
+        clock's training time, or None; the ETA is the sooner of its end
+        and max_steps.
     """
     self._output_dir = output_dir
     self._global_batch = global_batch_size
@@ -102,6 +105,7 @@ class ThroughputHook(tf.train.SessionRunHook):
     self._is_chief = is_chief
     self._extra_info = {} if extra_info is None else extra_info
     self._clock = clock
+    self._time_budget = time_budget_seconds
     self._excluded_at_last_step = 0.0
     self.step_records = []
     self._saved_since_last_step = False
@@ -161,8 +165,11 @@ class ThroughputHook(tf.train.SessionRunHook):
     seconds = sum(r["seconds"] for r in window)
     eps = len(window) * self._global_batch / seconds if seconds > 0 else 0.0
     step = int(results["global_step"])
-    remaining = max(0, self._max_steps - step)
-    eta = remaining * seconds / len(window) if window else 0.0
+    budget_left = None
+    if self._time_budget and self._clock:
+      budget_left = self._time_budget - self._clock.train_seconds()
+    eta, by_budget = eta_seconds(step, self._max_steps,
+                                 seconds / len(window), budget_left)
     record = {"step": step, "steps_run": steps_run,
               "examples_per_sec": round(eps, 3),
               "examples_per_sec_per_replica": round(eps / self._replicas, 3),
@@ -178,9 +185,9 @@ class ThroughputHook(tf.train.SessionRunHook):
       counted = describe_counts(record)
     logging.info(
         "step %d/%d: %.1f examples/sec (%.1f per replica)%s, loss %s, "
-        "ETA %s", step, self._max_steps, eps, eps / self._replicas, counted,
-        "%.4f" % record["loss"] if "loss" in record else "n/a",
-        _format_seconds(eta))
+        "ETA %s%s", step, self._max_steps, eps, eps / self._replicas,
+        counted, "%.4f" % record["loss"] if "loss" in record else "n/a",
+        _format_seconds(eta), " (time budget)" if by_budget else "")
     if self._is_chief:
       self._jsonl.write(json.dumps(record) + "\n")
       self._jsonl.flush()
@@ -239,6 +246,25 @@ def describe_counts(summary):
     return ""
   return ", %.2f sequences/sec, %.1f real (non-padding) tokens/sec" % (
       summary["sequences_per_sec"], summary["real_tokens_per_sec"])
+
+
+def eta_seconds(step, max_steps, seconds_per_step, budget_left=None):
+  """Seconds until training ends, and whether the time budget ends it.
+
+  Args:
+    step: the global step just run.
+    max_steps: the global step training stops at.
+    seconds_per_step: the recent pace.
+    budget_left: training seconds left of --train_time_budget_hours, or
+      None without one.
+
+  Returns:
+    (seconds, True when the budget runs out before max_steps is reached).
+  """
+  by_steps = max(0, max_steps - step) * seconds_per_step
+  if budget_left is None or by_steps <= budget_left:
+    return by_steps, False
+  return max(0.0, budget_left), True
 
 
 def _format_seconds(seconds):

@@ -29,9 +29,8 @@ def op_totals(events):
   """
   totals = collections.defaultdict(lambda: [0, 0])
   for name, duration_ps in events:
-    node, _, op_type = name.rpartition(":")
-    if not node or node.endswith(":") or not re.fullmatch(
-        r"[A-Za-z_]\w*", op_type):
+    op_type = _op_type(name)
+    if op_type is None:
       continue
     totals[op_type][0] += duration_ps
     totals[op_type][1] += 1
@@ -39,8 +38,9 @@ def op_totals(events):
   return [(op, ps / 1e9, count) for op, (ps, count) in ranked]
 
 
-def trace_events(xplane_path):
-  """Yields (name, duration_ps) of the TF op threads of a profiler trace."""
+def trace_intervals(xplane_path):
+  """Yields (name, start_ps, end_ps) of the events on the TF op threads of a
+  profiler trace, on one clock."""
   # pylint: disable=g-import-not-at-top
   from tensorflow.tsl.profiler.protobuf import xplane_pb2
   space = xplane_pb2.XSpace()
@@ -51,7 +51,78 @@ def trace_events(xplane_path):
       if not line.name.startswith("tf_Compute"):
         continue
       for event in line.events:
-        yield plane.event_metadata[event.metadata_id].name, event.duration_ps
+        start = line.timestamp_ns * 1000 + event.offset_ps
+        yield (plane.event_metadata[event.metadata_id].name, start,
+               start + event.duration_ps)
+
+
+def trace_events(xplane_path):
+  """Yields (name, duration_ps) of the TF op threads of a profiler trace."""
+  for name, start, end in trace_intervals(xplane_path):
+    yield name, end - start
+
+
+def _op_type(name):
+  """The op type of an op execution's event name, or None for bookkeeping
+  events ("ExecutorState::Process", "ParallelFor", ...)."""
+  node, _, op_type = name.rpartition(":")
+  if not node or node.endswith(":") or not re.fullmatch(r"[A-Za-z_]\w*",
+                                                         op_type):
+    return None
+  return op_type
+
+
+def _covered_ps(intervals):
+  """Picoseconds covered by the union of (start, end) intervals."""
+  covered, end_so_far = 0, None
+  for start, end in sorted(intervals):
+    if end_so_far is None or start > end_so_far:
+      covered += end - start
+      end_so_far = end
+    elif end > end_so_far:
+      covered += end - end_so_far
+      end_so_far = end
+  return covered
+
+
+def busy_times(intervals):
+  """How long the cores had work, and how long matrix products.
+
+  Ops that run at the same time on several threads add up to more than the
+  wall time in `op_totals`; here each moment counts once, which says what
+  share of the traced steps the matrix products (op types with "MatMul":
+  MatMul, _MklMatMul, _FusedMatMul, BatchMatMulV2, ...) kept the cores busy.
+
+  Args:
+    intervals: iterable of (event name, start_ps, end_ps), as
+      `trace_intervals` yields.
+
+  Returns:
+    dict of milliseconds: "traced" (first op start to last op end),
+    "any_op" (some op running) and "matmul" (some matrix product running).
+  """
+  ops, products = [], []
+  for name, start, end in intervals:
+    op_type = _op_type(name)
+    if op_type is None:
+      continue
+    ops.append((start, end))
+    if "MatMul" in op_type:
+      products.append((start, end))
+  if not ops:
+    return {"traced": 0.0, "any_op": 0.0, "matmul": 0.0}
+  traced = max(e for _, e in ops) - min(s for s, _ in ops)
+  return {"traced": traced / 1e9, "any_op": _covered_ps(ops) / 1e9,
+          "matmul": _covered_ps(products) / 1e9}
+
+
+def busy_line(busy):
+  """One line of `busy_times`'s figures."""
+  traced = busy["traced"] or 1.0
+  return ("traced %.1f ms: some op running %.1f ms (%.1f%%), a matrix "
+          "product running %.1f ms (%.1f%%)" % (
+              busy["traced"], busy["any_op"], 100 * busy["any_op"] / traced,
+              busy["matmul"], 100 * busy["matmul"] / traced))
 
 
 def top_ops_markdown(totals, limit):

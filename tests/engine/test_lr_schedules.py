@@ -12,6 +12,7 @@ import tensorflow.compat.v1 as tf
 from conftest import REPO_ROOT, expect_user_error, run_program
 from bertkit.engine import lr_schedules
 from bertkit.engine import optimizers
+from bertkit.engine import throughput
 from bertkit.engine import training_clock
 
 PEAK = 1e-3
@@ -218,3 +219,17 @@ def test_recipe_flagfiles_parse_and_later_flags_win(recipe, tmp_path):
       "--output_dir=%s" % (tmp_path / "out"), "--do_train",
       "--adam_beta_2=1.0"])
   expect_user_error(trained, "--adam_beta_2=1.0")
+
+
+@pytest.mark.parametrize("budget_left, expected", [
+    (None, (40.0, False)),     # no budget: the steps decide
+    (100.0, (40.0, False)),    # the last step comes first
+    (12.5, (12.5, True)),      # the budget runs out first
+    (-3.0, (0.0, True)),       # spent: the hook stops the run next step
+])
+def test_eta_is_the_sooner_of_the_last_step_and_the_budgets_end(budget_left,
+                                                                 expected):
+  """A budget run's ETA is its budget's end, not --num_train_steps's (a
+  budget run sets a step count it will never reach)."""
+  assert throughput.eta_seconds(60, 100, 1.0, budget_left) == expected
+  assert throughput.eta_seconds(100, 100, 1.0, budget_left)[0] == 0.0

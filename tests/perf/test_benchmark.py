@@ -208,6 +208,25 @@ def test_op_totals_sum_op_executions_by_type():
       "all ops | 7.0 | 100% | 4\n")
 
 
+def test_busy_times_count_each_moment_once():
+  """Two threads: products overlapping each other and an elementwise op;
+  bookkeeping events (the executor's, with no op type) are left out."""
+  ms = 1_000_000_000  # picoseconds
+  intervals = [
+      ("ExecutorState::Process", 0, 100 * ms),
+      ("bert/layer_0/MatMul:_MklMatMul", 10 * ms, 40 * ms),
+      ("gradients/MatMul_grad/MatMul:_MklMatMul", 30 * ms, 50 * ms),
+      ("bert/layer_0/gelu/mul:Mul", 45 * ms, 60 * ms),
+      ("attention/MatMul:_MklBatchMatMulV2", 70 * ms, 80 * ms),
+      ("ParallelFor", 60 * ms, 95 * ms)]
+  busy = profiles.busy_times(intervals)
+  assert busy == {"traced": 70.0, "any_op": 60.0, "matmul": 50.0}
+  assert profiles.busy_line(busy) == (
+      "traced 70.0 ms: some op running 60.0 ms (85.7%), a matrix product "
+      "running 50.0 ms (71.4%)")
+  assert profiles.busy_times([("ParallelFor", 0, ms)])["traced"] == 0.0
+
+
 def test_missing_trace_is_a_user_error(tmp_path):
   with pytest.raises(errors.UserError, match="no \\*.xplane.pb"):
     profiles.latest_trace(str(tmp_path))
@@ -307,6 +326,9 @@ def test_profile_steps_write_an_xplane_trace(tmp_path):
   shown = run_program(["benchmark.py", "--top_ops_of=%s" % out])
   assert shown.returncode == 0, shown.stderr[-2000:]
   assert "op type | ms | share | executions" in shown.stdout
+  busy = profiles.busy_times(profiles.trace_intervals(traces[0]))
+  assert 0 < busy["matmul"] < busy["any_op"] <= busy["traced"]
+  assert profiles.busy_line(busy) in shown.stdout
 
 
 def test_pytorch_comparison_summary_takes_medians_ratio_and_numpy_mfu():
