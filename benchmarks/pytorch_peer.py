@@ -38,7 +38,10 @@ as run_pretraining.py --use_bf16).
 
 Prints one JSON line: examples_per_sec over the timed steps (wall clock of
 each step, after --warmup_steps untimed ones); with --input_file also the
-real (non-padding) tokens and the padded tokens of all steps.
+real (non-padding) tokens and the padded tokens of all steps; with
+--profile_steps N, N more steps under torch.profiler (its table to stderr,
+the costliest ops in the line), the peer's side of the profiles in
+docs/benchmarks.md.
 
 Examples:
   python benchmarks/pytorch_peer.py --bert_config_file=configs/bert_mini.json \
@@ -46,6 +49,9 @@ Examples:
   python benchmarks/pytorch_peer.py --bert_config_file=configs/bert_mini.json \
     --max_seq_length=512 --max_predictions_per_seq=80 --train_batch_size=4 \
     --input_file=unpacked.tfrecord
+  python benchmarks/pytorch_peer.py --bert_config_file=mini_no_dropout.json \
+    --max_predictions_per_seq=40 --masked_lm_only --num_steps=10 \
+    --warmup_steps=5 --profile_steps=5
 """
 
 import argparse
@@ -270,11 +276,34 @@ def adamw(model, learning_rate, betas=(0.9, 0.999), eps=1e-6,
       lr=learning_rate, betas=betas, eps=eps)
 
 
+def profiled_ops(train_step, first_step, steps, rows=12):
+  """Runs `steps` more steps under torch.profiler; prints its table of ops
+  by self CPU time to stderr.
+
+  Returns:
+    list of {"op", "self_cpu_ms_per_step", "share"}: the `rows` costliest
+    ops, each with its share of all ops' self CPU time.
+  """
+  with torch.profiler.profile(
+      activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+    for step in range(first_step, first_step + steps):
+      train_step(step)
+  averages = profile.key_averages()
+  print(averages.table(sort_by="self_cpu_time_total", row_limit=rows),
+        file=sys.stderr)
+  total = sum(e.self_cpu_time_total for e in averages) or 1.0
+  ranked = sorted(averages, key=lambda e: -e.self_cpu_time_total)[:rows]
+  return [{"op": e.key,
+           "self_cpu_ms_per_step": e.self_cpu_time_total / 1e3 / steps,
+           "share": e.self_cpu_time_total / total} for e in ranked]
+
+
 def train(args):
   """Runs the steps; returns the result dict."""
   torch.manual_seed(0)
   torch.set_num_threads(args.threads)
   model, config = build_model(args.bert_config_file,
+                              next_sentence=not args.masked_lm_only,
                               attention=args.attention)
   model = compiled(model, args.compile)
   model.train()
@@ -287,19 +316,23 @@ def train(args):
     batches = random_batches(np.random.RandomState(0), 4,
                              args.train_batch_size, args.max_seq_length,
                              args.max_predictions_per_seq, config.vocab_size)
-  step_seconds = []
-  for step in range(total_steps):
-    batch = batches[step % len(batches)]
-    start = time.perf_counter()
+
+  def train_step(step):
     optimizer.zero_grad(set_to_none=True)
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
-      loss = pretraining_loss(model, batch)
+      loss = pretraining_loss(model, batches[step % len(batches)])
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     optimizer.step()
-    seconds = time.perf_counter() - start
     if not torch.isfinite(loss):
       raise RuntimeError("non-finite loss at step %d" % step)
+    return loss
+
+  step_seconds = []
+  for step in range(total_steps):
+    start = time.perf_counter()
+    loss = train_step(step)
+    seconds = time.perf_counter() - start
     if step >= args.warmup_steps:
       step_seconds.append(seconds)
   result = {
@@ -313,6 +346,9 @@ def train(args):
                           sum(step_seconds),
       "last_loss": loss.float().item(),
   }
+  if args.profile_steps:
+    result["profile"] = profiled_ops(train_step, total_steps,
+                                     args.profile_steps)
   if args.input_file:
     result["real_tokens"] = sum(int(b["attention_mask"].sum())
                                 for b in batches)
@@ -345,6 +381,13 @@ def parse_args(argv=None):
   parser.add_argument("--attention", choices=("sdpa", "eager"),
                       default=ATTENTION,
                       help="transformers' attention implementation")
+  parser.add_argument("--masked_lm_only", action="store_true",
+                      help="BertForMaskedLM: no next-sentence head (the "
+                           "fast recipe's model)")
+  parser.add_argument("--profile_steps", type=int, default=0,
+                      help="after the timed steps, this many more under "
+                           "torch.profiler: its table to stderr, the top "
+                           "ops in the JSON line")
   parser.add_argument("--threads", type=int,
                       default=len(os.sched_getaffinity(0)),
                       help="intra-op threads (default: the usable cores)")

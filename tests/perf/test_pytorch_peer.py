@@ -130,3 +130,18 @@ def test_adamw_leaves_layer_norm_and_biases_undecayed(config_file):
                  for p in decayed["params"])
   assert (len(decayed["params"]) + len(undecayed["params"]) ==
           len(list(model.parameters())))
+
+
+def test_profile_steps_report_the_peers_costliest_ops(config_file, capsys):
+  """--profile_steps: the steps run under torch.profiler; the matrix
+  products are among the ops reported, the shares are of all ops' time."""
+  result = pytorch_peer.train(pytorch_peer.parse_args([
+      "--bert_config_file=%s" % config_file, "--max_seq_length=16",
+      "--max_predictions_per_seq=3", "--train_batch_size=2",
+      "--num_steps=1", "--warmup_steps=0", "--profile_steps=2",
+      "--masked_lm_only", "--threads=1"]))
+  ops = {row["op"]: row for row in result["profile"]}
+  assert {"aten::mm", "aten::addmm"} & set(ops)
+  shares = [row["share"] for row in result["profile"]]
+  assert shares == sorted(shares, reverse=True) and 0 < sum(shares) <= 1.0
+  assert "Self CPU" in capsys.readouterr().err
