@@ -695,11 +695,19 @@ def finished_run(run_dir, argv):
     return json.load(f).get("command") == " ".join(argv[1:])
 
 
+def rung_label(divisor):
+  """"B/3" for the budget B/3, "B" for the judge's whole budget, "" outside
+  the budget protocol (divisor None)."""
+  if divisor is None:
+    return ""
+  return "B" if divisor == 1 else "B/%d" % divisor
+
+
 def run_contestant(args, data, contestant, repeat, plan, divisor=None):
   """Runs one repeat of a contestant, for the budget B / `divisor` (None:
   the whole --max_train_minutes); returns its run directory."""
   minutes = args.max_train_minutes / (divisor or 1)
-  rung = "" if divisor is None else "B/%d" % divisor if divisor > 1 else "B"
+  rung = rung_label(divisor)
   name = contestant if divisor is None else "%s_B%d" % (contestant, divisor)
   run_dir = os.path.join(args.output_dir, "runs", "%s_r%d" % (name, repeat))
   if contestant == "peer":
@@ -1047,7 +1055,11 @@ def write_budget_results(args, runs, summary):
   labelled = []
   for _, run_dir in runs:
     with open(os.path.join(run_dir, accuracy_reports.RUN_INFO_FILE)) as f:
-      labelled.append((json.load(f)["name"].rsplit(" r", 1)[0], run_dir))
+      info = json.load(f)
+    # From the run's contestant and divisor, not its stored name: a reused
+    # run keeps the name it was written with.
+    labelled.append(("%s %s" % (info["contestant"],
+                                rung_label(info["divisor"])), run_dir))
   accuracy_reports.write_budget_plot(
       os.path.join(args.output_dir, "budget_curves.png"),
       budget_curves(summary), summary["budget_minutes"], summary["target"],

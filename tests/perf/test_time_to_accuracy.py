@@ -486,6 +486,13 @@ def test_smoke_run_of_the_budget_protocol(tmp_path):
     assert sorted(tried) == sorted(reached)
   with open(os.path.join(out, "summary.md")) as f:
     assert "Time to quality by budget" in f.read()
+  # Each run's points are labelled by its contestant and rung.
+  with open(os.path.join(out, "eval_points.json")) as f:
+    labels = {p["label"] for p in json.load(f)}
+  assert labels == {"bert_2018 B"} | {
+      "%s B/%d" % (name, rung["divisor"])
+      for name, contestant in summary["contestants"].items()
+      for rung in contestant["rungs"]}
   for name in ("curves.png", "budget_curves.png"):
     with open(os.path.join(out, name), "rb") as f:
       assert f.read(8) == b"\x89PNG\r\n\x1a\n"
