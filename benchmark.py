@@ -140,10 +140,7 @@ def main(argv):
   if FLAGS.top_ops_of:
     path = profiles.latest_trace(FLAGS.top_ops_of)
     print("Trace: %s\n" % path)
-    print(profiles.top_ops_markdown(
-        profiles.op_totals(profiles.trace_events(path)), FLAGS.top_ops))
-    print(profiles.busy_line(profiles.busy_times(
-        profiles.trace_intervals(path))))
+    print(profiles.trace_report(path, FLAGS.top_ops))
     return
   shared_flags.require(FLAGS, ("output_dir",))
   if FLAGS.report:

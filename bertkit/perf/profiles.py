@@ -125,6 +125,14 @@ def busy_line(busy):
               busy["matmul"], 100 * busy["matmul"] / traced))
 
 
+def trace_report(xplane_path, limit):
+  """`top_ops_markdown` of a trace and its `busy_line`, the trace read once."""
+  intervals = list(trace_intervals(xplane_path))
+  totals = op_totals((name, end - start) for name, start, end in intervals)
+  return top_ops_markdown(totals, limit) + "\n" + busy_line(
+      busy_times(intervals))
+
+
 def top_ops_markdown(totals, limit):
   """A Markdown table of the `limit` costliest op types of `op_totals`."""
   overall = sum(ms for _, ms, _ in totals) or 1.0
