@@ -29,8 +29,8 @@ Its clock is run_pretraining.py's (bertkit/engine/training_clock.py):
 training seconds run from when the frameworks are imported (before the model
 is built and the data loaded) and leave evaluation out; wall seconds include
 it. The learning-rate schedule is the recipe's, in steps or, with
---train_time_budget_hours, in training seconds, and training stops when the
-budget is spent (or at --num_train_steps, or at the first evaluation
+--train_time_budget_hours, in training seconds from the first step to the
+budget's end, and training stops when the budget is spent (or at --num_train_steps, or at the first evaluation
 reaching --target_masked_lm_accuracy).
 
 Writes to --output_dir the files run_pretraining.py writes, with the same
@@ -303,10 +303,13 @@ def train(args):
   while step < args.num_train_steps and not reached:
     if budget is not None and clock.train_seconds() >= budget:
       break
-    x = clock.train_seconds() if in_seconds else step
+    # A budget's schedule begins at the first step, as run_pretraining.py's.
+    x, start = step, 0.0
+    if in_seconds:
+      start, x = clock.first_step_seconds(), clock.train_seconds()
     rate = lr_schedules.rate_at(lr_schedules.Schedule(
         args.lr_schedule, args.learning_rate, total, warmup,
-        args.lr_decay_proportion), x)
+        args.lr_decay_proportion), x, start)
     for group in optimizer.param_groups:
       group["lr"] = rate
     started = time.time()

@@ -17,6 +17,12 @@ seconds of training_clock.py (then `total` is the budget and `warmup` a
 share of it): a schedule sized to a time budget, as in Izsak et al. and
 Cramming. Past `total` the rate is 0.
 
+A schedule can begin at `start` on x's axis instead of 0. A budget's
+schedule begins at the training second of the run's first step: its clock
+counts start-up (graph building, session start), and a warm-up of a small
+budget's 2 % would otherwise be over before the first step. The rate still
+reaches 0 at `total`, the budget's end.
+
 `rate_at` is the formula in plain Python (tests, reports and the PyTorch
 peer of benchmarks/time_to_accuracy.py use it); `rate_tensor` builds the
 same on a tensor.
@@ -61,26 +67,29 @@ class Schedule:
                        "%s" % (self.kind, ", ".join(SCHEDULES)))
 
 
-def rate_at(schedule, x):
-  """The learning rate at step (or training second) `x`, as a float."""
+def rate_at(schedule, x, start=0.0):
+  """The learning rate at step (or training second) `x`, as a float, for a
+  schedule beginning at `start` (see the module's docstring)."""
+  x = x - start
+  total = max(schedule.total - start, 1e-12)
   if schedule.warmup and x < schedule.warmup:
-    return schedule.peak * x / schedule.warmup
-  progress = min(x, schedule.total)
+    return schedule.peak * max(x, 0.0) / schedule.warmup
+  progress = min(x, total)
   if schedule.kind == LINEAR:
-    return schedule.peak * (1.0 - progress / schedule.total)
+    return schedule.peak * (1.0 - progress / total)
   if schedule.kind == WARMUP_STABLE_DECAY:
-    decay_start = schedule.total * (1.0 - schedule.decay_proportion)
+    decay_start = total * (1.0 - schedule.decay_proportion)
     if progress <= decay_start:
       return schedule.peak
-    return schedule.peak * (schedule.total - progress) / (
-        schedule.total - decay_start)
-  span = max(schedule.total - schedule.warmup, 1e-12)
+    return schedule.peak * (total - progress) / (total - decay_start)
+  span = max(total - schedule.warmup, 1e-12)
   t = min(max((progress - schedule.warmup) / span, 0.0), 1.0)
   return schedule.peak * 0.5 * (1.0 + math.cos(math.pi * t))
 
 
-def rate_tensor(schedule, x):
-  """`rate_at` on a scalar tensor `x` (cast to float32).
+def rate_tensor(schedule, x, start=0.0):
+  """`rate_at` on a scalar tensor `x` (cast to float32); `start` a float or
+  a float32 scalar tensor.
 
   Returns:
     A float32 scalar tensor.
@@ -88,8 +97,9 @@ def rate_tensor(schedule, x):
   # Here rather than at the top: the PyTorch peer of the time-to-accuracy
   # benchmark uses `rate_at` in a process without TensorFlow.
   import tensorflow.compat.v1 as tf  # pylint: disable=g-import-not-at-top
-  x = tf.cast(x, tf.float32)
-  peak, total = float(schedule.peak), float(schedule.total)
+  x = tf.cast(x, tf.float32) - start
+  peak = float(schedule.peak)
+  total = tf.maximum(float(schedule.total) - start, 1e-12)
   progress = tf.minimum(x, total)
   if schedule.kind == LINEAR:
     after = peak * (1.0 - progress / total)
@@ -97,12 +107,12 @@ def rate_tensor(schedule, x):
     decay_start = total * (1.0 - schedule.decay_proportion)
     after = tf.where(progress <= decay_start, tf.constant(peak),
                      peak * (total - progress) /
-                     max(total - decay_start, 1e-12))
+                     tf.maximum(total - decay_start, 1e-12))
   else:
-    span = max(total - schedule.warmup, 1e-12)
+    span = tf.maximum(total - schedule.warmup, 1e-12)
     t = tf.clip_by_value((progress - schedule.warmup) / span, 0.0, 1.0)
     after = peak * 0.5 * (1.0 + tf.cos(math.pi * t))
   if not schedule.warmup:
     return after
-  return tf.where(x < schedule.warmup, peak * x / float(schedule.warmup),
-                  after)
+  return tf.where(x < schedule.warmup,
+                  peak * tf.maximum(x, 0.0) / float(schedule.warmup), after)

@@ -440,10 +440,12 @@ def build_optimizer(optimizer_name, learning_rate, bias_correction=False,
 class TimeBudget:
   """--train_time_budget_hours: the schedule runs over training seconds.
 
-  The seconds are read from the run's training_clock.TrainingClock. Only
-  the chief's clock counts, and it rides in the gradient all-reduce, so
-  every replica and process uses the same rate and sees the budget run out
-  at the same step.
+  The seconds are read from the run's training_clock.TrainingClock. The
+  schedule begins at the run's first step (its warm-up is not spent in
+  start-up) and ends with the budget (lr_schedules.py). Only the chief's
+  clock counts, and it rides in the gradient all-reduce, so every replica
+  and process uses the same rate and sees the budget run out at the same
+  step.
 
   Attributes:
     seconds: the training seconds the schedule runs over.
@@ -457,19 +459,27 @@ class TimeBudget:
   is_chief: bool
 
 
-def _synced_train_seconds_share(time_budget):
-  """This replica's part of the chief's training seconds: the parts of
-  every replica and process sum to the chief's clock."""
+def _synced_clock_shares(time_budget):
+  """This replica's parts of the chief's training seconds and of its first
+  step's: the parts of every replica and process sum to the chief's.
+
+  Returns:
+    Two float32 scalar tensors.
+  """
   share = (1.0 / distribution.num_local_replicas() if time_budget.is_chief
            else 0.0)
+  clock = time_budget.clock
 
   def read_clock():
-    return np.float32(time_budget.clock.train_seconds() * share)
+    first_step = clock.first_step_seconds()
+    return (np.float32(clock.train_seconds() * share),
+            np.float32(first_step * share))
 
-  seconds = tf.numpy_function(read_clock, [], tf.float32, stateful=True,
-                              name="training_clock")
-  seconds.set_shape([])
-  return seconds
+  shares = tf.numpy_function(read_clock, [], [tf.float32, tf.float32],
+                             stateful=True, name="training_clock")
+  for tensor in shares:
+    tensor.set_shape([])
+  return shares
 
 
 def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
@@ -564,18 +574,18 @@ def create_accumulating_optimizer(
   loss_share = tf.add_n(losses)
   scalars = [loss_share]
   if time_budget is not None:
-    scalars.append(_synced_train_seconds_share(time_budget))
+    scalars.extend(_synced_clock_shares(time_budget))
   # Reduced before the fp16 wrapper decides whether to apply them: its skip
   # branch runs no all-reduce, and an overflowing step still has a loss.
   grads_and_vars, reduced, votes_recorded = optimizer.all_reduce(
       grads_and_vars, scalars)
   loss, train_seconds = reduced[0], None
   if time_budget is not None:
-    train_seconds = reduced[1]
+    train_seconds, first_step = reduced[1], reduced[2]
     learning_rate = lr_schedules.rate_tensor(lr_schedules.Schedule(
         lr_schedule, init_lr, time_budget.seconds,
         time_budget.warmup_seconds, lr_decay_proportion, in_seconds=True),
-                                             train_seconds)
+                                             train_seconds, first_step)
     optimizer.learning_rate = learning_rate
   train_op = tf.group(
       applier.apply_gradients(grads_and_vars, global_step=global_step),

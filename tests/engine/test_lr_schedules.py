@@ -18,13 +18,15 @@ from bertkit.engine import training_clock
 PEAK = 1e-3
 
 
-def _rates(schedule, xs):
-  """rate_tensor's values at each x, from one graph."""
+def _rates(schedule, xs, start=0.0):
+  """rate_tensor's values at each x, from one graph (`start` fed as a
+  tensor)."""
   with tf.Graph().as_default():
     x = tf.placeholder(tf.float32, [])
-    rate = lr_schedules.rate_tensor(schedule, x)
+    begin = tf.placeholder(tf.float32, [])
+    rate = lr_schedules.rate_tensor(schedule, x, begin)
     with tf.Session() as session:
-      return [float(session.run(rate, {x: v})) for v in xs]
+      return [float(session.run(rate, {x: v, begin: start})) for v in xs]
 
 
 @pytest.mark.parametrize("x, expected", [
@@ -75,6 +77,22 @@ def test_cosine(x):
                                                    abs=1e-9)
 
 
+@pytest.mark.parametrize("x, expected", [
+    # Begun at 20: warm-up over 20..30, the last 20 % of the 80 s left
+    # (84..100) decay to 0 at the budget's end.
+    (0, 0.0), (20, 0.0), (25, PEAK * 0.5), (30, PEAK), (84, PEAK),
+    (92, PEAK * 0.5), (100, 0.0), (120, 0.0)])
+def test_a_schedule_begun_late_warms_up_from_its_start_and_ends_at_total(
+    x, expected):
+  schedule = lr_schedules.Schedule(lr_schedules.WARMUP_STABLE_DECAY, PEAK,
+                                   100, 10, decay_proportion=0.2,
+                                   in_seconds=True)
+  assert lr_schedules.rate_at(schedule, x, start=20.0) == pytest.approx(
+      expected)
+  assert _rates(schedule, [x], start=20.0)[0] == pytest.approx(
+      expected, rel=1e-6, abs=1e-12)
+
+
 class FakeTime:
   """An injected time source."""
 
@@ -86,12 +104,15 @@ class FakeTime:
 
 
 def test_time_budget_schedule_follows_the_training_clock(tmp_path):
-  """The rate follows injected training seconds, evaluation left out; a
-  resumed clock continues from the checkpoint's."""
+  """The rate follows injected training seconds, evaluation left out, from
+  the first step (5 s of start-up spend none of the warm-up) to the budget's
+  end; a resumed clock continues from the checkpoint's, first step
+  included."""
   time = FakeTime(1000.0)
   clock = training_clock.TrainingClock(start=1000.0, now=time)
   budget = optimizers.TimeBudget(seconds=100.0, warmup_seconds=10.0,
                                  clock=clock, is_chief=True)
+  training_clock.record_checkpoint_clock(str(tmp_path), 0, clock)
   with tf.Graph().as_default():
     weight = tf.Variable(1.0)
     step = optimizers.create_accumulating_optimizer(
@@ -104,19 +125,29 @@ def test_time_budget_schedule_follows_the_training_clock(tmp_path):
         time.now = now
         return session.run([step.learning_rate, step.train_seconds])
 
-      rate, seconds = rate_at_time(1005.0)
-      assert seconds == pytest.approx(5.0)
+      rate, seconds = rate_at_time(1005.0)  # the first step
+      assert (rate, seconds) == (0.0, pytest.approx(5.0))
+      rate, seconds = rate_at_time(1010.0)
+      assert seconds == pytest.approx(10.0)
       assert rate == pytest.approx(PEAK * 0.5, rel=1e-5)
       clock.exclude(20.0)  # an evaluation of 20 s
-      rate, seconds = rate_at_time(1075.0)
-      assert seconds == pytest.approx(55.0)
-      assert rate == pytest.approx(PEAK * 0.5, rel=1e-5)  # cosine midpoint
+      # The cosine's midpoint: 5 + 10 + (100 - 15) / 2 training seconds.
+      rate, seconds = rate_at_time(1077.5)
+      assert seconds == pytest.approx(57.5)
+      assert rate == pytest.approx(PEAK * 0.5, rel=1e-5)
+      rate, _ = rate_at_time(1120.0)
+      assert rate == 0.0
+  time.now = 1075.0
   training_clock.record_checkpoint_clock(str(tmp_path), 700, clock)
+  # Step 0's checkpoint came before the first step: no first step to keep.
+  assert training_clock.read_checkpoint_clock(str(tmp_path), 0) == [0.0, 0.0]
   resumed = training_clock.TrainingClock(start=5000.0, now=FakeTime(5010.0))
   resumed.resume_from(*training_clock.read_checkpoint_clock(str(tmp_path),
                                                             700))
   assert resumed.train_seconds() == pytest.approx(65.0)
   assert resumed.wall_seconds() == pytest.approx(85.0)
+  # A resumed run does not warm up again.
+  assert resumed.first_step_seconds() == 5.0
   assert training_clock.read_checkpoint_clock(str(tmp_path), 699) is None
 
 

@@ -279,7 +279,7 @@ def batch_of(path, count=4):
 def test_loss_is_the_masked_lm_loss_alone(records, graph):
   """In one graph: the no-NSP task's training and eval losses equal the
   masked-LM loss of the full model on the same batch (the same variables),
-  exactly, and a NumPy reference of it. The task's variables are those of
+  the eval loss exactly, and a NumPy reference of it. The task's variables are those of
   the MASKED_LM export (no next-sentence head), which recognises them; its
   loss does not depend on the pooler."""
   config = modeling.BertConfig.from_dict(CONFIG)
@@ -313,7 +313,10 @@ def test_loss_is_the_masked_lm_loss_alone(records, graph):
         "ids": features["masked_lm_ids"],
         "weights": features["masked_lm_weights"]})
     metric_values = sess.run({k: value for k, (value, _) in metrics.items()})
-  assert values["loss"] == values["eval_loss"] == values["masked_lm"]
+  assert values["eval_loss"] == values["masked_lm"]
+  # Training runs the head on the weighted predictions alone: the same sum
+  # in another order.
+  assert values["loss"] == pytest.approx(values["masked_lm"], rel=1e-6)
   assert values["next_sentence"] > 0.1
   weights = values["weights"].reshape(-1)
   picked = values["log_probs"][np.arange(weights.size),
