@@ -20,8 +20,10 @@ def pretraining_flops(hidden_size, num_layers, intermediate_size, vocab_size,
                 (Q K^T and probs V over all heads, forward + backward)
     mlm_head  = 6 * P * (H^2 + H V)
                 (transform dense and tied vocab projection, on the P masked
-                positions only, as the pretraining model's
-                get_masked_lm_output does)
+                positions only; in training the pretraining model's
+                get_masked_lm_output runs on the filled slots alone, as the
+                PyTorch peer does, so where records leave slots empty both
+                compute a little less than this counts)
 
   Embedding lookups, biases, layer norms, softmax, the pooler and the
   next-sentence head are left out (< 1% for the released shapes).
