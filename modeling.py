@@ -14,6 +14,7 @@ I = intermediate size, V = vocabulary size.
 """
 
 import collections
+import contextlib
 import copy
 import json
 import math
@@ -22,6 +23,7 @@ import re
 import tensorflow.compat.v1 as tf
 
 from bertkit.common import errors
+from bertkit.common import options
 
 # Fields a bert_config.json must define; the rest have BertConfig defaults.
 REQUIRED_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers",
@@ -737,8 +739,31 @@ def layer_norm_and_dropout(input_tensor, dropout_prob, name=None):
   return dropout(layer_norm(input_tensor, name), dropout_prob)
 
 
+# What create_initializer draws from; see `init_distribution`.
+_init_distribution = [options.TRUNCATED_NORMAL]
+
+
+@contextlib.contextmanager
+def init_distribution(name):
+  """Within it, create_initializer draws from `name`, one of
+  options.INIT_DISTRIBUTIONS (run_pretraining.py --init_distribution)."""
+  if name not in options.INIT_DISTRIBUTIONS:
+    raise ValueError("Unknown init distribution %r; expected one of %s" %
+                     (name, ", ".join(options.INIT_DISTRIBUTIONS)))
+  before = _init_distribution[0]
+  _init_distribution[0] = name
+  try:
+    yield
+  finally:
+    _init_distribution[0] = before
+
+
 def create_initializer(initializer_range=0.02):
-  """Returns a truncated normal initializer, stddev `initializer_range`."""
+  """Returns upstream's truncated normal initializer, stddev
+  `initializer_range` (within `init_distribution(NORMAL)`, the untruncated
+  normal)."""
+  if _init_distribution[0] == options.NORMAL:
+    return tf.random_normal_initializer(stddev=initializer_range)
   return tf.truncated_normal_initializer(stddev=initializer_range)
 
 

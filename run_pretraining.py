@@ -119,6 +119,12 @@ def define_flags():
                      "Overrides the config's hidden_dropout_prob.")
   flags.DEFINE_float("attention_probs_dropout_prob", None,
                      "Overrides the config's attention_probs_dropout_prob.")
+  flags.DEFINE_string("init_distribution", options.TRUNCATED_NORMAL,
+                      "What weights not loaded from --init_checkpoint are "
+                      "drawn from, with the config's initializer_range as "
+                      "the standard deviation: truncated_normal (upstream's, "
+                      "cut at two standard deviations) or normal (Hugging "
+                      "Face's).")
 
 
 def masking_for_records(masking, record_kind, vocab_file, max_seq_length,
@@ -383,7 +389,8 @@ def run(opts):
   train_input = plan.train_input
   prepared = runner.prepare(opts.run, pretraining_task(
       plan.bert_config,
-      pretraining_records.has_next_sentence(train_input.record_kind)))
+      pretraining_records.has_next_sentence(train_input.record_kind),
+      opts.init_distribution))
   logging.info("Input files: %d, first %s", len(plan.input_files),
                plan.input_files[0])
   if train_input.max_sequences_per_pack is not None:

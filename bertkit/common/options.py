@@ -42,6 +42,13 @@ COSINE = "cosine"
 SCHEDULES = (LINEAR, WARMUP_STABLE_DECAY, COSINE)
 DEFAULT_DECAY_PROPORTION = 0.1
 
+# --init_distribution (modeling.create_initializer): upstream draws every
+# weight from a normal truncated at two standard deviations of
+# initializer_range, Hugging Face's BERT from the untruncated normal.
+TRUNCATED_NORMAL = "truncated_normal"
+NORMAL = "normal"
+INIT_DISTRIBUTIONS = (TRUNCATED_NORMAL, NORMAL)
+
 
 @dataclasses.dataclass(frozen=True)
 class Range:
@@ -353,6 +360,8 @@ class PretrainingOptions:
     target_masked_lm_accuracy: stop at the first evaluation reaching it.
     hidden_dropout_prob, attention_probs_dropout_prob: override the
       config's, or None.
+    init_distribution: one of INIT_DISTRIBUTIONS, what fresh weights are
+      drawn from.
   """
   run: RunOptions
   input_file: str
@@ -379,6 +388,7 @@ class PretrainingOptions:
   hidden_dropout_prob: Optional[float] = ranged(None, **PROBABILITY)
   attention_probs_dropout_prob: Optional[float] = ranged(None,
                                                           **PROBABILITY)
+  init_distribution: str = TRUNCATED_NORMAL
 
   def __post_init__(self):
     if not self.do_train and not self.evaluate:
@@ -387,6 +397,7 @@ class PretrainingOptions:
       raise UserError("--input_file is required")
     check_fields(self)
     _one_of("masking", self.masking, MASKING_CHOICES)
+    _one_of("init_distribution", self.init_distribution, INIT_DISTRIBUTIONS)
     if (self.train_time_budget_hours is not None and
         self.num_warmup_steps is not None):
       raise UserError(

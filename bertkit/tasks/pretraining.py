@@ -17,6 +17,7 @@ import functools
 
 import tensorflow.compat.v1 as tf
 
+from bertkit.common import options
 from bertkit.data import packing
 from bertkit.engine import distribution
 from bertkit.engine import runner
@@ -283,7 +284,8 @@ def batch_counts(features):
 
 
 def micro_batch_loss_fns(bert_config, features, num_micro_batches,
-                         next_sentence_prediction=True):
+                         next_sentence_prediction=True,
+                         init_distribution=options.TRUNCATED_NORMAL):
   """Loss functions of this replica's K micro-batches: its share of the step.
 
   The shares of every micro-batch of every replica, worker and rank add up
@@ -306,6 +308,8 @@ def micro_batch_loss_fns(bert_config, features, num_micro_batches,
     features: dict of this replica's [B, ...] training features.
     num_micro_batches: K, dividing B.
     next_sentence_prediction: False: the masked-LM loss only.
+    init_distribution: what the first micro-batch, which creates the
+      variables, draws them from (options.INIT_DISTRIBUTIONS).
 
   Returns:
     K functions without arguments, each building the model on one
@@ -327,7 +331,8 @@ def micro_batch_loss_fns(bert_config, features, num_micro_batches,
   denominator = masked_count + 1e-5
 
   def loss_fn(index, micro_batch):
-    with runner.reusing_variables(index):
+    with runner.reusing_variables(index), modeling.init_distribution(
+        init_distribution):
       (masked_lm_loss, _, _), next_sentence = pretraining_model(
           bert_config, micro_batch, is_training=True,
           masked_lm_loss_denominator=denominator,
@@ -371,7 +376,8 @@ def eval_outputs(bert_config, features, next_sentence_prediction=True):
   return masked_lm_loss + next_sentence_loss, metrics
 
 
-def pretraining_task(bert_config, next_sentence_prediction=True):
+def pretraining_task(bert_config, next_sentence_prediction=True,
+                     init_distribution=options.TRUNCATED_NORMAL):
   """Pretraining as a runner.Task: masked LM + next sentence, packed rows
   included; trains and evaluates, predicts nothing.
 
@@ -380,6 +386,8 @@ def pretraining_task(bert_config, next_sentence_prediction=True):
     next_sentence_prediction: False: the masked LM alone, for records
       without next-sentence labels
       (pretraining_records.has_next_sentence(kind) is False).
+    init_distribution: what weights not loaded from a checkpoint are drawn
+      from, one of options.INIT_DISTRIBUTIONS.
   """
   return runner.Task(
       build_variables=functools.partial(
@@ -387,7 +395,8 @@ def pretraining_task(bert_config, next_sentence_prediction=True):
           next_sentence_prediction=next_sentence_prediction),
       train_loss_fns=functools.partial(
           micro_batch_loss_fns, bert_config,
-          next_sentence_prediction=next_sentence_prediction),
+          next_sentence_prediction=next_sentence_prediction,
+          init_distribution=init_distribution),
       eval_outputs=functools.partial(
           eval_outputs, bert_config,
           next_sentence_prediction=next_sentence_prediction),

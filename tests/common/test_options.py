@@ -70,6 +70,8 @@ def test_every_float_option_refuses_non_finite_values(cls, name, value):
      "--num_warmup_steps counts steps but --train_time_budget_hours runs "
      "the schedule over training time; give the warm-up as "
      "--warmup_proportion of the budget"),
+    (options.PretrainingOptions, dict(init_distribution="uniform"),
+     "--init_distribution=uniform is not one of truncated_normal, normal"),
     (options.OptimizerOptions, dict(adam_beta_2=1.0),
      "--adam_beta_2=1.0 is out of range; expected 0 <= adam_beta_2 < 1"),
     (options.OptimizerOptions, dict(adam_epsilon=0.0),

@@ -71,3 +71,39 @@ def test_weighted_only_head_gives_the_full_heads_loss_and_gradients():
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-7)
   # The empty slots would matter if counted: the unweighted mean differs.
   assert full[1].mean() != pytest.approx(full[0], rel=1e-3)
+
+
+@pytest.mark.parametrize("distribution", ["truncated_normal", "normal"])
+def test_init_distribution_reaches_the_variables_training_creates(
+    distribution):
+  """--init_distribution: the first micro-batch, which creates the
+  variables, draws them from upstream's truncated normal (nothing past two
+  standard deviations, spread 0.88 of initializer_range) or from Hugging
+  Face's untruncated one."""
+  config = modeling.BertConfig.from_dict(
+      dict(TINY_CONFIG, hidden_size=64, intermediate_size=256,
+           num_attention_heads=4))
+  features = features_with_empty_slots(np.random.RandomState(5))
+  features["next_sentence_labels"] = np.zeros((BATCH, 1), np.int32)
+  with tf.Graph().as_default():
+    tf.set_random_seed(3)
+    (loss_fn,) = pretraining.micro_batch_loss_fns(
+        config, {k: tf.constant(v) for k, v in features.items()}, 1,
+        init_distribution=distribution)
+    loss_fn()
+    kernels = [v for v in tf.trainable_variables()
+               if v.op.name.endswith("intermediate/dense/kernel")]
+    with tf.Session() as session:
+      session.run(tf.global_variables_initializer())
+      weights = np.concatenate([w.ravel() for w in session.run(kernels)])
+  assert weights.size == 2 * 64 * 256
+  beyond = np.mean(np.abs(weights) > 2 * 0.02)
+  if distribution == "normal":
+    assert np.std(weights) == pytest.approx(0.02, rel=0.03)
+    assert beyond == pytest.approx(0.0455, abs=0.01)
+  else:
+    assert np.std(weights) == pytest.approx(0.0176, rel=0.03)
+    assert beyond == 0.0
+  # Outside the run, upstream's draw again.
+  assert isinstance(modeling.create_initializer(0.02),
+                    tf.truncated_normal_initializer)
