@@ -739,6 +739,8 @@ def layer_norm_and_dropout(input_tensor, dropout_prob, name=None):
   return dropout(layer_norm(input_tensor, name), dropout_prob)
 
 
+_INITIALIZERS = {options.TRUNCATED_NORMAL: tf.truncated_normal_initializer,
+                 options.NORMAL: tf.random_normal_initializer}
 # What create_initializer draws from; see `init_distribution`.
 _init_distribution = [options.TRUNCATED_NORMAL]
 
@@ -746,10 +748,8 @@ _init_distribution = [options.TRUNCATED_NORMAL]
 @contextlib.contextmanager
 def init_distribution(name):
   """Within it, create_initializer draws from `name`, one of
-  options.INIT_DISTRIBUTIONS (run_pretraining.py --init_distribution)."""
-  if name not in options.INIT_DISTRIBUTIONS:
-    raise ValueError("Unknown init distribution %r; expected one of %s" %
-                     (name, ", ".join(options.INIT_DISTRIBUTIONS)))
+  options.INIT_DISTRIBUTIONS (run_pretraining.py --init_distribution, checked
+  by options.PretrainingOptions)."""
   before = _init_distribution[0]
   _init_distribution[0] = name
   try:
@@ -762,9 +762,7 @@ def create_initializer(initializer_range=0.02):
   """Returns upstream's truncated normal initializer, stddev
   `initializer_range` (within `init_distribution(NORMAL)`, the untruncated
   normal)."""
-  if _init_distribution[0] == options.NORMAL:
-    return tf.random_normal_initializer(stddev=initializer_range)
-  return tf.truncated_normal_initializer(stddev=initializer_range)
+  return _INITIALIZERS[_init_distribution[0]](stddev=initializer_range)
 
 
 def embedding_lookup(input_ids,

@@ -119,12 +119,13 @@ def define_flags():
                      "Overrides the config's hidden_dropout_prob.")
   flags.DEFINE_float("attention_probs_dropout_prob", None,
                      "Overrides the config's attention_probs_dropout_prob.")
-  flags.DEFINE_string("init_distribution", options.TRUNCATED_NORMAL,
-                      "What weights not loaded from --init_checkpoint are "
-                      "drawn from, with the config's initializer_range as "
-                      "the standard deviation: truncated_normal (upstream's, "
-                      "cut at two standard deviations) or normal (Hugging "
-                      "Face's).")
+  flags.DEFINE_enum("init_distribution", options.TRUNCATED_NORMAL,
+                    options.INIT_DISTRIBUTIONS,
+                    "What weights not loaded from --init_checkpoint are "
+                    "drawn from, with the config's initializer_range as the "
+                    "standard deviation: truncated_normal (upstream's, cut "
+                    "at two standard deviations) or normal (Hugging "
+                    "Face's).")
 
 
 def masking_for_records(masking, record_kind, vocab_file, max_seq_length,

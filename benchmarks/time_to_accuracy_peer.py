@@ -30,8 +30,9 @@ training seconds run from when the frameworks are imported (before the model
 is built and the data loaded) and leave evaluation out; wall seconds include
 it. The learning-rate schedule is the recipe's, in steps or, with
 --train_time_budget_hours, in training seconds from the first step to the
-budget's end, and training stops when the budget is spent (or at --num_train_steps, or at the first evaluation
-reaching --target_masked_lm_accuracy).
+budget's end, and training stops when the budget is spent (or at
+--num_train_steps, or at the first evaluation reaching
+--target_masked_lm_accuracy).
 
 Writes to --output_dir the files run_pretraining.py writes, with the same
 fields: eval_history.jsonl, throughput_summary.json and, with a target,
