@@ -2,9 +2,11 @@
 
 From a checkpoint of run_pretraining.py, run_classifier.py or run_squad.py
 (the head is read from its variables), or from a Hugging Face BERT directory
-(its config.json stands for --bert_config_file; a BertModel, with no head,
-is exported as the encoder alone), writes each requested format to its own
-sub-directory of --output_dir:
+(a BertModel, with no head, is exported as the encoder alone). A training
+output_dir, Google's and Hugging Face's directories hold the model's config,
+vocab and casing (bertkit/engine/run_directory.py): --bert_config_file,
+--vocab_file and --do_lower_case may then be left out. Writes each requested
+format to its own sub-directory of --output_dir:
 
   google/        bert_model.ckpt.{index,data-*} with the model's weights only
                  (no optimizer slots, loss scale or step counter),
@@ -67,10 +69,10 @@ def define_flags():
   flags.DEFINE_string("checkpoint", None,
                       "A training --output_dir (its latest checkpoint), a "
                       "checkpoint prefix, or a Hugging Face BERT directory "
-                      "(config.json, model.safetensors), whose config.json "
-                      "stands for --bert_config_file.")
-  # --vocab_file is needed by the google and huggingface formats;
-  # --do_lower_case is written to the Hugging Face tokenizer config.
+                      "(config.json, model.safetensors); the config, vocab "
+                      "and casing it holds stand for the flags.")
+  # The vocab is needed by the google and huggingface formats; the casing is
+  # written to the Hugging Face tokenizer config.
   shared_flags.define_bert_config_file()
   shared_flags.define_vocab_file()
   shared_flags.define_do_lower_case()
@@ -232,10 +234,12 @@ def export(checkpoint, bert_config_file, vocab_file, do_lower_case,
   Args:
     checkpoint: a training output directory, a checkpoint prefix or a
       Hugging Face BERT directory.
-    bert_config_file: path of bert_config.json; None for a Hugging Face
-      `checkpoint`, whose config.json then describes the model.
-    vocab_file: path of vocab.txt (None only for saved_model alone).
-    do_lower_case: whether the model is uncased.
+    bert_config_file: path of bert_config.json; None: the one the
+      checkpoint's directory holds (run_directory.resolve).
+    vocab_file: path of vocab.txt; None: the checkpoint directory's (none
+      at all only for saved_model alone).
+    do_lower_case: whether the model is uncased; None: as the checkpoint's
+      directory says, else True.
     output_dir: the directory to create (or replace, with `overwrite`).
     formats: a list from FORMATS.
     labels: class names of a classifier, or None (labels.txt next to the
@@ -251,21 +255,19 @@ def export(checkpoint, bert_config_file, vocab_file, do_lower_case,
   import tensorflow.compat.v1 as tf
   from bertkit.engine import checkpoint_formats
   from bertkit.engine import checkpoints
+  from bertkit.engine import run_directory
   from bertkit.tasks import classifier
-  from bertkit.tasks import fine_tuning
   hf_dir = checkpoint if checkpoint_formats.is_hf_dir(checkpoint) else None
   prefix = None if hf_dir else checkpoints.resolve(checkpoint, "checkpoint")
-  bert_config = checkpoints.resolve_bert_config(bert_config_file, hf_dir,
-                                                "checkpoint")
+  model = run_directory.resolve(checkpoint, bert_config_file, vocab_file,
+                                do_lower_case, flag="checkpoint")
+  bert_config, vocab_file = model.bert_config, model.vocab_file
   if {"google", "huggingface"} & set(formats):
-    if not vocab_file:
-      raise UserError("--vocab_file is required for the google and "
-                      "huggingface formats")
+    model.require_vocab(" for the google and huggingface formats")
     tokenization.check_vocab_fits_config(vocab_file, bert_config.vocab_size)
   output_dir = os.path.abspath(output_dir)
   check_output_dir(output_dir, overwrite)
   if hf_dir:
-    fine_tuning.check_case(do_lower_case, hf_dir)
     prefix = checkpoint_formats.converted_hf_checkpoint(hf_dir)
   shapes = dict(tf.train.list_variables(prefix))
   head, num_labels = checkpoint_formats.detect_head(shapes)
@@ -289,7 +291,8 @@ def export(checkpoint, bert_config_file, vocab_file, do_lower_case,
                    "vocab.txt)")
     if "huggingface" in formats:
       write_huggingface(os.path.join(building, "huggingface"), weights, table,
-                        bert_config, head, labels, vocab_file, do_lower_case)
+                        bert_config, head, labels, vocab_file,
+                        model.do_lower_case)
       logging.info("Wrote huggingface/ (%s)",
                    checkpoint_formats.HF_ARCHITECTURES[head])
     if "saved_model" in formats:
@@ -330,14 +333,15 @@ def _replace_dir(new, target):
 
 def main(argv):
   del argv
-  # --bert_config_file: checked by export, which takes the config of a
-  # Hugging Face --checkpoint instead.
+  # --bert_config_file and --vocab_file: checked by export, which takes
+  # those the --checkpoint directory holds instead.
   shared_flags.require(FLAGS, ("checkpoint", "output_dir"))
   formats = parse_formats(FLAGS.format)
   shared_flags.check_local_files(FLAGS, ("bert_config_file", "vocab_file"))
   check_output_dir(os.path.abspath(FLAGS.output_dir), FLAGS.overwrite)
   prefix, head = export(FLAGS.checkpoint, FLAGS.bert_config_file,
-                        FLAGS.vocab_file, FLAGS.do_lower_case,
+                        FLAGS.vocab_file,
+                        shared_flags.given(FLAGS, "do_lower_case"),
                         FLAGS.output_dir, formats, FLAGS.labels,
                         FLAGS.overwrite)
   print("Exported %s (%s) to %s:" % (prefix, head, FLAGS.output_dir))

@@ -180,6 +180,7 @@ def options_from_flags():
   return training_flags.options_from_flags(
       options.ClassifierOptions, FLAGS,
       run=training_flags.run_options_from_flags(FLAGS),
+      do_lower_case=shared_flags.given(FLAGS, "do_lower_case"),
       labels=tuple(FLAGS.labels) if FLAGS.labels else None)
 
 
@@ -198,16 +199,15 @@ def validate(opts):
   any long work.
 
   Returns:
-    (bert_config, processor, label_list, examples): examples maps "train",
+    (model, processor, label_list, examples): model is the
+    run_directory.Model; examples maps "train",
     "dev", "test" (and MNLI's "dev_mismatched", "test_mismatched") to the
     InputExamples of the requested steps.
   """
   import tensorflow.compat.v1 as tf
   from bertkit.tasks import classifier_data
-  from bertkit.tasks.fine_tuning import load_checked_config
-  bert_config = load_checked_config(
-      opts.bert_config_file, opts.max_seq_length, opts.vocab_file,
-      opts.do_lower_case, opts.run.init_checkpoint)
+  from bertkit.tasks.fine_tuning import load_checked_model
+  model = load_checked_model(opts)
   processor = classifier_data.make_processor(
       opts.task_name, opts.data_dir, classifier_data.TsvOptions(
           opts.text_a_column, opts.label_column, opts.text_b_column,
@@ -226,7 +226,7 @@ def validate(opts):
     raise UserError("--do_eval/--do_predict without --do_train need a "
                     "fine-tuned checkpoint in --output_dir %s; there is none"
                     % opts.run.output_dir)
-  return bert_config, processor, processor.get_labels(), examples
+  return model, processor, processor.get_labels(), examples
 
 
 def glue_task(task_name):
@@ -303,14 +303,14 @@ def run(opts):
                                         write_inputs)
   from bertkit.tasks.fine_tuning import train_steps
   from bertkit.tasks.glue_tasks import GlueRun
-  bert_config, _, label_list, examples = validate(opts)
+  model, _, label_list, examples = validate(opts)
   logging.info("Task %s, labels %s", opts.task_name, label_list)
-  prepared = runner.prepare(opts.run,
-                            classifier_task(bert_config, len(label_list)))
+  prepared = runner.prepare(
+      opts.run, classifier_task(model.bert_config, len(label_list)), model)
   per_pack = opts.max_sequences_per_pack if opts.pack_sequences else None
   files, counts = write_inputs(
       prepared.setup.is_chief, opts.run.output_dir, examples, label_list,
-      tokenization.FullTokenizer(opts.vocab_file, opts.do_lower_case),
+      tokenization.FullTokenizer(model.vocab_file, model.do_lower_case),
       opts.max_seq_length, opts.eval_batch_size, opts.predict_batch_size,
       per_pack)
   glue = glue_task(opts.task_name)

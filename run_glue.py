@@ -27,11 +27,11 @@ are several (one run per GPU, CUDA_VISIBLE_DEVICES set per process; the GPUs
 are CUDA_VISIBLE_DEVICES's if set, else those `nvidia-smi -L` lists). A rerun
 skips the runs whose eval_results.json exists and completes the others.
 What every run would refuse (a missing file or GLUE folder, an
---init_checkpoint without a checkpoint, a TensorFlow checkpoint without
---bert_config_file) is refused before the first run: one `error:` line,
-exit 2, nothing written. A failing run is named with its exit code and log;
-the suite goes on with the others, writes the table of what finished and
-exits with 3.
+--init_checkpoint without a checkpoint, a checkpoint whose directory holds no
+config or vocab without --bert_config_file or --vocab_file) is refused before
+the first run: one `error:` line, exit 2, nothing written. A failing run is
+named with its exit code and log; the suite goes on with the others, writes
+the table of what finished and exits with 3.
 
 Example:
   python run_glue.py --init_checkpoint=/tmp/pretrain \
@@ -129,11 +129,10 @@ def check_flags(extra_flags):
     UserError: a missing or wrong flag, file or GLUE folder, or a
       pretrained model that every run would refuse.
   """
-  shared_flags.require(FLAGS, ("init_checkpoint", "vocab_file", "glue_dir",
-                               "output_dir"))
+  shared_flags.require(FLAGS, ("init_checkpoint", "glue_dir", "output_dir"))
   shared_flags.check_local_files(FLAGS, ("bert_config_file", "vocab_file"))
   glue_suite.check_init_checkpoint(FLAGS.init_checkpoint,
-                                   FLAGS.bert_config_file)
+                                   FLAGS.bert_config_file, FLAGS.vocab_file)
   if FLAGS.seeds < 1:
     raise UserError("--seeds must be >= 1, got %d" % FLAGS.seeds)
   if not os.path.isdir(FLAGS.glue_dir):
@@ -371,7 +370,8 @@ def main(argv):
   config = glue_suite.SuiteConfig(
       sys.executable, CLASSIFIER, os.path.abspath(FLAGS.task_flags_dir),
       os.path.abspath(FLAGS.glue_dir), FLAGS.init_checkpoint,
-      FLAGS.bert_config_file, FLAGS.vocab_file, FLAGS.do_lower_case,
+      FLAGS.bert_config_file, FLAGS.vocab_file,
+      shared_flags.given(FLAGS, "do_lower_case"),
       FLAGS.do_predict, argv[1:])
   gpus = gpus_present()
   runs = glue_suite.plan_runs(scored, FLAGS.seeds, FLAGS.output_dir,

@@ -85,6 +85,9 @@ def define_flags():
   # their own.
   shared_flags.define_masking_rate()
   shared_flags.define_max_seq_length(128)
+  # Not read by training: recorded in --output_dir's description
+  # (run_directory.py) for the programs that read the checkpoints.
+  shared_flags.define_do_lower_case()
   shared_flags.define_evaluation()
   flags.DEFINE_integer("num_train_steps", 100000, "Number of training steps.")
   flags.DEFINE_integer("num_warmup_steps", options.UPSTREAM_WARMUP_STEPS,
@@ -206,7 +209,7 @@ class Plan:
   """What validate found.
 
   Attributes:
-    bert_config: the model's modeling.BertConfig.
+    model: the model's run_directory.Model (config, vocab, casing).
     input_files: the training records.
     train_input: their input_pipeline.PretrainingInput.
     eval_files: the records evaluated, or None: no evaluation.
@@ -215,7 +218,7 @@ class Plan:
   """
   # Any: the modules of these types import TensorFlow, which this one
   # imports only once the flags are checked.
-  bert_config: Any
+  model: Any
   input_files: List[str]
   train_input: Any
   eval_files: Optional[List[str]]
@@ -228,8 +231,8 @@ def options_from_flags():
   return training_flags.options_from_flags(
       options.PretrainingOptions, FLAGS,
       run=training_flags.run_options_from_flags(FLAGS),
-      num_warmup_steps=(FLAGS.num_warmup_steps
-                        if FLAGS["num_warmup_steps"].present else None))
+      num_warmup_steps=shared_flags.given(FLAGS, "num_warmup_steps"),
+      do_lower_case=shared_flags.given(FLAGS, "do_lower_case"))
 
 
 def learning_rate_schedule(opts):
@@ -243,13 +246,14 @@ def learning_rate_schedule(opts):
   return runner.Schedule(opts.num_train_steps, opts.warmup_steps)
 
 
-def training_input(opts, bert_config, input_files):
-  """The PretrainingInput of the training records."""
+def training_input(opts, model, input_files):
+  """The PretrainingInput of the training records (of `model`, a
+  run_directory.Model)."""
   from bertkit.engine import input_pipeline
   record_kind, max_sequences_per_pack = (
       input_pipeline.check_pretraining_records(
           input_files, opts.max_seq_length, opts.max_predictions_per_seq,
-          vocab_size=bert_config.vocab_size))
+          vocab_size=model.bert_config.vocab_size))
   if record_kind is pretraining_records.PACKED:
     if opts.masking == pretraining_instances.DYNAMIC:
       raise UserError(
@@ -259,7 +263,7 @@ def training_input(opts, bert_config, input_files):
     masking = None
   else:
     masking = masking_for_records(
-        opts.masking, record_kind, opts.vocab_file, opts.max_seq_length,
+        opts.masking, record_kind, model.vocab_file, opts.max_seq_length,
         opts.max_predictions_per_seq, opts.masked_lm_prob,
         opts.do_whole_word_mask)
   return input_pipeline.PretrainingInput(
@@ -267,7 +271,7 @@ def training_input(opts, bert_config, input_files):
       max_sequences_per_pack, masking, masking_seed=opts.run.tf_random_seed)
 
 
-def evaluation_input(opts, bert_config, eval_files, flag_name):
+def evaluation_input(opts, model, eval_files, flag_name):
   """The PretrainingInput of the evaluated records: the same questions
   whatever the training recipe.
 
@@ -283,9 +287,9 @@ def evaluation_input(opts, bert_config, eval_files, flag_name):
   record_kind, max_sequences_per_pack = (
       input_pipeline.check_pretraining_records(
           eval_files, opts.max_seq_length, predictions,
-          vocab_size=bert_config.vocab_size, flag_name=flag_name))
+          vocab_size=model.bert_config.vocab_size, flag_name=flag_name))
   masking = masking_for_records(
-      options.MASKING_AUTO, record_kind, opts.vocab_file,
+      options.MASKING_AUTO, record_kind, model.vocab_file,
       opts.max_seq_length, predictions, EVAL_MASKED_LM_PROB, False,
       flag_name)
   return input_pipeline.PretrainingInput(
@@ -321,26 +325,29 @@ def validate(opts, checked):
   Returns:
     A Plan.
   """
-  from bertkit.engine import checkpoints
+  from bertkit.engine import run_directory
   import modeling
-  bert_config = checkpoints.resolve_bert_config(opts.bert_config_file,
-                                                opts.run.init_checkpoint)
+  model = run_directory.resolve(
+      opts.run.init_checkpoint, opts.bert_config_file, opts.vocab_file,
+      opts.do_lower_case, output_dir=opts.run.output_dir)
+  bert_config = model.bert_config
+  # The description written is the config trained with: the overrides in.
   for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
     if getattr(opts, name) is not None:
       setattr(bert_config, name, getattr(opts, name))
   modeling.check_seq_length_fits(bert_config, opts.max_seq_length)
-  if opts.vocab_file:
-    tokenization.check_vocab_fits_config(opts.vocab_file,
+  if model.vocab_file:
+    tokenization.check_vocab_fits_config(model.vocab_file,
                                          bert_config.vocab_size)
   schedule = learning_rate_schedule(opts)
-  train_input = training_input(opts, bert_config, checked.input_files)
+  train_input = training_input(opts, model, checked.input_files)
   flag_name = checked.eval_flag
   # Records of either next-sentence kind evaluate either model: the
   # masked-LM metrics always, the next-sentence ones where both have it
   # (pretraining.eval_outputs).
-  eval_input = evaluation_input(opts, bert_config, checked.eval_files,
+  eval_input = evaluation_input(opts, model, checked.eval_files,
                                 "--" + flag_name)
-  return Plan(bert_config, checked.input_files, train_input,
+  return Plan(model, checked.input_files, train_input,
               checked.eval_files if opts.evaluate else None, eval_input,
               schedule)
 
@@ -389,9 +396,9 @@ def run(opts):
   plan = validate(opts, checked)
   train_input = plan.train_input
   prepared = runner.prepare(opts.run, pretraining_task(
-      plan.bert_config,
+      plan.model.bert_config,
       pretraining_records.has_next_sentence(train_input.record_kind),
-      opts.init_distribution))
+      opts.init_distribution), plan.model)
   logging.info("Input files: %d, first %s", len(plan.input_files),
                plan.input_files[0])
   if train_input.max_sequences_per_pack is not None:

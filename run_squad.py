@@ -122,7 +122,8 @@ def options_from_flags():
   """The run's options.SquadOptions, from the parsed flags."""
   return training_flags.options_from_flags(
       options.SquadOptions, FLAGS,
-      run=training_flags.run_options_from_flags(FLAGS))
+      run=training_flags.run_options_from_flags(FLAGS),
+      do_lower_case=shared_flags.given(FLAGS, "do_lower_case"))
 
 
 def check_files(opts):
@@ -140,13 +141,12 @@ def validate(opts):
   before any long work.
 
   Returns:
-    (bert_config, train_examples or None, predict_examples or None).
+    (model, train_examples or None, predict_examples or None): model is the
+    run_directory.Model.
   """
   import tensorflow.compat.v1 as tf
-  from bertkit.tasks.fine_tuning import load_checked_config
-  bert_config = load_checked_config(
-      opts.bert_config_file, opts.max_seq_length, opts.vocab_file,
-      opts.do_lower_case, opts.run.init_checkpoint)
+  from bertkit.tasks.fine_tuning import load_checked_model
+  model = load_checked_model(opts)
   train_examples = predict_examples = None
   if opts.do_train:
     train_examples, _ = squad_data.read_squad_examples(
@@ -163,7 +163,7 @@ def validate(opts):
     if not opts.do_train and not tf.train.latest_checkpoint(
         opts.run.output_dir):
       check_fine_tuned(opts.run.init_checkpoint, opts.run.output_dir)
-  return bert_config, train_examples, predict_examples
+  return model, train_examples, predict_examples
 
 
 def check_fine_tuned(init_checkpoint, output_dir):
@@ -208,17 +208,18 @@ def run(opts):
   from bertkit.tasks.fine_tuning import train_steps
   from bertkit.tasks.squad_io import answers, input_fn_maker, write_inputs
   from bertkit.tasks.squad_task import question_answering_task
-  bert_config, train_examples, predict_examples = validate(opts)
+  model, train_examples, predict_examples = validate(opts)
   num_train_steps, num_warmup_steps = 0, 0
   if opts.do_train:
     num_train_steps, num_warmup_steps = train_steps(
         len(train_examples), opts.run.train_batch_size, opts.num_train_epochs,
         opts.warmup_proportion)
-  prepared = runner.prepare(opts.run, question_answering_task(bert_config))
+  prepared = runner.prepare(opts.run,
+                            question_answering_task(model.bert_config), model)
   train_files, num_train_features, predict_files, predict_features = (
       write_inputs(opts.run.output_dir, train_examples, predict_examples,
-                   tokenization.FullTokenizer(opts.vocab_file,
-                                              opts.do_lower_case),
+                   tokenization.FullTokenizer(model.vocab_file,
+                                              model.do_lower_case),
                    opts.max_seq_length, opts.doc_stride,
                    opts.max_query_length))
   if opts.do_train:
@@ -236,7 +237,7 @@ def run(opts):
                      opts.predict_batch_size),
           use_predictions=functools.partial(
               answers, predict_examples, predict_features, opts.n_best_size,
-              opts.max_answer_length, opts.do_lower_case,
+              opts.max_answer_length, model.do_lower_case,
               opts.version_2_with_negative, opts.null_score_diff_threshold,
               opts.run.output_dir, opts.predict_file)))
 

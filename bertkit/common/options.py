@@ -343,8 +343,9 @@ class PretrainingOptions:
     run: the runner's RunOptions.
     input_file: the training records, comma-separated globs.
     do_train, do_eval: whether to train, and to evaluate after training.
-    bert_config_file, vocab_file: the model's config and vocab (None: not
-      given; a Hugging Face init_checkpoint has its own config).
+    bert_config_file, vocab_file, do_lower_case: the model's config, vocab
+      and casing; None: not given (a described init_checkpoint or resumed
+      output_dir says them, engine/run_directory.py).
     masking: one of MASKING_CHOICES.
     masked_lm_prob, max_predictions_per_seq, do_whole_word_mask: how drawn
       masks are drawn.
@@ -369,6 +370,7 @@ class PretrainingOptions:
   do_eval: bool = False
   bert_config_file: Optional[str] = None
   vocab_file: Optional[str] = None
+  do_lower_case: Optional[bool] = None
   masking: str = MASKING_AUTO
   masked_lm_prob: float = MASKED_LM_PROB
   max_predictions_per_seq: int = ranged(MAX_PREDICTIONS_PER_SEQ,
@@ -437,8 +439,10 @@ class FineTuningOptions:
   Attributes:
     run: the runner's RunOptions.
     do_train, do_eval, do_predict: the stages to run.
-    bert_config_file, vocab_file, do_lower_case: the model's config (None:
-      the Hugging Face init_checkpoint's), vocab and casing.
+    bert_config_file, vocab_file, do_lower_case: the model's config, vocab
+      and casing; None: not given (a described init_checkpoint or resumed
+      output_dir says them, else the casing is upstream's default, True:
+      engine/run_directory.py).
     max_seq_length: the sequence length S.
     eval_batch_size, predict_batch_size: their batches.
     num_train_epochs: epochs of training.
@@ -450,7 +454,7 @@ class FineTuningOptions:
   do_predict: bool = False
   bert_config_file: Optional[str] = None
   vocab_file: Optional[str] = None
-  do_lower_case: bool = True
+  do_lower_case: Optional[bool] = None
   max_seq_length: int = ranged(128, low=3)
   eval_batch_size: int = ranged(UPSTREAM_EVAL_BATCH_SIZE, **AT_LEAST_ONE)
   predict_batch_size: int = ranged(UPSTREAM_EVAL_BATCH_SIZE,
@@ -460,8 +464,6 @@ class FineTuningOptions:
 
   def __post_init__(self):
     check_fields(self)
-    if not self.vocab_file:
-      raise UserError("--vocab_file is required")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,15 +24,16 @@ def define_bert_config_file():
   flags.DEFINE_string("bert_config_file", None,
                       "bert_config.json of the model; optional when "
                       "--init_checkpoint (export_checkpoint: --checkpoint) "
-                      "is a Hugging Face directory, whose config.json stands "
-                      "for it.")
+                      "is a directory holding the config: a training "
+                      "output_dir, Google's or Hugging Face's.")
 
 
 def define_vocab_file():
   """--vocab_file: the model's WordPiece vocab."""
   flags.DEFINE_string("vocab_file", None,
                       "The WordPiece vocab.txt the model was (or is) trained "
-                      "with.")
+                      "with; optional when the checkpoint read is a "
+                      "directory holding vocab.txt.")
 
 
 def define_do_lower_case():
@@ -40,7 +41,8 @@ def define_do_lower_case():
   flags.DEFINE_bool("do_lower_case", True,
                     "Lower-case and strip accents: True for uncased models, "
                     "False for cased ones. The vocab, the records and the "
-                    "model must agree.")
+                    "model must agree. Not given: what the checkpoint's "
+                    "directory says (tokenizer_config.json), else True.")
 
 
 def define_max_seq_length(default):
@@ -83,6 +85,15 @@ def define_fine_tuning():
                      "Epochs of training.")
   flags.DEFINE_float("warmup_proportion", FINE_TUNING.warmup_proportion,
                      "Fraction of the training steps with linear warm-up.")
+
+
+def given(flag_values, name):
+  """A flag's value when it was given on the command line, else None.
+
+  A boolean flag always has a value; this tells "--do_lower_case" from its
+  default, which a directory's own casing may then stand for.
+  """
+  return getattr(flag_values, name) if flag_values[name].present else None
 
 
 def require(flag_values, names):

@@ -2,7 +2,8 @@
 own (resuming from a readable one), and a save that fails.
 
 `--init_checkpoint` may name a checkpoint prefix, a training output_dir, a
-Google model directory or a Hugging Face directory (`resolve_init_checkpoint`);
+Google model directory or a Hugging Face directory (`resolve_init_checkpoint`;
+the model such a directory describes: run_directory.py);
 `check_init_checkpoint` compares its shapes with the model's before any long
 work, and `init_from_checkpoint` points the model's variables at it inside
 the model_fn.
@@ -71,71 +72,15 @@ def resolve_init_checkpoint(path):
   return resolve(path, "init_checkpoint")
 
 
-# The fields that decide the function a model computes. A --bert_config_file
-# given beside a Hugging Face --init_checkpoint must agree with its
-# config.json on these; dropout and initializer_range are training settings,
-# taken from the file.
-_MODEL_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers",
-                 "num_attention_heads", "intermediate_size", "hidden_act",
-                 "max_position_embeddings", "type_vocab_size")
-
-
-def resolve_bert_config(bert_config_file, init_checkpoint,
-                        flag="init_checkpoint"):
-  """The model's BertConfig: --bert_config_file, or a Hugging Face directory's.
-
-  When --init_checkpoint is a Hugging Face directory, its config.json
-  describes the model (checkpoint_formats.hf_bert_config: its "gelu" is
-  "gelu_exact" here) and --bert_config_file may be left out; a file given
-  anyway must describe the same model.
-
-  Args:
-    bert_config_file: path of a bert_config.json, or None / "".
-    init_checkpoint: the --init_checkpoint value, or None / "".
-    flag: the name of the flag `init_checkpoint` came from, for messages.
-
-  Returns:
-    modeling.BertConfig: the file's when given, else the directory's.
-
-  Raises:
-    UserError: neither is there, or a field of _MODEL_FIELDS differs (the
-      first one, with both values).
-  """
-  hf_dir = (init_checkpoint if init_checkpoint and
-            checkpoint_formats.is_hf_dir(init_checkpoint) else None)
-  if not bert_config_file:
-    if hf_dir is None:
-      raise UserError("--bert_config_file is required (it may be left out "
-                      "when --%s is a Hugging Face directory)" % flag)
-    return checkpoint_formats.hf_bert_config(hf_dir)
-  config = modeling.BertConfig.from_json_file(bert_config_file)
-  if hf_dir is None:
-    return config
-  hf = checkpoint_formats.hf_bert_config(hf_dir)
-  for field in _MODEL_FIELDS:
-    ours, theirs = getattr(config, field), getattr(hf, field)
-    shown = repr(theirs)
-    if field == "hidden_act":
-      same = modeling.get_activation(ours) is modeling.get_activation(theirs)
-      # Compared as functions; shown in our name and in Hugging Face's.
-      shown = "%r (Hugging Face's %r)" % (
-          theirs, checkpoint_formats.HF_ACTIVATIONS[theirs])
-    else:
-      same = ours == theirs
-    if not same:
-      raise UserError(
-          "--bert_config_file %s says %s %r, but the config.json of the "
-          "Hugging Face --%s %s says %s; leave out --bert_config_file to "
-          "use it" % (bert_config_file, field, ours, flag, hf_dir, shown))
-  return config
-
-
-def check_init_checkpoint(init_checkpoint, build_variables_fn):
+def check_init_checkpoint(init_checkpoint, build_variables_fn,
+                          config_source="--bert_config_file"):
   """Compares the checkpoint's shapes with the model's, before training.
 
   Args:
     init_checkpoint: checkpoint prefix or directory.
     build_variables_fn: builds the model's variables in the default graph.
+    config_source: where the model's config came from, for the message
+      (run_directory.Model.config_source).
 
   Raises:
     UserError: a variable both have differs in shape.
@@ -156,9 +101,10 @@ def check_init_checkpoint(init_checkpoint, build_variables_fn):
   if mismatched:
     name, model_shape, ckpt_shape = mismatched[0]
     raise UserError(
-        "--init_checkpoint %s does not fit --bert_config_file: %d variable(s) "
+        "--init_checkpoint %s does not fit the config of %s: %d variable(s) "
         "differ in shape, first %s: %s in the checkpoint but %s in the model"
-        % (shown, len(mismatched), name, ckpt_shape, model_shape))
+        % (shown, config_source, len(mismatched), name, ckpt_shape,
+           model_shape))
   loaded = [n for n in model_shapes if n in ckpt_shapes]
   fresh = [n for n in model_shapes if n not in ckpt_shapes]
   logging.info("--init_checkpoint %s: %d variable(s) loaded, %d initialised "

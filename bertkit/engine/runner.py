@@ -5,12 +5,14 @@ task as a `Task` (the variables it builds, the per-micro-batch shares of the
 training loss, the eval loss and metrics, the predictions) and its input as
 a function building input_fns, then calls
 
-  run = runner.prepare(options, task)      # engine, --init_checkpoint
+  run = runner.prepare(options, task, model)  # engine, --init_checkpoint
   runner.run(run, make_input_fn, runner.Schedule(...), train_files,
              runner.EvalStage(...), runner.PredictStage(...))
 
 where `options` is the options.RunOptions the program built from its flags
-(common/training_flags.py). The runner owns the rest, once: the engine (training_setup.py: strategy, horovod or BytePS,
+(common/training_flags.py) and `model` the run_directory.Model it resolved
+(its config, vocab and casing, which `prepare` writes into --output_dir).
+The runner owns the rest, once: the engine (training_setup.py: strategy, horovod or BytePS,
 precision, RunConfig), what the optimizer is handed (the run's Precision,
 and the distribution.Replicas it sums over, which carries the stop vote),
 the model_fn (optimizer, gradient accumulation, loss scale, the step
@@ -44,6 +46,7 @@ from bertkit.engine import evaluation as held_out
 from bertkit.engine import input_pipeline
 from bertkit.engine import optimizers
 from bertkit.engine import preemption
+from bertkit.engine import run_directory
 from bertkit.engine import throughput
 from bertkit.engine import train_step
 from bertkit.engine import training_clock
@@ -223,12 +226,16 @@ class Run:
   replicas: distribution.Replicas
 
 
-def prepare(options, task):
-  """Sets up the engine of a run and checks --init_checkpoint.
+def prepare(options, task, model):
+  """Sets up the engine of a run, checks --init_checkpoint and describes
+  the run's --output_dir.
 
   Args:
     options: the options.RunOptions (checked when they were built).
     task: the program's Task.
+    model: the run_directory.Model it trains (run_directory.resolve), whose
+      description the chief writes into --output_dir once --init_checkpoint
+      fits it.
 
   Returns:
     A Run.
@@ -248,7 +255,10 @@ def prepare(options, task):
         options.train_batch_size)
   if options.init_checkpoint:
     checkpoints.check_init_checkpoint(options.init_checkpoint,
-                                      task.build_variables)
+                                      task.build_variables,
+                                      model.config_source)
+  if setup.is_chief:
+    run_directory.write_description(options.output_dir, model)
   # One vote per run: the optimizer sums it, StopOnSignalHook reads the sum.
   replicas = distribution.Replicas(process_group=setup.process_group,
                                    stop_vote=preemption.StopVote())

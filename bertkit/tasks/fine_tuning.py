@@ -2,50 +2,35 @@
 """What the fine-tuning programs (run_classifier.py, run_squad.py) share."""
 
 from bertkit.common.errors import UserError
-from bertkit.engine import checkpoint_formats
-from bertkit.engine import checkpoints
+from bertkit.engine import run_directory
 import modeling
 import tokenization
 
 
-def load_checked_config(bert_config_file, max_seq_length, vocab_file,
-                        do_lower_case, init_checkpoint):
-  """The BertConfig, once the sequence length, the vocab and the casing fit it.
+def load_checked_model(opts):
+  """The model of a fine-tuning run, once the sequence length and the vocab
+  fit it.
 
-  The config is --bert_config_file's, or the config.json of a Hugging Face
-  --init_checkpoint (checkpoints.resolve_bert_config).
+  Its config, vocab and casing are the flags', or what the --init_checkpoint
+  directory (or the --output_dir resumed) says (run_directory.resolve).
+
+  Args:
+    opts: an options.FineTuningOptions (or a subclass).
+
+  Returns:
+    A run_directory.Model whose vocab_file is set.
 
   Raises:
-    UserError: one of them does not fit the model (or its checkpoint), or
-      no config is given.
+    UserError: no config or vocab anywhere, a flag that disagrees with the
+      directory, or a sequence length or vocab the model cannot take.
   """
-  bert_config = checkpoints.resolve_bert_config(bert_config_file,
-                                                init_checkpoint)
-  modeling.check_seq_length_fits(bert_config, max_seq_length)
-  tokenization.check_vocab_fits_config(vocab_file, bert_config.vocab_size)
-  check_case(do_lower_case, init_checkpoint)
-  return bert_config
-
-
-def check_case(do_lower_case, init_checkpoint):
-  """tokenization.validate_case_matches_checkpoint, as a UserError.
-
-  A Hugging Face directory states its casing in tokenizer_config.json.
-  """
-  if not init_checkpoint:
-    return
-  hf_case = checkpoint_formats.hf_do_lower_case(init_checkpoint)
-  if hf_case is not None and hf_case != do_lower_case:
-    raise UserError(
-        "--do_lower_case=%s but the Hugging Face model %s was trained with "
-        "do_lower_case=%s (its tokenizer_config.json); pass "
-        "--do_lower_case=%s" % (do_lower_case, init_checkpoint, hf_case,
-                                hf_case))
-  try:
-    tokenization.validate_case_matches_checkpoint(
-        do_lower_case, checkpoints.resolve_init_checkpoint(init_checkpoint))
-  except ValueError as e:
-    raise UserError(str(e))
+  model = run_directory.resolve(
+      opts.run.init_checkpoint, opts.bert_config_file, opts.vocab_file,
+      opts.do_lower_case, output_dir=opts.run.output_dir)
+  modeling.check_seq_length_fits(model.bert_config, opts.max_seq_length)
+  tokenization.check_vocab_fits_config(model.require_vocab(),
+                                       model.bert_config.vocab_size)
+  return model
 
 
 def train_steps(num_examples, train_batch_size, num_train_epochs,

@@ -51,9 +51,13 @@ FLAGS_SUFFIX = ".flags"
 # latest.
 CHECKPOINT_STATE = "checkpoint"
 _LATEST = re.compile(r'^model_checkpoint_path: "(.+)"$', re.M)
-# A Hugging Face model directory's config (checkpoint_formats.HF_CONFIG,
-# whose module loads TensorFlow).
+# The files a model directory describes its model with: a Hugging Face
+# directory's config (checkpoint_formats.HF_CONFIG), ours and Google's
+# config and every layout's vocab (run_directory.CONFIG_FILE, VOCAB_FILE);
+# named here because those modules load TensorFlow.
 HF_CONFIG = "config.json"
+CONFIG_FILE = "bert_config.json"
+VOCAB_FILE = "vocab.txt"
 # The tasks the GLUE score averages, in the leaderboard's order.
 SCORED_TASKS = tuple(t.name for t in task_registry.scored_glue_tasks())
 
@@ -119,24 +123,28 @@ def _latest_checkpoint(directory):
   return None
 
 
-def check_init_checkpoint(init_checkpoint, bert_config_file):
+def check_init_checkpoint(init_checkpoint, bert_config_file, vocab_file):
   """Refuses, before the first run, a pretrained model every run refuses.
 
-  run_classifier.py starts from a Hugging Face directory (its config.json
-  is the model's config), a directory holding a TensorFlow checkpoint or a
-  checkpoint prefix; a TensorFlow checkpoint needs --bert_config_file.
+  run_classifier.py starts from a Hugging Face directory, a directory
+  holding a TensorFlow checkpoint or a checkpoint prefix. The directory's
+  config and vocab (a training output_dir's, Google's or Hugging Face's)
+  stand for --bert_config_file and --vocab_file; a directory without them
+  needs the flags.
 
   Args:
     init_checkpoint: --init_checkpoint, a local path.
     bert_config_file: --bert_config_file, or None.
+    vocab_file: --vocab_file, or None.
 
   Raises:
-    UserError: no checkpoint is there, or a TensorFlow checkpoint comes
-      without --bert_config_file.
+    UserError: no checkpoint is there, or a config or vocab neither given
+      nor in the checkpoint's directory.
   """
-  if os.path.isdir(init_checkpoint):
-    if os.path.isfile(os.path.join(init_checkpoint, HF_CONFIG)):
-      return
+  directory, config = init_checkpoint, CONFIG_FILE
+  if os.path.isfile(os.path.join(init_checkpoint, HF_CONFIG)):
+    config = HF_CONFIG
+  elif os.path.isdir(init_checkpoint):
     if _latest_checkpoint(init_checkpoint) is None:
       raise UserError("--init_checkpoint %s is a directory with no "
                       "checkpoint in it" % init_checkpoint)
@@ -144,10 +152,13 @@ def check_init_checkpoint(init_checkpoint, bert_config_file):
     raise UserError("--init_checkpoint %s: no such checkpoint (expected a "
                     "directory or %s)" % (init_checkpoint,
                                           init_checkpoint + ".index"))
-  if not bert_config_file:
-    raise UserError("--bert_config_file is required: --init_checkpoint %s is "
-                    "a TensorFlow checkpoint, which holds no config (a "
-                    "Hugging Face directory does)" % init_checkpoint)
+  else:
+    directory = os.path.dirname(init_checkpoint) or "."
+  for flag, given, name in (("bert_config_file", bert_config_file, config),
+                            ("vocab_file", vocab_file, VOCAB_FILE)):
+    if not given and not os.path.isfile(os.path.join(directory, name)):
+      raise UserError("--%s is required: the directory of --init_checkpoint "
+                      "%s holds no %s" % (flag, init_checkpoint, name))
 
 
 def suite_tasks(tasks, do_predict):
@@ -278,8 +289,9 @@ class SuiteConfig:
     glue_dir: the root of the GLUE download.
     init_checkpoint: the pretrained model (--init_checkpoint), or None.
     bert_config_file: its --bert_config_file, or None.
-    vocab_file: its --vocab_file.
-    do_lower_case: its --do_lower_case.
+    vocab_file: its --vocab_file, or None (the checkpoint directory's).
+    do_lower_case: its --do_lower_case when given, else None (the
+      checkpoint directory's casing, else True).
     do_predict: whether the runs also predict the test sets.
     extra_flags: the arguments after `--`, given to every run last.
   """
@@ -289,8 +301,8 @@ class SuiteConfig:
   glue_dir: str
   init_checkpoint: Optional[str]
   bert_config_file: Optional[str]
-  vocab_file: str
-  do_lower_case: bool
+  vocab_file: Optional[str]
+  do_lower_case: Optional[bool]
   do_predict: bool
   extra_flags: Sequence[str]
 
@@ -312,10 +324,13 @@ def classifier_command(run, config):
   args = [config.python, config.program,
           "--flagfile=%s" % flagfile_path(config.flags_dir, run.task),
           "--task_name=%s" % run.task,
-          "--data_dir=%s" % os.path.join(config.glue_dir, task.folder),
-          "--vocab_file=%s" % config.vocab_file,
-          "--do_lower_case=%s" % str(config.do_lower_case).lower(),
-          "--output_dir=%s" % run.output_dir]
+          "--data_dir=%s" % os.path.join(config.glue_dir, task.folder)]
+  # What is not given comes from the pretrained model's directory.
+  if config.vocab_file:
+    args.append("--vocab_file=%s" % config.vocab_file)
+  if config.do_lower_case is not None:
+    args.append("--do_lower_case=%s" % str(config.do_lower_case).lower())
+  args.append("--output_dir=%s" % run.output_dir)
   if config.bert_config_file:
     args.append("--bert_config_file=%s" % config.bert_config_file)
   if run.task == "ax":

@@ -22,10 +22,10 @@ import transformers
 from bertkit.common import errors
 from bertkit.data import creation_options
 from bertkit.engine import checkpoint_formats
+from bertkit.engine import run_directory
 import create_pretraining_data
 import create_vocab
 import export_checkpoint
-from bertkit.tasks import fine_tuning
 from bertkit.tasks import pretraining
 # A module attribute, not the module: this file's `classifier` is a fixture.
 from bertkit.tasks.classifier import build_classifier_variables
@@ -567,7 +567,7 @@ def test_hf_directory_of_another_model_type_is_refused(work):
 @pytest.mark.slow
 def test_fine_tuning_an_uncased_hf_model_as_cased_is_refused(work):
   hf_dir = str(work / "export" / "huggingface")
-  fine_tuning.check_case(True, hf_dir)
+  assert run_directory.resolve(hf_dir, do_lower_case=True).do_lower_case
   refused(lambda: program_in_process([
       "run_classifier.py", "--task_name=tsv", "--data_dir=" + CLASSIFY,
       "--vocab_file=%s" % (work / "vocab.txt"),
@@ -575,8 +575,8 @@ def test_fine_tuning_an_uncased_hf_model_as_cased_is_refused(work):
       "--init_checkpoint=" + hf_dir, "--nodo_lower_case",
       "--max_seq_length=%d" % SEQ,
       "--output_dir=%s" % (work / "bad_case"), "--do_train"]),
-          "--do_lower_case=False but the Hugging Face model %s" % hf_dir,
-          "do_lower_case=True")
+          "--do_lower_case=False but the tokenizer_config.json of the "
+          "Hugging Face --init_checkpoint %s says do_lower_case=True" % hf_dir)
   assert not (work / "bad_case").exists()
 
 

@@ -192,6 +192,10 @@ def test_classifier_commands_put_the_flagfile_first_and_extras_last():
       "--output_dir=/o/sts-b/seed_3", "--do_train", "--do_eval",
       "--tf_random_seed=3", "--do_predict", "--init_checkpoint=/ckpt",
       "--num_train_epochs=1"]
+  # Neither vocab nor casing given: the runs take the checkpoint's.
+  described = dataclasses.replace(config, vocab_file=None, do_lower_case=None)
+  assert glue_suite.classifier_command(train, described)[4:6] == [
+      "--data_dir=/g/STS-B", "--output_dir=/o/sts-b/seed_3"]
   predict = glue_suite.Run("mrpc", 1, "/o/mrpc/seed_1", "predict")
   with_config = dataclasses.replace(config, bert_config_file="/c.json")
   assert glue_suite.classifier_command(predict, with_config)[7:] == [
@@ -425,9 +429,8 @@ def test_a_tensorflow_checkpoint_needs_the_bert_config_file(tmp_path):
   for path in (training, training / "model.ckpt-20"):
     result = run_glue_with(tmp_path, path)
     line = expect_user_error(result)
-    assert line == ("error: --bert_config_file is required: "
-                    "--init_checkpoint %s is a TensorFlow checkpoint, which "
-                    "holds no config (a Hugging Face directory does)" % path)
+    assert line == ("error: --bert_config_file is required: the directory "
+                    "of --init_checkpoint %s holds no bert_config.json" % path)
     assert not (tmp_path / "out").exists()
   # The state file names a checkpoint that is gone: no checkpoint.
   (training / "model.ckpt-20.index").unlink()
@@ -440,11 +443,29 @@ def test_a_tensorflow_checkpoint_needs_the_bert_config_file(tmp_path):
 
 def test_a_hugging_face_directory_needs_no_bert_config_file(tmp_path):
   (tmp_path / "config.json").write_text('{"model_type": "bert"}')
-  glue_suite.check_init_checkpoint(str(tmp_path), None)
+  glue_suite.check_init_checkpoint(str(tmp_path), None, "v.txt")
   (tmp_path / "config.json").unlink()
   with pytest.raises(errors.UserError, match="is a directory with no "
                                              "checkpoint in it"):
-    glue_suite.check_init_checkpoint(str(tmp_path), None)
+    glue_suite.check_init_checkpoint(str(tmp_path), None, "v.txt")
+
+
+def test_a_described_directory_needs_neither_config_nor_vocab(tmp_path):
+  """A run directory (or Google's) holds bert_config.json and vocab.txt;
+  its checkpoint prefix is described by its directory."""
+  (tmp_path / "bert_model.ckpt.index").write_text("")
+  prefix = str(tmp_path / "bert_model.ckpt")
+  (tmp_path / "bert_config.json").write_text("{}")
+  for path in (str(tmp_path), prefix):
+    with pytest.raises(errors.UserError) as raised:
+      glue_suite.check_init_checkpoint(path, None, None)
+    assert str(raised.value) == (
+        "--vocab_file is required: the directory of --init_checkpoint %s "
+        "holds no vocab.txt" % path)
+    glue_suite.check_init_checkpoint(path, None, "v.txt")
+  (tmp_path / "vocab.txt").write_text("[PAD]\n")
+  for path in (str(tmp_path), prefix):
+    glue_suite.check_init_checkpoint(path, None, None)
 
 
 @pytest.mark.parametrize("where", ["output_dir", "parent"])

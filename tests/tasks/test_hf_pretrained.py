@@ -21,8 +21,8 @@ import tensorflow.compat.v1 as tf
 from bertkit.common.errors import UserError
 from bertkit.engine import checkpoint_formats
 from bertkit.engine import checkpoints
+from bertkit.engine import run_directory
 from bertkit.tasks import classifier
-from bertkit.tasks import fine_tuning
 import export_checkpoint
 import modeling
 import tokenization
@@ -132,7 +132,7 @@ def test_our_tokenizer_gives_hf_ids(batch):
 
 @pytest.mark.slow
 def test_outputs_equal_transformers(batch, reference):
-  config = checkpoints.resolve_bert_config(None, HF_DIR)
+  config = run_directory.resolve(HF_DIR).bert_config
   assert config.hidden_act == "gelu_exact"
   prefix = checkpoints.resolve_init_checkpoint(HF_DIR)
   assert_outputs_close(our_outputs(config, prefix, batch), reference)
@@ -168,7 +168,7 @@ def test_export_round_trip_keeps_the_function_and_the_outputs(
 
 
 def write_config(path, **changes):
-  config = checkpoints.resolve_bert_config(None, HF_DIR).to_dict()
+  config = run_directory.resolve(HF_DIR).bert_config.to_dict()
   config.update(changes)
   path.write_text(json.dumps(config))
   return str(path)
@@ -176,7 +176,7 @@ def write_config(path, **changes):
 
 def test_config_comes_from_the_hf_directory(tmp_path):
   hf = json.loads(open(os.path.join(HF_DIR, "config.json")).read())
-  config = checkpoints.resolve_bert_config(None, HF_DIR)
+  config = run_directory.resolve(HF_DIR).bert_config
   for field in ("vocab_size", "hidden_size", "num_hidden_layers",
                 "num_attention_heads", "intermediate_size",
                 "max_position_embeddings", "type_vocab_size"):
@@ -184,7 +184,7 @@ def test_config_comes_from_the_hf_directory(tmp_path):
   assert config.hidden_act == "gelu_exact"
   # A file that agrees is used: its dropout is a training setting.
   agreeing = write_config(tmp_path / "agree.json", hidden_dropout_prob=0.0)
-  config = checkpoints.resolve_bert_config(agreeing, HF_DIR)
+  config = run_directory.resolve(HF_DIR, agreeing).bert_config
   assert config.hidden_dropout_prob == 0.0
 
 
@@ -200,7 +200,7 @@ def test_config_file_that_disagrees_is_refused(tmp_path, field, value,
                                                expected):
   path = write_config(tmp_path / "other.json", **{field: value})
   with pytest.raises(UserError) as raised:
-    checkpoints.resolve_bert_config(path, HF_DIR)
+    run_directory.resolve(HF_DIR, path)
   assert str(raised.value).startswith("--bert_config_file %s " % path)
   assert expected % HF_DIR in str(raised.value)
 
@@ -208,7 +208,7 @@ def test_config_file_that_disagrees_is_refused(tmp_path, field, value,
 def test_config_file_is_required_without_an_hf_directory(tmp_path):
   for init_checkpoint in (None, str(tmp_path)):
     with pytest.raises(UserError, match="^--bert_config_file is required"):
-      checkpoints.resolve_bert_config(None, init_checkpoint)
+      run_directory.resolve(init_checkpoint)
 
 
 @pytest.mark.parametrize("hf_name,ours", [
@@ -239,7 +239,7 @@ def test_fine_tuning_starts_from_the_hf_outputs(batch, reference):
   """run_classifier's model, its config and weights from the directory alone
   (no --bert_config_file): before training, its pooled output is
   transformers', under a fresh classification head."""
-  config = fine_tuning.load_checked_config(None, SEQ, VOCAB, True, HF_DIR)
+  config = run_directory.resolve(HF_DIR).bert_config
   with tf.Graph().as_default() as graph, tf.Session() as sess:
     _, _, _, probabilities = classifier.create_model(
         config, False, *(tf.constant(batch[name]) for name in

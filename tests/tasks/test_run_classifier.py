@@ -13,15 +13,15 @@ import tensorflow.compat.v1 as tf
 from bertkit.common import errors
 from bertkit.engine import distribution
 from bertkit.engine import input_pipeline
+from bertkit.engine import run_directory
 from bertkit.engine import training_setup
 from bertkit.tasks import classifier
 from bertkit.tasks import classifier_data
 from bertkit.tasks import classifier_features
-from bertkit.tasks import fine_tuning
 import modeling
 import tokenization
 from conftest import (REPO_ROOT, program_in_process, read_eval_results,
-                      run_program)
+                      run_program, tiny_bert_config)
 
 FIXTURES = os.path.join(REPO_ROOT, "tests", "fixtures", "classifier")
 SAMPLE = os.path.join(REPO_ROOT, "sample_data", "classify")
@@ -253,10 +253,14 @@ def test_validate_case_mismatch_is_a_user_error(tmp_path):
   model_dir = tmp_path / "cased_L-12_H-768_A-12"
   model_dir.mkdir()
   (model_dir / "bert_model.ckpt.index").write_text("")
+  (model_dir / "bert_config.json").write_text(json.dumps(tiny_bert_config()))
   prefix = str(model_dir / "bert_model.ckpt")
-  fine_tuning.check_case(False, prefix)
-  with pytest.raises(errors.UserError, match="do_lower_case=False"):
-    fine_tuning.check_case(True, prefix)
+  assert not run_directory.resolve(prefix, do_lower_case=False).do_lower_case
+  # Google's directories do not state their casing: upstream's default is
+  # refused by the model's name too.
+  for given in (True, None):
+    with pytest.raises(errors.UserError, match="do_lower_case=False"):
+      run_directory.resolve(prefix, do_lower_case=given)
 
 
 # ------------------------------------------------------- bad input, in-process
