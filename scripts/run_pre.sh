@@ -44,7 +44,8 @@ e.g. --cpu_replicas=2, --multi_gpu, --use_fp16.
   SAVE_CHECKPOINTS_STEPS   steps between checkpoints (default: 100)
   MAX_EVAL_STEPS           eval batches (default: 20)
   DO_LOWER_CASE            true for an uncased vocab, as given to run_create.sh;
-                           written to the exported tokenizer (default: true)
+                           recorded in OUTPUT_DIR's tokenizer_config.json and
+                           the exported tokenizer (default: true)
   EXPORT_FORMAT            export_checkpoint.py --format; empty skips the
                            export (default: google,huggingface,saved_model)
 
@@ -96,7 +97,7 @@ echo "[$NAME] pretraining $BERT_CONFIG_FILE for $NUM_TRAIN_STEPS steps" \
 "$PYTHON" "$REPO_ROOT/run_pretraining.py" --do_train --do_eval \
   --input_file="$INPUT_FILE" --vocab_file="$VOCAB_FILE" \
   --bert_config_file="$BERT_CONFIG_FILE" --output_dir="$OUTPUT_DIR" \
-  --max_seq_length="$MAX_SEQ_LENGTH" \
+  --do_lower_case="$DO_LOWER_CASE" --max_seq_length="$MAX_SEQ_LENGTH" \
   --max_predictions_per_seq="$MAX_PREDICTIONS_PER_SEQ" \
   --train_batch_size="$TRAIN_BATCH_SIZE" --eval_batch_size="$EVAL_BATCH_SIZE" \
   --num_train_steps="$NUM_TRAIN_STEPS" --num_warmup_steps="$NUM_WARMUP_STEPS" \
