@@ -206,6 +206,7 @@ def test_config_file_that_disagrees_is_refused(tmp_path, field, value,
 
 
 def test_config_file_is_required_without_an_hf_directory(tmp_path):
+  (tmp_path / "bert_model.ckpt.index").write_text("")
   for init_checkpoint in (None, str(tmp_path)):
     with pytest.raises(UserError, match="^--bert_config_file is required"):
       run_directory.resolve(init_checkpoint)

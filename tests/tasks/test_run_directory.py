@@ -135,6 +135,25 @@ def test_hf_gelu_is_written_in_our_name(tmp_path):
   assert_describes(tmp_path, config, os.path.join(HF_DIR, "vocab.txt"), True)
 
 
+def test_squad_describes_its_output_dir_and_predicts_from_it(tmp_path):
+  """run_squad.py writes the description too; a rerun predicting into its
+  --output_dir needs no model flag."""
+  from test_run_squad import (SEQ as SQUAD_SEQ,  # pylint: disable=g-import-not-at-top
+                              VOCAB, squad_args, squad_file, tiny_config)
+  (tmp_path / "tiny.json").write_text(json.dumps(tiny_config()))
+  train = squad_file("squad_v1.json", tmp_path / "train.json")
+  out = tmp_path / "squad"
+  program_in_process(squad_args(tmp_path, out, "--do_train",
+                                "--train_file=%s" % train, "--do_lower_case",
+                                "--num_train_epochs=1"))
+  assert_describes(out, tiny_config(), VOCAB, True)
+  program_in_process(["run_squad.py", "--output_dir=%s" % out,
+                      "--max_seq_length=%d" % SQUAD_SEQ, "--doc_stride=32",
+                      "--max_query_length=16", "--do_predict",
+                      "--predict_file=%s" % train])
+  assert json.loads((out / "predictions.json").read_text())
+
+
 # ------------------------------------------------------------ refused
 
 
@@ -237,6 +256,11 @@ def test_a_run_directory_written_before_descriptions_works_with_flags(runs):
   old = work / "undescribed"
   shutil.copytree(work / "pre", old, ignore=shutil.ignore_patterns(
       *DESCRIPTION))
+  with pytest.raises(UserError) as raised:
+    run_directory.resolve(str(work / "nowhere"))
+  assert str(raised.value) == (
+      "--init_checkpoint %s: no such checkpoint (expected a training output "
+      "directory or %s.index)" % (work / "nowhere", work / "nowhere"))
   with pytest.raises(UserError) as raised:
     run_directory.resolve(str(old))
   assert str(raised.value).startswith("--bert_config_file is required (it "
