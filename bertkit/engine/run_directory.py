@@ -251,14 +251,11 @@ def _casing(do_lower_case, described):
   return there if do_lower_case is None else do_lower_case
 
 
-def _check_google_name(do_lower_case, checkpoint, flag):
+def _check_google_name(do_lower_case, prefix):
   """Upstream's check of the casing against Google's released model names
   (tokenization.validate_case_matches_checkpoint), as a UserError."""
-  if checkpoint_formats.is_hf_dir(checkpoint):
-    return
   try:
-    tokenization.validate_case_matches_checkpoint(
-        do_lower_case, checkpoints.resolve(checkpoint, flag))
+    tokenization.validate_case_matches_checkpoint(do_lower_case, prefix)
   except ValueError as e:
     raise UserError(str(e))
 
@@ -325,11 +322,21 @@ def resolve(checkpoint=None, bert_config_file=None, vocab_file=None,
     A Model.
 
   Raises:
-    UserError: no config anywhere; a flag that disagrees with the directory
-      (the first differing field, with both values); a resumed --output_dir
-      describing another model (check_same_model).
+    UserError: no checkpoint at `checkpoint` (or unreadable Hugging Face
+      weights); no config anywhere; a flag
+      that disagrees with the directory (the first differing field, with
+      both values) or, for Google's model names, upstream's casing check; a
+      resumed --output_dir describing another model (check_same_model).
   """
-  described = describe(checkpoint, flag) if checkpoint else None
+  described = prefix = None
+  if checkpoint:
+    # Before anything else, and before anything is written: a checkpoint
+    # that is not there, or Hugging Face weights that cannot be read.
+    if checkpoint_formats.is_hf_dir(checkpoint):
+      prefix = checkpoint_formats.converted_hf_checkpoint(checkpoint)
+    else:
+      prefix = checkpoints.resolve(checkpoint, flag)
+    described = describe(checkpoint, flag)
   resumed = None
   if output_dir and tf.io.gfile.exists(os.path.join(output_dir,
                                                     CONFIG_FILE)):
@@ -342,8 +349,8 @@ def resolve(checkpoint=None, bert_config_file=None, vocab_file=None,
                 vocab_file=_vocab(vocab_file, described),
                 do_lower_case=True if casing is None else casing,
                 casing_stated=casing is not None)
-  if checkpoint:
-    _check_google_name(model.do_lower_case, checkpoint, flag)
+  if prefix:
+    _check_google_name(model.do_lower_case, prefix)
   if resumed:
     check_same_model(model, resumed)
   logging.info("Model: config from %s, vocab %s, do_lower_case=%s%s",
