@@ -486,8 +486,20 @@ def test_no_checkpoint_is_refused(work):
 def test_config_of_another_shape_is_refused_naming_the_variable(work):
   (work / "wide.json").write_text(json.dumps(dict(TINY_CONFIG,
                                                   intermediate_size=128)))
+  # The run directory describes its model: the first field that differs.
   refused(lambda: export_checkpoint.export(
       str(work / "pretrain"), str(work / "wide.json"), str(work / "vocab.txt"),
+      True, str(work / "bad_shape"), list(export_checkpoint.FORMATS)),
+          "--bert_config_file %s says intermediate_size 128, but the "
+          "bert_config.json of --checkpoint %s says 64" % (
+              work / "wide.json", work / "pretrain"))
+  assert_nothing_written(work, "bad_shape")
+  # A checkpoint without a description: the first variable that differs.
+  undescribed = work / "pretrain_undescribed"
+  shutil.copytree(work / "pretrain", undescribed,
+                  ignore=shutil.ignore_patterns("bert_config.json", "export"))
+  refused(lambda: export_checkpoint.export(
+      str(undescribed), str(work / "wide.json"), str(work / "vocab.txt"),
       True, str(work / "bad_shape"), list(export_checkpoint.FORMATS)),
           "bert/encoder/layer_0/intermediate/dense/kernel",
           "[32, 64] in the checkpoint", "[32, 128] by the config")
