@@ -271,13 +271,22 @@ def test_init_checkpoint_with_other_shapes_is_refused(strategy_runs, workdir):
   bigger = dict(TINY_CONFIG, hidden_size=64, intermediate_size=128)
   with open(workdir / "bigger.json", "w") as f:
     json.dump(bigger, f)
-  args = pretrain_args(workdir, workdir / "bad_init",
-                       "--init_checkpoint=%s" % strategy_runs["one_device"][0])
-  args[1] = "--bert_config_file=%s" % (workdir / "bigger.json")
-  with pytest.raises(UserError) as e:
-    program_in_process(args)
-  expect_refused(e, "differ in shape", "bert/")
-  assert not (workdir / "bad_init" / "checkpoint").exists()
+  run_dir = strategy_runs["one_device"][0]
+  # The run directory describes its model: the first field that differs.
+  # Without a description, the checkpoint's shapes are what differ.
+  undescribed = workdir / "undescribed_init"
+  shutil.copytree(run_dir, undescribed,
+                  ignore=shutil.ignore_patterns("bert_config.json"))
+  for init, refusal in ((run_dir, "says hidden_size 64, but the "
+                         "bert_config.json of --init_checkpoint"),
+                        (undescribed, "differ in shape")):
+    args = pretrain_args(workdir, workdir / "bad_init",
+                         "--init_checkpoint=%s" % init)
+    args[1] = "--bert_config_file=%s" % (workdir / "bigger.json")
+    with pytest.raises(UserError) as e:
+      program_in_process(args)
+    expect_refused(e, refusal)
+    assert not (workdir / "bad_init" / "checkpoint").exists()
 
 
 def test_input_glob_matching_nothing_is_refused(workdir):
