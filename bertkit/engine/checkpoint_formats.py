@@ -294,23 +294,6 @@ def is_hf_dir(path):
       os.path.join(path, HF_CONFIG))
 
 
-def hf_do_lower_case(path):
-  """do_lower_case of a Hugging Face directory's tokenizer, or None.
-
-  None when `path` is not a Hugging Face directory or its
-  tokenizer_config.json does not say.
-  """
-  config_path = os.path.join(path, "tokenizer_config.json")
-  if not is_hf_dir(path) or not tf.io.gfile.exists(config_path):
-    return None
-  try:
-    with tf.io.gfile.GFile(config_path) as f:
-      value = json.load(f).get("do_lower_case")
-  except (ValueError, AttributeError):
-    return None
-  return value if isinstance(value, bool) else None
-
-
 def _read_hf_config(hf_dir):
   path = os.path.join(hf_dir, HF_CONFIG)
   try:

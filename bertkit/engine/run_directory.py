@@ -36,8 +36,8 @@ import tokenization
 
 CONFIG_FILE = "bert_config.json"
 VOCAB_FILE = "vocab.txt"
-# Hugging Face's name for the file holding the tokenizer's settings, so that
-# one reader serves both layouts (checkpoint_formats.hf_do_lower_case).
+# Hugging Face's file of the tokenizer's settings, so that one reader
+# (_read_casing) serves both layouts.
 CASING_FILE = "tokenizer_config.json"
 
 # The fields that decide the function a model computes: a config given
@@ -107,8 +107,12 @@ class Model:
     return self.vocab_file
 
 
-def _read_casing(path):
-  """do_lower_case of a CASING_FILE, or None when it does not say."""
+def _read_casing(directory):
+  """do_lower_case of a directory's CASING_FILE, or None when there is none
+  or it does not say."""
+  path = os.path.join(directory, CASING_FILE)
+  if not tf.io.gfile.exists(path):
+    return None
   try:
     with tf.io.gfile.GFile(path) as f:
       value = json.load(f).get("do_lower_case")
@@ -128,24 +132,22 @@ def describe(path, flag):
   Returns:
     A Description (its fields None where the directory says nothing).
   """
+  directory = (path if tf.io.gfile.isdir(path) else
+               os.path.dirname(path) or ".")
+  vocab = os.path.join(directory, VOCAB_FILE)
+  vocab = vocab if tf.io.gfile.exists(vocab) else None
   if checkpoint_formats.is_hf_dir(path):
-    vocab = os.path.join(path, VOCAB_FILE)
     return Description(
         name="the Hugging Face --%s %s" % (flag, path),
         config_name=checkpoint_formats.HF_CONFIG,
         bert_config=checkpoint_formats.hf_bert_config(path),
-        vocab_file=vocab if tf.io.gfile.exists(vocab) else None,
-        do_lower_case=checkpoint_formats.hf_do_lower_case(path), is_hf=True)
-  directory = path if tf.io.gfile.isdir(path) else os.path.dirname(path)
-  config, vocab, casing = (os.path.join(directory or ".", name) for name in
-                           (CONFIG_FILE, VOCAB_FILE, CASING_FILE))
+        vocab_file=vocab, do_lower_case=_read_casing(path), is_hf=True)
+  config = os.path.join(directory, CONFIG_FILE)
   return Description(
       name="--%s %s" % (flag, path), config_name=CONFIG_FILE,
       bert_config=(modeling.BertConfig.from_json_file(config)
                    if tf.io.gfile.exists(config) else None),
-      vocab_file=vocab if tf.io.gfile.exists(vocab) else None,
-      do_lower_case=(_read_casing(casing) if tf.io.gfile.exists(casing)
-                     else None))
+      vocab_file=vocab, do_lower_case=_read_casing(directory))
 
 
 def config_difference(config, other):
@@ -323,10 +325,10 @@ def resolve(checkpoint=None, bert_config_file=None, vocab_file=None,
 
   Raises:
     UserError: no checkpoint at `checkpoint` (or unreadable Hugging Face
-      weights); no config anywhere; a flag
-      that disagrees with the directory (the first differing field, with
-      both values) or, for Google's model names, upstream's casing check; a
-      resumed --output_dir describing another model (check_same_model).
+      weights); no config anywhere; a flag that disagrees with the directory
+      (the first differing field, with both values) or, for Google's model
+      names, upstream's casing check; a resumed --output_dir describing
+      another model (check_same_model).
   """
   described = prefix = None
   if checkpoint:
