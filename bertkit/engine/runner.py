@@ -12,17 +12,16 @@ a function building input_fns, then calls
 where `options` is the options.RunOptions the program built from its flags
 (common/training_flags.py) and `model` the run_directory.Model it resolved
 (its config, vocab and casing, which `prepare` writes into --output_dir).
-The runner owns the rest, once: the engine (training_setup.py: strategy, horovod or BytePS,
-precision, RunConfig), what the optimizer is handed (the run's Precision,
-and the distribution.Replicas it sums over, which carries the stop vote),
-the model_fn (optimizer, gradient accumulation, loss scale, the step
-contract of train_step.py, initialisation from --init_checkpoint), the
-non-finite loss guard, input sharding (one decision:
-the InputContext of training_setup.input_context), skipping corrupt records,
-the Estimator, train / evaluate / predict with the hooks of
-training_hooks.py and the throughput hook, preemption (a stop signal ends
-training after the step in flight, checkpointed), eval_results.txt and the
-run summary.
+The runner owns the rest, once: the engine (training_setup.py: strategy,
+horovod or BytePS, precision, RunConfig), what the optimizer is handed (the
+run's Precision, and the distribution.Replicas it sums over, which carries
+the stop vote), the model_fn (optimizer, gradient accumulation, loss scale,
+the step contract of train_step.py, initialisation from --init_checkpoint),
+the non-finite loss guard, input sharding (one decision: the InputContext of
+training_setup.input_context), skipping corrupt records, the Estimator,
+train / evaluate / predict with the hooks of training_hooks.py and the
+throughput hook, preemption (a stop signal ends training after the step in
+flight, checkpointed), eval_results.txt and the run summary.
 """
 
 import atexit
