@@ -1,0 +1,324 @@
+# coding=utf-8
+"""Token features and sentence vectors of a BERT model (extract_features.py).
+
+Upstream's rules, in our words: every input line is one example, its
+unique_id (`linex_index` in the output) the line's number from 0; a line
+`text_a ||| text_b` (the separator with one space either side) is a pair.
+The first text is tokenized whole, a pair is truncated by dropping the last
+token of the longer text until it fits S - 3 ([CLS], [SEP], [SEP]), a single
+text is cut to S - 2. The tokens written are those the model saw, [CLS] and
+[SEP] included; each value is round(float(x), 6).
+
+The model runs through the task runner (engine/runner.py) as a Task whose
+predictions are the requested encoder layers [B, S, H], or one pooled vector
+[B, H] (sentence_pooling.py); `runner.predictions` yields them in input
+order, on one device or on every replica of the run's strategy.
+
+Shape notation: B = batch, S = max_seq_length, H = hidden size, L = layers.
+"""
+
+import collections
+import dataclasses
+import json
+import re
+import time
+from typing import List, Optional
+
+from absl import logging
+import numpy as np
+import tensorflow.compat.v1 as tf
+
+from bertkit.common import atomic_io
+from bertkit.common.errors import UserError
+from bertkit.data import corpus_input
+from bertkit.engine import runner
+from bertkit.tasks import sentence_pooling
+import modeling
+
+PAIR_SEPARATOR = "|||"
+# Upstream's pattern: the last " ||| " splits (greedy), one space each side.
+_PAIR = re.compile(r"^(.*) \|\|\| (.*)$")
+FEATURE_NAMES = ("unique_ids", "input_ids", "input_mask", "segment_ids")
+# Seconds between progress lines.
+PROGRESS_EVERY_SECONDS = 10.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Example:
+  """One input line: its unique_id (0, 1, ...) and its one or two texts."""
+  unique_id: int
+  text_a: str
+  text_b: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Feature:
+  """One example as the model reads it.
+
+  Attributes:
+    unique_id: the example's.
+    tokens: its wordpieces with [CLS] and [SEP], at most S.
+    input_ids, input_mask, segment_ids: [S] each, zero-padded.
+  """
+  unique_id: int
+  tokens: List[str]
+  input_ids: List[int]
+  input_mask: List[int]
+  segment_ids: List[int]
+
+
+def parse_line(unique_id, line, where):
+  """An Example of one stripped input line.
+
+  Args:
+    unique_id: the line's unique_id.
+    line: the text, stripped.
+    where: the line's place for messages, e.g. "input file x.txt line 3".
+
+  Raises:
+    UserError: the line holds more than one `|||`.
+  """
+  if line.count(PAIR_SEPARATOR) > 1:
+    raise UserError(
+        "%s holds %d '|||' separators; expected one text, or two as "
+        "'text_a ||| text_b'" % (where, line.count(PAIR_SEPARATOR)))
+  match = _PAIR.match(line)
+  if match is None:
+    return Example(unique_id, line)
+  return Example(unique_id, match.group(1), match.group(2))
+
+
+def read_examples(files, text_field):
+  """The Examples of every record of `files`, in order.
+
+  Args:
+    files: corpus_input.InputFiles (text, JSONL or Parquet).
+    text_field: the JSON field / Parquet column of the text.
+
+  Raises:
+    UserError: a record is malformed, or there is none.
+  """
+  examples = []
+  for input_file in files:
+    for where, text in corpus_input.iter_record_texts(input_file,
+                                                      text_field):
+      examples.append(parse_line(
+          len(examples), text,
+          "input file %s %s" % (input_file.path, where)))
+  if not examples:
+    raise UserError(
+        "--input_file %s holds no lines; expected one text (or 'text_a ||| "
+        "text_b') per line" % ",".join(f.path for f in files))
+  return examples
+
+
+def truncate_pair(tokens_a, tokens_b, max_length):
+  """Drops the last token of the longer list (of b on a tie) until the two
+  hold at most `max_length` tokens; changes the lists in place."""
+  while len(tokens_a) + len(tokens_b) > max_length:
+    (tokens_a if len(tokens_a) > len(tokens_b) else tokens_b).pop()
+
+
+def convert_example(example, seq_length, tokenizer):
+  """The Feature of one Example (upstream's truncation and layout)."""
+  tokens_a = tokenizer.tokenize(example.text_a)
+  tokens_b = tokenizer.tokenize(example.text_b) if example.text_b else []
+  if tokens_b:
+    truncate_pair(tokens_a, tokens_b, seq_length - 3)
+  else:
+    tokens_a = tokens_a[:seq_length - 2]
+  tokens = ["[CLS]"] + tokens_a + ["[SEP]"]
+  segment_ids = [0] * len(tokens)
+  if tokens_b:
+    tokens += tokens_b + ["[SEP]"]
+    segment_ids += [1] * (len(tokens_b) + 1)
+  input_ids = tokenizer.convert_tokens_to_ids(tokens)
+  padding = [0] * (seq_length - len(tokens))
+  return Feature(unique_id=example.unique_id, tokens=tokens,
+                 input_ids=input_ids + padding,
+                 input_mask=[1] * len(tokens) + padding,
+                 segment_ids=segment_ids + padding)
+
+
+def check_layers(layer_indexes, num_layers):
+  """Raises UserError unless every index names one of `num_layers` layers
+  (Python indexing: -L..L-1)."""
+  for index in layer_indexes:
+    if not -num_layers <= index < num_layers:
+      raise UserError(
+          "--layers: %d is out of range for a model of %d encoder layers; "
+          "expected indexes from %d to %d (negative: from the last)" % (
+              index, num_layers, -num_layers, num_layers - 1))
+
+
+@dataclasses.dataclass(frozen=True)
+class Output:
+  """What the model outputs per example.
+
+  Attributes:
+    layer_indexes: the encoder layers (one, with pooling).
+    pooling: None for token features, else a sentence_pooling rule.
+    normalize: L2-normalise the pooled vectors.
+  """
+  layer_indexes: tuple
+  pooling: Optional[str] = None
+  normalize: bool = False
+
+
+def extraction_task(bert_config, output):
+  """The runner Task predicting `output` of a BertModel.
+
+  Predictions: "unique_id" [B] and either "layer_output_J" [B, S, H] for the
+  J-th of output.layer_indexes, or "embedding" [B, H].
+  """
+
+  def build_model(features):
+    return modeling.BertModel(
+        config=bert_config, is_training=False,
+        input_ids=features["input_ids"], input_mask=features["input_mask"],
+        token_type_ids=features["segment_ids"])
+
+  def build_variables():
+    ids = tf.zeros([1, 2], tf.int32)
+    build_model({"input_ids": ids, "input_mask": ids, "segment_ids": ids})
+
+  def predictions(features):
+    layers = build_model(features).get_all_encoder_layers()
+    result = {"unique_id": features["unique_ids"]}
+    if output.pooling is None:
+      for j, index in enumerate(output.layer_indexes):
+        result["layer_output_%d" % j] = layers[index]
+      return result
+    vectors = sentence_pooling.pool(layers[output.layer_indexes[0]],
+                                    features["input_mask"], output.pooling)
+    result["embedding"] = (sentence_pooling.l2_normalize(vectors)
+                           if output.normalize else vectors)
+    return result
+
+  return runner.Task(build_variables=build_variables, train_loss_fns=None,
+                     eval_outputs=None, predictions=predictions)
+
+
+def input_fn_builder(features, seq_length, batch_size):
+  """An input_fn of the features' arrays, batched in order (the last batch
+  may be smaller)."""
+
+  def rows():
+    for f in features:
+      yield {"unique_ids": f.unique_id, "input_ids": f.input_ids,
+             "input_mask": f.input_mask, "segment_ids": f.segment_ids}
+
+  def input_fn(params=None, input_context=None):
+    del params, input_context  # one pipeline: prediction is one process
+    signature = {name: tf.TensorSpec([] if name == "unique_ids"
+                                     else [seq_length], tf.int32)
+                 for name in FEATURE_NAMES}
+    dataset = tf.data.Dataset.from_generator(rows, output_signature=signature)
+    return dataset.batch(batch_size, drop_remainder=False)
+
+  return input_fn
+
+
+def token_features_line(feature, prediction, layer_indexes):
+  """Upstream's JSON line of one example's token features.
+
+  Args:
+    feature: the example's Feature.
+    prediction: its prediction dict ("layer_output_J": [S, H]).
+    layer_indexes: the layers, in --layers order.
+
+  Returns:
+    One line of JSON (no newline): {"linex_index", "features": [{"token",
+    "layers": [{"index", "values"}]}]}, keys in that order.
+  """
+  tokens = []
+  for i, token in enumerate(feature.tokens):
+    layers = [collections.OrderedDict([
+        ("index", index),
+        ("values", [round(float(x), 6)
+                    for x in prediction["layer_output_%d" % j][i]])])
+              for j, index in enumerate(layer_indexes)]
+    tokens.append(collections.OrderedDict([("token", token),
+                                           ("layers", layers)]))
+  return json.dumps(collections.OrderedDict([
+      ("linex_index", feature.unique_id), ("features", tokens)]))
+
+
+def embedding_line(unique_id, vector):
+  """The JSON line of one sentence vector: {"linex_index", "embedding"},
+  values rounded as upstream rounds token features."""
+  return json.dumps(collections.OrderedDict([
+      ("linex_index", unique_id),
+      ("embedding", [round(float(x), 6) for x in vector])]))
+
+
+def progress_line(done, total, elapsed_seconds):
+  """"N/T lines (P %), R lines/sec, ETA E s" for the log."""
+  rate = done / elapsed_seconds if elapsed_seconds > 0 else 0.0
+  eta = "%.0f s" % ((total - done) / rate) if rate > 0 else "unknown"
+  return "%d/%d lines (%.1f %%), %.1f lines/sec, ETA %s" % (
+      done, total, 100.0 * done / total, rate, eta)
+
+
+class Progress:
+  """Logs progress_line every PROGRESS_EVERY_SECONDS and at the end."""
+
+  def __init__(self, total, clock=time.monotonic):
+    self._total, self._clock = total, clock
+    self._start = self._last = clock()
+    self.done = 0
+
+  def add(self):
+    self.done += 1
+    now = self._clock()
+    if self.done == self._total or now - self._last >= PROGRESS_EVERY_SECONDS:
+      self._last = now
+      logging.info("extracted %s", progress_line(self.done, self._total,
+                                                 now - self._start))
+
+
+def ordered(predictions, features):
+  """Pairs each prediction with its Feature, checking the input order.
+
+  Raises:
+    RuntimeError: a prediction's unique_id is not the next one, or fewer
+      predictions than features came (a bug: the runner keeps the order).
+  """
+  done = 0
+  for prediction in predictions:
+    feature = features[done]
+    if int(prediction["unique_id"]) != feature.unique_id:
+      raise RuntimeError("prediction for line %d arrived in place of %d" %
+                         (int(prediction["unique_id"]), feature.unique_id))
+    done += 1
+    yield feature, prediction
+  if done != len(features):
+    raise RuntimeError("%d predictions for %d lines" % (done, len(features)))
+
+
+def write_token_features(path, pairs, layer_indexes, progress):
+  """Writes upstream's JSON lines atomically (nothing under `path` until the
+  last line is written)."""
+  with atomic_io.atomic_open(path, "w") as writer:
+    for feature, prediction in pairs:
+      writer.write(token_features_line(feature, prediction, layer_indexes)
+                   + "\n")
+      progress.add()
+
+
+def write_embeddings(path, pairs, num_lines, hidden_size, progress):
+  """Writes the sentence vectors atomically: .npy float32 [N, H], or
+  .jsonl (embedding_line per line)."""
+  if path.endswith(".jsonl"):
+    with atomic_io.atomic_open(path, "w") as writer:
+      for feature, prediction in pairs:
+        writer.write(embedding_line(feature.unique_id,
+                                    prediction["embedding"]) + "\n")
+        progress.add()
+    return
+  vectors = np.zeros([num_lines, hidden_size], np.float32)
+  for feature, prediction in pairs:
+    vectors[feature.unique_id] = prediction["embedding"]
+    progress.add()
+  with atomic_io.atomic_open(path, "wb") as f:
+    np.save(f, vectors)
