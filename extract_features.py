@@ -61,6 +61,8 @@ cpu_kernels.prefer_onednn()
 FLAGS = flags.FLAGS
 # Upstream's --max_seq_length default, for models that do not say theirs.
 UPSTREAM_MAX_SEQ_LENGTH = 128
+# Sentence vectors: batches sorted by length within windows of this many.
+SORT_WINDOW_BATCHES = 64
 # Strategies of one process: the replicas share this process's batches.
 ONE_PROCESS_STRATEGIES = ("one_device", "mirrored", "central_storage")
 
@@ -225,8 +227,13 @@ def run(opts):
                    train_batch_size=opts.batch_size,
                    distribution=opts.distribution),
         fx.extraction_task(bert_config, output))
-    pairs = fx.ordered(runner.predictions(prepared, fx.input_fn_builder(
-        features, seq_length, opts.batch_size)), features)
+    # Sorting by length within windows saves padding; token features are
+    # large, so they keep the input order (windows of one line).
+    order = fx.batch_order(features, 1 if rule is None else
+                           opts.batch_size * SORT_WINDOW_BATCHES)
+    pairs = fx.in_input_order(runner.predictions(
+        prepared, fx.input_fn_builder(features, order, opts.batch_size)),
+                              features, order)
     progress = fx.Progress(len(features))
     if rule is None:
       fx.write_token_features(opts.output_file, pairs, output.layer_indexes,

