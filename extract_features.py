@@ -51,6 +51,7 @@ from bertkit.common import shared_flags
 from bertkit.common import training_flags
 from bertkit.common.errors import UserError, main_with_user_errors, parse_flags
 from bertkit.data import corpus_input
+from bertkit.data import extraction_input
 
 # Nothing above imports TensorFlow: flags and files are checked first (see
 # run_classifier.py).
@@ -192,6 +193,38 @@ def check_distribution(opts):
         opts.batch_size, plan.num_replicas, plan.name))
 
 
+def describe(output, num_lines, seq_length):
+  """The log line saying what this run computes."""
+  if output.pooling is None:
+    what = "token features of layers %s" % ",".join(
+        map(str, output.layer_indexes))
+  else:
+    what = "%s pooling of layer %d%s" % (
+        output.pooling, output.layer_indexes[0],
+        ", normalised" if output.normalize else "")
+  return "%d lines, max_seq_length %d, %s" % (num_lines, seq_length, what)
+
+
+def predict_and_write(opts, prepared, features, output, hidden_size):
+  """Predicts `features` with the prepared run and writes --output_file."""
+  from bertkit.engine import runner
+  from bertkit.tasks import feature_extraction as fx
+  # Sorting by length within windows saves padding; token features are
+  # large, so they keep the input order (windows of one line).
+  order = fx.batch_order(features, 1 if output.pooling is None else
+                         opts.batch_size * SORT_WINDOW_BATCHES)
+  pairs = fx.in_input_order(runner.predictions(
+      prepared, fx.input_fn_builder(features, order, opts.batch_size)),
+                            features, order)
+  progress = fx.Progress(len(features))
+  if output.pooling is None:
+    fx.write_token_features(opts.output_file, pairs, output.layer_indexes,
+                            progress)
+  else:
+    fx.write_embeddings(opts.output_file, pairs, len(features), hidden_size,
+                        progress)
+
+
 def run(opts):
   """Writes the features or sentence vectors `opts` ask for.
 
@@ -199,7 +232,10 @@ def run(opts):
     opts: an options.FeatureExtractionOptions.
   """
   check_files(opts)
-  from bertkit.common.options import RunOptions
+  examples = extraction_input.read_examples(
+      corpus_input.expand_corpus(corpus_input.Corpus(
+          opts.input_file, opts.input_format, opts.text_field)),
+      opts.text_field)
   from bertkit.engine import runner
   from bertkit.tasks import feature_extraction as fx
   from bertkit.tasks import sentence_pooling
@@ -210,37 +246,20 @@ def run(opts):
   bert_config, vocab_file, seq_length = model_inputs(opts, model)
   fx.check_layers(opts.layer_indexes, bert_config.num_hidden_layers)
   check_distribution(opts)
-  examples = fx.read_examples(corpus_input.expand_corpus(corpus_input.Corpus(
-      opts.input_file, opts.input_format, opts.text_field)), opts.text_field)
   tokenizer = tokenization.FullTokenizer(vocab_file, opts.do_lower_case)
   features = [fx.convert_example(e, seq_length, tokenizer) for e in examples]
   output = fx.Output(opts.layer_indexes, rule, normalize)
-  logging.info("%d lines, max_seq_length %d, %s", len(features), seq_length,
-               "token features of layers %s" % ",".join(
-                   map(str, output.layer_indexes)) if rule is None else
-               "%s pooling of layer %d%s" % (
-                   rule, output.layer_indexes[0],
-                   ", normalised" if normalize else ""))
+  logging.info("%s", describe(output, len(features), seq_length))
+  # The runner's model_dir: prediction writes nothing there that is kept.
   with tempfile.TemporaryDirectory(prefix="extract-features-") as scratch:
     prepared = runner.prepare(
-        RunOptions(output_dir=scratch, init_checkpoint=opts.init_checkpoint,
-                   train_batch_size=opts.batch_size,
-                   distribution=opts.distribution),
+        options.RunOptions(output_dir=scratch,
+                           init_checkpoint=opts.init_checkpoint,
+                           train_batch_size=opts.batch_size,
+                           distribution=opts.distribution),
         fx.extraction_task(bert_config, output))
-    # Sorting by length within windows saves padding; token features are
-    # large, so they keep the input order (windows of one line).
-    order = fx.batch_order(features, 1 if rule is None else
-                           opts.batch_size * SORT_WINDOW_BATCHES)
-    pairs = fx.in_input_order(runner.predictions(
-        prepared, fx.input_fn_builder(features, order, opts.batch_size)),
-                              features, order)
-    progress = fx.Progress(len(features))
-    if rule is None:
-      fx.write_token_features(opts.output_file, pairs, output.layer_indexes,
-                              progress)
-    else:
-      fx.write_embeddings(opts.output_file, pairs, len(features),
-                          bert_config.hidden_size, progress)
+    predict_and_write(opts, prepared, features, output,
+                      bert_config.hidden_size)
   logging.info("wrote %s", opts.output_file)
 
 

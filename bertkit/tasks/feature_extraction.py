@@ -1,10 +1,8 @@
 # coding=utf-8
 """Token features and sentence vectors of a BERT model (extract_features.py).
 
-Upstream's rules, in our words: every input line is one example, its
-unique_id (`linex_index` in the output) the line's number from 0; a line
-`text_a ||| text_b` (the separator with one space either side) is a pair.
-The first text is tokenized whole, a pair is truncated by dropping the last
+Upstream's rules, in our words, for the examples of data/extraction_input.py:
+the first text is tokenized whole, a pair is truncated by dropping the last
 token of the longer text until it fits S - 3 ([CLS], [SEP], [SEP]), a single
 text is cut to S - 2. The tokens written are those the model saw, [CLS] and
 [SEP] included; each value is round(float(x), 6).
@@ -24,7 +22,6 @@ max_seq_length), H = hidden size.
 import collections
 import dataclasses
 import json
-import re
 import time
 from typing import List, Optional
 
@@ -34,25 +31,13 @@ import tensorflow.compat.v1 as tf
 
 from bertkit.common import atomic_io
 from bertkit.common.errors import UserError
-from bertkit.data import corpus_input
 from bertkit.engine import runner
 from bertkit.tasks import sentence_pooling
 import modeling
 
-PAIR_SEPARATOR = "|||"
-# Upstream's pattern: the last " ||| " splits (greedy), one space each side.
-_PAIR = re.compile(r"^(.*) \|\|\| (.*)$")
 FEATURE_NAMES = ("unique_ids", "input_ids", "input_mask", "segment_ids")
 # Seconds between progress lines.
 PROGRESS_EVERY_SECONDS = 10.0
-
-
-@dataclasses.dataclass(frozen=True)
-class Example:
-  """One input line: its unique_id (0, 1, ...) and its one or two texts."""
-  unique_id: int
-  text_a: str
-  text_b: Optional[str] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,51 +56,6 @@ class Feature:
   input_ids: List[int]
   input_mask: List[int]
   segment_ids: List[int]
-
-
-def parse_line(unique_id, line, where):
-  """An Example of one stripped input line.
-
-  Args:
-    unique_id: the line's unique_id.
-    line: the text, stripped.
-    where: the line's place for messages, e.g. "input file x.txt line 3".
-
-  Raises:
-    UserError: the line holds more than one `|||`.
-  """
-  if line.count(PAIR_SEPARATOR) > 1:
-    raise UserError(
-        "%s holds %d '|||' separators; expected one text, or two as "
-        "'text_a ||| text_b'" % (where, line.count(PAIR_SEPARATOR)))
-  match = _PAIR.match(line)
-  if match is None:
-    return Example(unique_id, line)
-  return Example(unique_id, match.group(1), match.group(2))
-
-
-def read_examples(files, text_field):
-  """The Examples of every record of `files`, in order.
-
-  Args:
-    files: corpus_input.InputFiles (text, JSONL or Parquet).
-    text_field: the JSON field / Parquet column of the text.
-
-  Raises:
-    UserError: a record is malformed, or there is none.
-  """
-  examples = []
-  for input_file in files:
-    for where, text in corpus_input.iter_record_texts(input_file,
-                                                      text_field):
-      examples.append(parse_line(
-          len(examples), text,
-          "input file %s %s" % (input_file.path, where)))
-  if not examples:
-    raise UserError(
-        "--input_file %s holds no lines; expected one text (or 'text_a ||| "
-        "text_b') per line" % ",".join(f.path for f in files))
-  return examples
 
 
 def truncate_pair(tokens_a, tokens_b, max_length):

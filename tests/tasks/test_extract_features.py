@@ -15,6 +15,7 @@ import tensorflow.compat.v1 as tf
 
 from bertkit.common import options
 from bertkit.common.errors import UserError
+from bertkit.data import extraction_input as xi
 from bertkit.tasks import feature_extraction as fx
 from bertkit.tasks import sentence_pooling
 import extract_features
@@ -105,14 +106,14 @@ def values(line):
 
 
 def test_a_pair_splits_at_the_spaced_separator_only():
-  assert fx.parse_line(0, "a b ||| c", "x") == fx.Example(0, "a b", "c")
-  assert fx.parse_line(1, "a|||b", "x") == fx.Example(1, "a|||b")
-  assert fx.parse_line(2, "", "x") == fx.Example(2, "")
+  assert xi.parse_line(0, "a b ||| c", "x") == xi.Example(0, "a b", "c")
+  assert xi.parse_line(1, "a|||b", "x") == xi.Example(1, "a|||b")
+  assert xi.parse_line(2, "", "x") == xi.Example(2, "")
 
 
 def test_a_line_with_two_separators_is_refused():
   with pytest.raises(UserError) as e:
-    fx.parse_line(4, "a ||| b ||| c", "input file in.txt line 5")
+    xi.parse_line(4, "a ||| b ||| c", "input file in.txt line 5")
   assert str(e.value) == (
       "input file in.txt line 5 holds 2 '|||' separators; expected one "
       "text, or two as 'text_a ||| text_b'")
@@ -129,14 +130,14 @@ def test_truncation_drops_from_the_longer_text_and_from_b_on_a_tie():
 
 def test_features_have_cls_sep_segments_and_padding(model):
   tokenizer = tokenization.FullTokenizer(model["vocab"], True)
-  pair = fx.convert_example(fx.Example(3, "Hello world", "is it"), 10,
+  pair = fx.convert_example(xi.Example(3, "Hello world", "is it"), 10,
                             tokenizer)
   assert pair.tokens == ["[CLS]", "hello", "world", "[SEP]", "is", "it",
                          "[SEP]"]
   assert pair.segment_ids == [0, 0, 0, 0, 1, 1, 1]
   assert pair.input_mask == [1] * 7
   assert pair.input_ids == tokenizer.convert_tokens_to_ids(pair.tokens)
-  single = fx.convert_example(fx.Example(0, "the cat sat on the mat"), 5,
+  single = fx.convert_example(xi.Example(0, "the cat sat on the mat"), 5,
                               tokenizer)
   assert single.tokens == ["[CLS]", "the", "cat", "sat", "[SEP]"]
 

@@ -22,9 +22,9 @@ import pytest
 
 from bertkit.common import options
 import extract_features
-from conftest import (expect_user_error, options_from_args,
-                      pretrain_in_process, run_in_process, run_program,
-                      run_ok)
+from conftest import (RUN_AND_REPORT_TENSORFLOW, expect_user_error,
+                      options_from_args, pretrain_in_process, run_in_process,
+                      run_program, run_ok)
 from test_extract_features import LINES, values, write_vocab
 
 UPSTREAM = os.path.join(os.path.dirname(os.path.abspath(__file__)),
@@ -104,24 +104,31 @@ def test_the_program_writes_features_with_two_replicas(pretrained, tmp_path):
       range(len(MORE_LINES)))
 
 
+# The input and the flags are refused before TensorFlow is imported; a layer
+# out of the model's range once its config is read (with TensorFlow).
 @pytest.mark.slow
-@pytest.mark.parametrize("extra,lines,message", [
+@pytest.mark.parametrize("extra,lines,message,with_tensorflow", [
     ([], "", "holds no lines; expected one text (or 'text_a ||| text_b') "
-             "per line"),
-    ([], "a ||| b ||| c\n", "line 1 holds 2 '|||' separators"),
-    (["--layers=-1,x"], "a\n", "--layers=-1,x: 'x' is not an integer"),
+             "per line", False),
+    ([], "a ||| b ||| c\n", "line 1 holds 2 '|||' separators", False),
+    (["--layers=-1,x"], "a\n", "--layers=-1,x: 'x' is not an integer",
+     False),
     (["--layers=5"], "a\n", "--layers: 5 is out of range for a model of 2 "
-                            "encoder layers"),
+                            "encoder layers", True),
     (["--pooling=median"], "a\n", "flag --pooling=median: value should be "
-                                  "one of <cls|mean|max|model>"),
+                                  "one of <cls|mean|max|model>", False),
     (["--pooling=mean", "--layers=-1"], "a\n",
-     "expected a name ending in .npy or .jsonl")])
+     "expected a name ending in .npy or .jsonl", False)])
 def test_bad_input_is_one_error_line_exit_2_and_no_output(
-    pretrained, tmp_path, extra, lines, message):
+    pretrained, tmp_path, extra, lines, message, with_tensorflow):
   bad = tmp_path / "bad.txt"
   bad.write_text(lines)
   output = tmp_path / "out.txt"
   args = common_args(pretrained, output, "--layers=-1", *extra)
   args[0] = "--input_file=%s" % bad
-  expect_user_error(run_program(["extract_features.py"] + args), message)
+  result = run_program(["-c", RUN_AND_REPORT_TENSORFLOW,
+                        "extract_features.py"] + args)
+  expect_user_error(result, message)
+  assert result.stdout.splitlines()[-1] == (
+      "tensorflow imported: %s" % with_tensorflow)
   assert sorted(os.listdir(tmp_path)) == ["bad.txt"]
