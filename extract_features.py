@@ -127,11 +127,15 @@ def check_files(opts):
   """The named local files, and the output's directory, before TensorFlow
   is imported."""
   shared_flags.check_local_files(opts, ("bert_config_file", "vocab_file"))
+  if atomic_io.is_url(opts.output_file):
+    return
   directory = os.path.dirname(os.path.abspath(opts.output_file))
-  if not atomic_io.is_url(opts.output_file) and (
-      not os.path.isdir(directory)):
+  if not os.path.isdir(directory):
     raise UserError("--output_file %s: the directory %s does not exist" % (
         opts.output_file, directory))
+  if os.path.isdir(opts.output_file):
+    raise UserError("--output_file %s is a directory; expected a file name"
+                    % opts.output_file)
 
 
 def sentence_output(opts, model):

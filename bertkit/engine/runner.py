@@ -491,12 +491,31 @@ def _predict_stage(estimator, setup, make_input_fn, prediction, result):
   return result
 
 
+def prediction_strategy(setup):
+  """The strategy whose replicas predict together, or None (one device).
+
+  Several replicas of this process predict together; a run of several
+  processes predicts on one device in each.
+  """
+  plan = setup.plan
+  if setup.strategy is None or plan.num_workers > 1 or len(plan.devices) < 2:
+    return None
+  if plan.name == "central_storage":
+    # Prediction writes no variable, so one central copy buys nothing, and
+    # central storage's variables ignore tf.train.init_from_checkpoint
+    # (TF 2.15: they keep their random initial values): the same devices
+    # predict from mirrored copies.
+    return distribution.build_strategy(
+        dataclasses.replace(plan, name="mirrored"))
+  return setup.strategy
+
+
 def predictions(prepared, input_fn):
   """Yields the prediction dicts of every record of `input_fn`, in order.
 
-  A tf.distribute strategy of several replicas in this process (mirrored,
-  central_storage) predicts each batch on all of them at once
-  (replicated_predictions); otherwise one device predicts. The weights are
+  The replicas of the run's strategy in this process (mirrored,
+  central_storage) predict each batch together (replicated_predictions,
+  prediction_strategy); otherwise one device predicts. The weights are
   --init_checkpoint's, or those of the run's output_dir when it holds a
   checkpoint.
 
@@ -504,15 +523,11 @@ def predictions(prepared, input_fn):
     prepared: the Run of `prepare`, its task having `predictions`.
     input_fn: an Estimator input_fn of the records, in order.
   """
-  setup, options = prepared.setup, prepared.options
-  strategy = setup.strategy
-  if (strategy is not None and strategy.num_replicas_in_sync == 1) or (
-      setup.plan.num_workers > 1):
-    # Several processes would each need their own share of the records.
-    strategy = None
+  options = prepared.options
   estimator = make_estimator(model_fn_builder(
       prepared.task, options.init_checkpoint, options.optimizer, 0, 0, {},
-      prepared.replicas, predict_strategy=strategy), setup)
+      prepared.replicas,
+      predict_strategy=prediction_strategy(prepared.setup)), prepared.setup)
   yield from estimator.predict(input_fn, yield_single_examples=True)
 
 

@@ -217,14 +217,17 @@ def test_token_features_have_upstreams_layout(model, tmp_path):
   assert os.listdir(tmp_path) == ["out.jsonl"]
 
 
-def test_two_replicas_give_one_devices_output_in_order(model, tmp_path):
+@pytest.mark.parametrize("strategy", ["mirrored", "central_storage"])
+def test_two_replicas_give_one_devices_output_in_order(model, tmp_path,
+                                                       strategy):
   # 7 lines in batches of 2: the last batch leaves the second replica none.
   seven = tmp_path / "seven.txt"
   seven.write_text("\n".join(LINES + ["the end"]) + "\n")
   one, two = tmp_path / "one.jsonl", tmp_path / "two.jsonl"
   extract(model, one, input_file=seven)
-  result = extract(model, two, "--cpu_replicas=2", input_file=seven)
-  assert "strategy=mirrored replicas=2" in result.stderr
+  result = extract(model, two, "--cpu_replicas=2",
+                   "--distribution_strategy=%s" % strategy, input_file=seven)
+  assert "strategy=%s replicas=2" % strategy in result.stderr
   first, second = read_lines(one), read_lines(two)
   assert len(first) == len(second) == 7
   for a, b in zip(first, second):
@@ -350,6 +353,8 @@ def test_missing_files_are_refused(model, tmp_path):
                  "--output_file=%s/no/dir/out.jsonl" % tmp_path) == (
       "--output_file %s/no/dir/out.jsonl: the directory %s/no/dir does not "
       "exist" % (tmp_path, tmp_path))
+  assert refusal(model, tmp_path, "--output_file=%s" % tmp_path) == (
+      "--output_file %s is a directory; expected a file name" % tmp_path)
 
 
 # ------------------------------------------------------------ pooling config

@@ -44,6 +44,7 @@ def pretrained(workdir, tmp_path_factory):
   pretrain_in_process(workdir, d / "pretrain", steps=3)
   (d / "in.txt").write_text("\n".join(MORE_LINES) + "\n")
   return {"checkpoint": str(d / "pretrain" / "model.ckpt-3"),
+          "output_dir": str(d / "pretrain"),
           "config": str(workdir / "tiny.json"),
           "vocab": write_vocab(d / "vocab.txt", 128),
           "input": str(d / "in.txt")}
@@ -95,7 +96,8 @@ def test_our_json_lines_equal_upstreams_programs(pretrained, tmp_path, extra):
 def test_the_program_writes_features_with_two_replicas(pretrained, tmp_path):
   output = tmp_path / "out.jsonl"
   result = run_ok(["extract_features.py"] + common_args(
-      pretrained, output, "--layers=-1", "--cpu_replicas=2", "--batch_size=4"))
+      pretrained, output, "--layers=-1", "--cpu_replicas=2", "--batch_size=4",
+      "--init_checkpoint=%s" % pretrained["output_dir"]))  # its latest
   assert "strategy=mirrored replicas=2" in result.stderr
   assert "extracted %d/%d lines (100.0 %%)" % (len(MORE_LINES),
                                                len(MORE_LINES)) in (
