@@ -196,6 +196,18 @@ def test_progress_says_lines_rate_and_eta():
   assert fx.progress_line(0, 10, 0.0).endswith("ETA unknown")
 
 
+def test_progress_is_logged_every_ten_seconds_from_the_first_line(
+    monkeypatch):
+  said = []
+  monkeypatch.setattr(fx.logging, "info", lambda *a: said.append(a[0] % a[1:]))
+  times = iter([100.0, 104.0, 111.0, 112.0, 113.0])
+  progress = fx.Progress(5, clock=lambda: next(times))
+  for _ in range(5):
+    progress.add()
+  assert said == ["extracted 3/5 lines (60.0 %), 0.3 lines/sec, ETA 7 s",
+                  "extracted 5/5 lines (100.0 %), 0.4 lines/sec, ETA 0 s"]
+
+
 # ------------------------------------------------------------ the program
 
 
