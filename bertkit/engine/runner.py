@@ -200,6 +200,7 @@ def replicated_predictions(strategy, predictions_fn, features):
     The dict of [B, ...] predictions.
   """
   num_replicas = strategy.num_replicas_in_sync
+  # Every feature holds the batch's B rows.
   rows = tf.shape(features[sorted(features)[0]])[0]
   per_replica = (rows + num_replicas - 1) // num_replicas
 
