@@ -229,7 +229,8 @@ def test_token_features_have_upstreams_layout(model, tmp_path):
   assert os.listdir(tmp_path) == ["out.jsonl"]
 
 
-@pytest.mark.parametrize("strategy", ["mirrored", "central_storage"])
+@pytest.mark.parametrize("strategy", [
+    "mirrored", pytest.param("central_storage", marks=pytest.mark.slow)])
 def test_two_replicas_give_one_devices_output_in_order(model, tmp_path,
                                                        strategy):
   # 7 lines in batches of 2: the last batch leaves the second replica none.
