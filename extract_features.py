@@ -149,6 +149,8 @@ def sentence_output(opts, model):
           "directory (modules.json), but --init_checkpoint %s is none; pass "
           "--pooling=%s" % (opts.init_checkpoint,
                             "|".join(options.POOLING_RULES)))
+    if model.unsupported:
+      raise UserError(model.unsupported)
     rule = model.rule
   normalize = opts.normalize
   if normalize is None:

@@ -54,14 +54,17 @@ class ModelPooling:
   """What a sentence-transformers directory says about its sentence vectors.
 
   Attributes:
-    rule: one of RULES.
+    rule: one of RULES, or None when the directory computes its vectors
+      otherwise than this program can (`unsupported` says how).
     normalize: whether a Normalize module follows the pooling.
     max_seq_length: the tokens it encodes at most (sentence_bert_config.json),
       or None when it does not say.
+    unsupported: None, or the message refusing --pooling=model.
   """
-  rule: str
+  rule: Optional[str]
   normalize: bool
   max_seq_length: Optional[int]
+  unsupported: Optional[str] = None
 
 
 def pool(sequence_output, input_mask, rule):
@@ -106,56 +109,66 @@ def _read_json(path):
 
 
 def _rule_of(config, path):
-  """The one pooling rule of a 1_Pooling/config.json, or a UserError."""
-  modes = config.get("pooling_mode")
+  """(rule, None) of a 1_Pooling/config.json, or (None, why not)."""
+  modes = config.get("pooling_mode") if isinstance(config, dict) else None
   if modes is None:
-    modes = [mode for key, mode in _LEGACY_MODE_KEYS if config.get(key)]
+    modes = [mode for key, mode in _LEGACY_MODE_KEYS
+             if isinstance(config, dict) and config.get(key)]
     # sentence-transformers pools the mean when no mode is switched on.
     modes = modes or [MEAN]
   elif isinstance(modes, str):
     modes = [modes]
-  if len(modes) != 1 or modes[0] not in RULES:
-    raise UserError(
-        "%s asks for pooling %s; this program computes one of %s: pass "
-        "--pooling=%s to choose one" % (path, "+".join(map(str, modes)),
-                                        ", ".join(RULES), "|".join(RULES)))
-  return modes[0]
+  if len(modes) == 1 and modes[0] in RULES:
+    return modes[0], None
+  return None, (
+      "%s asks for pooling %s; this program computes one of %s: pass "
+      "--pooling=%s to choose one" % (path, "+".join(map(str, modes)),
+                                      ", ".join(RULES), "|".join(RULES)))
+
+
+def _modules_problem(types, paths, modules_path):
+  """Why the modules of modules.json are not ours to compute, or None."""
+  if (types[:2] == [_TRANSFORMER, _POOLING] and
+      types[2:] in ([], [_NORMALIZE]) and not paths[0]):
+    return None
+  return ("%s lists the modules %s; --pooling=model computes a Transformer "
+          "at the directory's root, then Pooling, then optionally Normalize: "
+          "pass --pooling=%s to pool the Transformer's output yourself" % (
+              modules_path, ", ".join(str(t).rsplit(".", 1)[-1]
+                                      for t in types) or "none",
+              "|".join(RULES)))
 
 
 def model_pooling(model_dir):
-  """The pooling of a sentence-transformers directory, or None.
+  """What a sentence-transformers directory says of its vectors, or None.
 
   Args:
     model_dir: a directory; a sentence-transformers one has modules.json.
 
   Returns:
-    A ModelPooling, or None when `model_dir` has no modules.json.
+    A ModelPooling, or None when `model_dir` has no modules.json. Its rule
+    is None when the modules are not Transformer, Pooling (one rule of
+    RULES) and optionally Normalize.
 
   Raises:
-    UserError: its modules are not Transformer, Pooling (one rule of RULES)
-      and optionally Normalize, or its files are not valid JSON.
+    UserError: its files are not valid JSON.
   """
   modules_path = os.path.join(model_dir, "modules.json")
   if not tf.io.gfile.isdir(model_dir) or not tf.io.gfile.exists(
       modules_path):
     return None
   modules = _read_json(modules_path)
-  types = [m.get("type") for m in modules] if isinstance(modules, list) else []
-  pooling = [m for m in modules or () if m.get("type") == _POOLING]
-  if (types[:2] != [_TRANSFORMER, _POOLING] or
-      types[2:] not in ([], [_NORMALIZE]) or
-      (modules[0].get("path") or "") != ""):
-    raise UserError(
-        "%s lists the modules %s; this program computes a Transformer at the "
-        "directory's root, then Pooling, then optionally Normalize" % (
-            modules_path, ", ".join(str(t).rsplit(".", 1)[-1]
-                                    for t in types) or "none"))
-  pooling_path = os.path.join(model_dir, pooling[0].get("path") or "",
-                              "config.json")
-  rule = _rule_of(_read_json(pooling_path), pooling_path)
+  modules = [m for m in modules if isinstance(m, dict)] if isinstance(
+      modules, list) else []
+  types = [m.get("type") for m in modules]
+  paths = [m.get("path") or "" for m in modules]
   max_seq_length = None
   bert_config_path = os.path.join(model_dir, "sentence_bert_config.json")
   if tf.io.gfile.exists(bert_config_path):
     max_seq_length = _read_json(bert_config_path).get("max_seq_length")
+  rule, unsupported = None, _modules_problem(types, paths, modules_path)
+  if unsupported is None:
+    pooling_path = os.path.join(model_dir, paths[1], "config.json")
+    rule, unsupported = _rule_of(_read_json(pooling_path), pooling_path)
   return ModelPooling(rule=rule, normalize=_NORMALIZE in types,
-                      max_seq_length=max_seq_length)
+                      max_seq_length=max_seq_length, unsupported=unsupported)

@@ -382,18 +382,31 @@ def test_a_sentence_transformers_pooling_config_names_its_rule(
     tmp_path, config, rule):
   write_sentence_transformers_dir(tmp_path, config, normalize=False)
   assert sentence_pooling.model_pooling(str(tmp_path)) == (
-      sentence_pooling.ModelPooling(rule, False, 128))
+      sentence_pooling.ModelPooling(rule, False, 128, None))
 
 
-def test_a_pooling_this_program_does_not_compute_is_refused(tmp_path):
+def test_a_pooling_this_program_does_not_compute_is_named(tmp_path):
   write_sentence_transformers_dir(
       tmp_path, {"pooling_mode": ["mean", "max"]}, normalize=True)
-  with pytest.raises(UserError) as e:
-    sentence_pooling.model_pooling(str(tmp_path))
-  assert str(e.value) == (
-      "%s/1_Pooling/config.json asks for pooling mean+max; this program "
-      "computes one of cls, mean, max: pass --pooling=cls|mean|max to "
-      "choose one" % tmp_path)
+  assert sentence_pooling.model_pooling(str(tmp_path)) == (
+      sentence_pooling.ModelPooling(
+          None, True, 128,
+          "%s/1_Pooling/config.json asks for pooling mean+max; this program "
+          "computes one of cls, mean, max: pass --pooling=cls|mean|max to "
+          "choose one" % tmp_path))
+
+
+def test_modules_this_program_does_not_compute_are_named(tmp_path):
+  write_sentence_transformers_dir(tmp_path, {}, normalize=False)
+  modules = json.loads((tmp_path / "modules.json").read_text())
+  modules.append({"idx": 2, "name": "2", "path": "2_Dense",
+                  "type": "sentence_transformers.models.Dense"})
+  (tmp_path / "modules.json").write_text(json.dumps(modules))
+  assert sentence_pooling.model_pooling(str(tmp_path)).unsupported == (
+      "%s/modules.json lists the modules Transformer, Pooling, Dense; "
+      "--pooling=model computes a Transformer at the directory's root, then "
+      "Pooling, then optionally Normalize: pass --pooling=cls|mean|max to "
+      "pool the Transformer's output yourself" % tmp_path)
 
 
 def write_sentence_transformers_dir(path, pooling_config, normalize):

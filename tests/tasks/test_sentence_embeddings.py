@@ -90,7 +90,7 @@ def our_vectors(input_file, output, *extra):
 
 def test_the_directory_says_mean_normalised_256():
   assert sentence_pooling.model_pooling(HF_DIR) == (
-      sentence_pooling.ModelPooling("mean", True, 256))
+      sentence_pooling.ModelPooling("mean", True, 256, None))
 
 
 def test_the_models_own_pooling_equals_encode(texts, input_file, tmp_path):
