@@ -106,10 +106,11 @@ def define_flags():
                     "Default: as a sentence-transformers directory does "
                     "(a Normalize module), else not.")
   flags.DEFINE_enum("input_format", "auto", ("auto",) + corpus_input.FORMATS,
-                    corpus_input.INPUT_FORMAT_HELP.replace(
-                        "JSONL/Parquet documents are split into sentences by "
-                        "blingfire.", "Each line, JSON line or row is one "
-                        "example."))
+                    "auto: by file name (.jsonl/.ndjson[.gz|.zst]: jsonl, "
+                    ".parquet: parquet, else text). text: one example per "
+                    "line. jsonl: one per JSON line, its text in "
+                    "--text_field. parquet: one per row, its text in the "
+                    "column --text_field.")
   flags.DEFINE_string("text_field", corpus_input.DEFAULT_TEXT_FIELD,
                       corpus_input.TEXT_FIELD_HELP)
   training_flags.define_distribution_flags()
