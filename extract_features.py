@@ -95,7 +95,8 @@ def define_flags():
                       "The model's vocab.txt (default: a Hugging Face "
                       "directory's).")
   shared_flags.define_do_lower_case()
-  flags.DEFINE_integer("batch_size", options.FeatureExtractionOptions.batch_size,
+  flags.DEFINE_integer("batch_size",
+                       options.FeatureExtractionOptions.batch_size,
                        "Batch size for predictions, over all replicas.")
   flags.DEFINE_enum("pooling", None, options.POOLINGS,
                     "Write one sentence vector per line: the [CLS] vector, "

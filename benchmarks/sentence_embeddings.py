@@ -5,7 +5,8 @@ Each contestant is timed as a user times a command, whole-process wall
 clock, in a fresh Python:
 
   ours:    python extract_features.py --init_checkpoint=MODEL --pooling=model
-             --input_file=LINES --output_file=OUT.npy --batch_size=B [--cpu_replicas=R]
+             --input_file=LINES --output_file=OUT.npy --batch_size=B
+             [--cpu_replicas=R]
   theirs:  python -c "SentenceTransformer(MODEL, device='cpu').encode(LINES,
              batch_size=B)" (then np.save)
 

@@ -374,7 +374,8 @@ def test_missing_files_are_refused(model, tmp_path):
 
 
 @pytest.mark.parametrize("config,rule", [
-    ({"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}, "cls"),
+    ({"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False},
+     "cls"),
     ({"pooling_mode_mean_tokens": False}, "mean"),  # none on: the mean
     ({"pooling_mode": "max"}, "max"),
     ({"pooling_mode": ["mean"]}, "mean")])
