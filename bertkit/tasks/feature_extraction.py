@@ -225,20 +225,19 @@ def progress_line(done, total, elapsed_seconds):
 class Progress:
   """Logs progress_line every PROGRESS_EVERY_SECONDS and at the end.
 
-  The clock starts at the first line done, so that start-up (the graph, the
-  checkpoint) does not count in the rate the ETA comes from.
+  The clock starts when the Progress is made, before the model is built:
+  the rate is what a stopwatch gives (start-up weighs on the first lines'
+  ETA only), never the burst of one batch's lines arriving together.
   """
 
   def __init__(self, total, clock=time.monotonic):
     self._total, self._clock = total, clock
-    self._start = self._last = None
+    self._start = self._last = clock()
     self.done = 0
 
   def add(self):
     self.done += 1
     now = self._clock()
-    if self._start is None:
-      self._start = self._last = now
     if self.done == self._total or now - self._last >= PROGRESS_EVERY_SECONDS:
       self._last = now
       logging.info("extracted %s", progress_line(self.done, self._total,

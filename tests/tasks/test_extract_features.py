@@ -196,11 +196,11 @@ def test_progress_says_lines_rate_and_eta():
   assert fx.progress_line(0, 10, 0.0).endswith("ETA unknown")
 
 
-def test_progress_is_logged_every_ten_seconds_from_the_first_line(
+def test_progress_is_logged_every_ten_seconds_and_at_the_end(
     monkeypatch):
   said = []
   monkeypatch.setattr(fx.logging, "info", lambda *a: said.append(a[0] % a[1:]))
-  times = iter([100.0, 104.0, 111.0, 112.0, 113.0])
+  times = iter([100.0, 100.0, 104.0, 111.0, 112.0, 113.0])
   progress = fx.Progress(5, clock=lambda: next(times))
   for _ in range(5):
     progress.add()
