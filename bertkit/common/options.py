@@ -546,3 +546,106 @@ class SquadOptions(FineTuningOptions):
           "exclusive: windows moving by that much or more would not "
           "overlap, and a longer one would skip context tokens" % (
               self.doc_stride, room))
+
+
+# extract_features.py --pooling: sentence-transformers' rules, or "model",
+# the rule a sentence-transformers --init_checkpoint names
+# (tasks/sentence_pooling.py).
+POOLING_RULES = ("cls", "mean", "max")
+POOLING_FROM_MODEL = "model"
+POOLINGS = POOLING_RULES + (POOLING_FROM_MODEL,)
+# Upstream's --layers: the last four encoder layers.
+UPSTREAM_LAYERS = "-1,-2,-3,-4"
+# The suffixes --output_file may have with --pooling, and what each writes.
+EMBEDDING_SUFFIXES = (".npy", ".jsonl")
+
+
+def parse_layers(text):
+  """--layers' comma-separated layer indexes, as a tuple of ints.
+
+  Raises:
+    UserError: an item is not an integer.
+  """
+  indexes = []
+  for item in text.split(","):
+    try:
+      indexes.append(int(item))
+    except ValueError:
+      raise UserError(
+          "--layers=%s: %r is not an integer; expected comma-separated "
+          "encoder layer indexes such as %s (negative: from the last)" % (
+              text, item, UPSTREAM_LAYERS)) from None
+  return tuple(indexes)
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureExtractionOptions:
+  """What extract_features.py is told.
+
+  Attributes:
+    input_file: lines of text (`text_a ||| text_b` for a pair), JSON lines or
+      Parquet (corpus_input's formats; several files, globs).
+    output_file: token features as JSON lines; with `pooling`, .npy or
+      .jsonl sentence vectors.
+    init_checkpoint: the model's weights (a checkpoint, a training output
+      directory, Google's or a Hugging Face directory).
+    bert_config_file, vocab_file, do_lower_case: the model's config, vocab
+      and casing (None: what the --init_checkpoint directory says,
+      run_directory.resolve).
+    layers: --layers as given (None: not given; UPSTREAM_LAYERS for token
+      features, the last layer for pooling).
+    max_seq_length: S (None: a sentence-transformers directory's, else 128).
+    batch_size: the global batch of prediction, over all replicas.
+    pooling: None (token features, upstream's output) or one of POOLINGS.
+    normalize: L2-normalise the sentence vectors (None: as a
+      sentence-transformers directory does, else not).
+    input_format, text_field: corpus_input's --input_format and
+      --text_field.
+    distribution: the replicas predicting (one process).
+  """
+  input_file: str
+  output_file: str
+  init_checkpoint: str
+  bert_config_file: Optional[str] = None
+  vocab_file: Optional[str] = None
+  do_lower_case: Optional[bool] = None
+  layers: Optional[str] = None
+  max_seq_length: Optional[int] = ranged(None, low=3)
+  batch_size: int = ranged(32, **AT_LEAST_ONE)
+  pooling: Optional[str] = None
+  normalize: Optional[bool] = None
+  input_format: str = "auto"
+  text_field: str = "text"
+  distribution: DistributionOptions = DistributionOptions()
+
+  def __post_init__(self):
+    for name in ("input_file", "output_file", "init_checkpoint"):
+      if not getattr(self, name):
+        raise UserError("--%s is required" % name)
+    check_fields(self)
+    if self.layers is not None:
+      parse_layers(self.layers)
+    if self.pooling is None:
+      if self.normalize is not None:
+        raise UserError("--normalize applies to sentence vectors; give "
+                        "--pooling=%s with it" % "|".join(POOLINGS))
+      return
+    _one_of("pooling", self.pooling, POOLINGS)
+    if not self.output_file.endswith(EMBEDDING_SUFFIXES):
+      raise UserError(
+          "--output_file %s: with --pooling the sentence vectors are written "
+          "as .npy (float32 [lines, hidden size]) or .jsonl (one JSON line "
+          "per input line); expected a name ending in .npy or .jsonl" %
+          self.output_file)
+    if self.layers is not None and len(parse_layers(self.layers)) != 1:
+      raise UserError(
+          "--layers=%s names %d layers, but --pooling pools one; name one "
+          "layer (default: the last, -1)" % (
+              self.layers, len(parse_layers(self.layers))))
+
+  @property
+  def layer_indexes(self):
+    """The encoder layers to output, as given or by default."""
+    if self.layers is not None:
+      return parse_layers(self.layers)
+    return (-1,) if self.pooling else parse_layers(UPSTREAM_LAYERS)

@@ -478,25 +478,31 @@ def _row_group_starts(metadata):
   return starts
 
 
-def _iter_parquet_lines(piece, text_field):
-  """(sentence, 0) of a Parquet piece's row groups; "" ends a document."""
+def _parquet_texts(path, text_field, in_piece=None):
+  """The text of each row of a Parquet file (None as ""), in order.
+
+  Args:
+    path: the file's local path or URL.
+    text_field: the column holding the text.
+    in_piece: function(row group start byte) -> whether to read that row
+      group; None: every row group.
+  """
   import pyarrow  # pylint: disable=g-import-not-at-top
   import pyarrow.parquet as pq  # pylint: disable=g-import-not-at-top
-  split_sentences = segmenter()
-  with open_binary(piece.path) as f:
+  with open_binary(path) as f:
     try:
       parquet = pq.ParquetFile(f)
     except pyarrow.ArrowException as e:
       raise errors.UserError("input file %s is not a Parquet file (%s)" % (
-          piece.path, e)) from None
+          path, e)) from None
     names = parquet.schema_arrow.names
     if text_field not in names:
       raise errors.UserError(
           "input file %s has no column %r (its columns: %s); set "
           "--text_field to the column holding the documents' text" % (
-              piece.path, text_field, ", ".join(names)))
+              path, text_field, ", ".join(names)))
     groups = [i for i, start in enumerate(_row_group_starts(parquet.metadata))
-              if piece.start <= start < piece.end]
+              if in_piece is None or in_piece(start)]
     if not groups:
       return
     batches = parquet.iter_batches(batch_size=1024, row_groups=groups,
@@ -507,16 +513,58 @@ def _iter_parquet_lines(piece, text_field):
           if not isinstance(text, (str, type(None))):
             raise errors.UserError(
                 "input file %s: column %r holds %s values; expected strings"
-                % (piece.path, text_field, type(text).__name__))
-          for sentence in document_lines(text or "", split_sentences):
-            yield sentence, 0
-          yield "", 0
+                % (path, text_field, type(text).__name__))
+          yield text or ""
     except (OSError, pyarrow.ArrowException) as e:
       # Pages that fail to decompress or decode, under an intact footer.
       raise errors.UserError(
           "input file %s is a damaged Parquet file: its column %r cannot be "
           "read (%s); expected the complete, uncorrupted file" % (
-              piece.path, text_field, str(e).rstrip("."))) from None
+              path, text_field, str(e).rstrip("."))) from None
+
+
+def _iter_parquet_lines(piece, text_field):
+  """(sentence, 0) of a Parquet piece's row groups; "" ends a document."""
+  split_sentences = segmenter()
+  for text in _parquet_texts(piece.path, text_field,
+                             lambda start: piece.start <= start < piece.end):
+    for sentence in document_lines(text, split_sentences):
+      yield sentence, 0
+    yield "", 0
+
+
+def iter_record_texts(input_file, text_field=DEFAULT_TEXT_FIELD):
+  """The texts of a file one record at a time, unsplit, in order.
+
+  A record is a line of a text file (blank lines included, as upstream's
+  extract_features reads them), a JSON line's --text_field (blank lines are
+  no records) or a Parquet row's column --text_field. Texts are stripped.
+
+  Args:
+    input_file: an `InputFile`.
+    text_field: the JSON field / Parquet column of the text.
+
+  Yields:
+    (where, text): `where` names the record for messages ("line N" or
+    "row N", 1-based).
+
+  Raises:
+    errors.UserError: the input is unreadable or malformed.
+  """
+  path = input_file.path
+  if input_file.format == "parquet":
+    for row, text in enumerate(_parquet_texts(path, text_field), 1):
+      yield "row %d" % row, text.strip()
+    return
+  with open_binary(path) as f:
+    for number, (line_start, raw) in enumerate(_lines_starting_at(f, 0), 1):
+      if input_file.format == "text":
+        yield "line %d" % number, _decode_line(raw, path,
+                                               line_start).strip()
+      elif not _is_blank(raw):
+        text = _jsonl_text(_decode_line(raw, path, line_start), path,
+                           line_start, text_field)
+        yield "line %d" % number, text.strip()
 
 
 def iter_piece_lines(piece, text_field=DEFAULT_TEXT_FIELD):

@@ -130,7 +130,8 @@ def mean_loss_shares(mean_loss_fn):
 
 
 def model_fn_builder(task, init_checkpoint, optimizer, num_train_steps,
-                     num_warmup_steps, run_arguments, replicas=None):
+                     num_warmup_steps, run_arguments, replicas=None,
+                     predict_strategy=None):
   """The Estimator model_fn of `task`.
 
   TRAIN: one update from the summed gradients of num_accumulation_steps
@@ -150,6 +151,8 @@ def model_fn_builder(task, init_checkpoint, optimizer, num_train_steps,
       arguments (precision, and time_budget when there is one).
     replicas: the distribution.Replicas the optimizer sums over (`prepare`
       builds the run's); None: those of the strategy in scope, no stop vote.
+    predict_strategy: PREDICT on every replica of this tf.distribute
+      strategy (replicated_predictions); None: on one device.
   """
 
   def model_fn(features, labels, mode, params):
@@ -169,7 +172,9 @@ def model_fn_builder(task, init_checkpoint, optimizer, num_train_steps,
       loss, metrics = task.eval_outputs(features)
       spec = dict(loss=loss, eval_metric_ops=metrics)
     elif mode == PREDICT and task.predictions is not None:
-      spec = dict(predictions=task.predictions(features))
+      spec = dict(predictions=task.predictions(features)
+                  if predict_strategy is None else replicated_predictions(
+                      predict_strategy, task.predictions, features))
     else:
       raise ValueError("This task has no %s mode" % mode)
     if init_checkpoint:
@@ -177,6 +182,41 @@ def model_fn_builder(task, init_checkpoint, optimizer, num_train_steps,
     return tf.estimator.EstimatorSpec(mode, **spec)
 
   return model_fn
+
+
+def replicated_predictions(strategy, predictions_fn, features):
+  """A batch's predictions computed by every replica of `strategy` at once.
+
+  Replica i predicts the i-th of consecutive slices of ceil(B / N) rows (the
+  last ones shorter, or empty, for a short final batch); the outputs are
+  concatenated in replica order, so row r of every prediction is row r of
+  the input.
+
+  Args:
+    strategy: a tf.distribute strategy of one process (N replicas).
+    predictions_fn: function(features) -> dict of [b, ...] tensors, building
+      the model (the strategy creates its variables once for all replicas).
+    features: dict of [B, ...] tensors.
+
+  Returns:
+    The dict of [B, ...] predictions.
+  """
+  num_replicas = strategy.num_replicas_in_sync
+  # Every feature holds the batch's B rows.
+  rows = tf.shape(features[sorted(features)[0]])[0]
+  per_replica = (rows + num_replicas - 1) // num_replicas
+
+  def replica_fn():
+    replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+    start = tf.minimum(replica * per_replica, rows)
+    end = tf.minimum(start + per_replica, rows)
+    return predictions_fn({name: t[start:end]
+                           for name, t in features.items()})
+
+  with strategy.scope():
+    outputs = strategy.extended.call_for_each_replica(replica_fn)
+    return {name: tf.concat(strategy.experimental_local_results(t), axis=0)
+            for name, t in outputs.items()}
 
 
 def upstream_model_fn(task, init_checkpoint, learning_rate, num_train_steps,
@@ -459,6 +499,46 @@ def _predict_stage(estimator, setup, make_input_fn, prediction, result):
     result["global_step"] = int(tf.train.load_variable(latest,
                                                        "global_step"))
   return result
+
+
+def prediction_strategy(setup):
+  """The strategy whose replicas predict together, or None (one device).
+
+  Several replicas of this process predict together; a run of several
+  processes predicts on one device in each.
+  """
+  plan = setup.plan
+  if setup.strategy is None or plan.num_workers > 1 or len(plan.devices) < 2:
+    return None
+  if plan.name == "central_storage":
+    # Prediction writes no variable, so one central copy buys nothing, and
+    # central storage's variables ignore tf.train.init_from_checkpoint
+    # (TF 2.15: they keep their random initial values): the same devices
+    # predict from mirrored copies.
+    return distribution.build_strategy(
+        dataclasses.replace(plan, name="mirrored"))
+  return setup.strategy
+
+
+def predictions(prepared, input_fn):
+  """Yields the prediction dicts of every record of `input_fn`, in order.
+
+  The replicas of the run's strategy in this process (mirrored,
+  central_storage) predict each batch together (replicated_predictions,
+  prediction_strategy); otherwise one device predicts. The weights are
+  --init_checkpoint's, or those of the run's output_dir when it holds a
+  checkpoint.
+
+  Args:
+    prepared: the Run of `prepare`, its task having `predictions`.
+    input_fn: an Estimator input_fn of the records, in order.
+  """
+  options = prepared.options
+  estimator = make_estimator(model_fn_builder(
+      prepared.task, options.init_checkpoint, options.optimizer, 0, 0, {},
+      prepared.replicas,
+      predict_strategy=prediction_strategy(prepared.setup)), prepared.setup)
+  yield from estimator.predict(input_fn, yield_single_examples=True)
 
 
 def predict(estimator, input_fn):

@@ -23,6 +23,7 @@ PROGRAMS = {
                                    "--vocab_file=vocab.txt"],
     "create_vocab.py": ["--input_file=in.txt", "--output_file=vocab.txt"],
     "export_checkpoint.py": [],
+    "extract_features.py": [],
     "two_phase.py": [],
     "benchmark.py": [],
 }
@@ -303,6 +304,7 @@ FLOAT_FLAGS_AMONG = {
     "create_pretraining_data.py": {"masked_lm_prob", "short_seq_prob"},
     "create_vocab.py": set(),
     "export_checkpoint.py": set(),
+    "extract_features.py": set(),
     "two_phase.py": {"learning_rate", "warmup_ratio"},
     "benchmark.py": {"peak_tflops", "report_target"}}
 

@@ -1,0 +1,293 @@
+# coding=utf-8
+"""Token features and sentence vectors of a BERT model (extract_features.py).
+
+Upstream's rules, in our words, for the examples of data/extraction_input.py:
+the first text is tokenized whole, a pair is truncated by dropping the last
+token of the longer text until it fits S - 3 ([CLS], [SEP], [SEP]), a single
+text is cut to S - 2. The tokens written are those the model saw, [CLS] and
+[SEP] included; each value is round(float(x), 6).
+
+The model runs through the task runner (engine/runner.py) as a Task whose
+predictions are the requested encoder layers [B, S, H], or one pooled vector
+[B, H] (sentence_pooling.py); `runner.predictions` yields them in the order
+it is given, on one device or on every replica of the run's strategy. Each
+batch is padded to its longest row only, and sentence vectors are predicted
+longest first within windows of lines (batch_order), as sentence-transformers
+batches; in_input_order puts them back.
+
+Shape notation: B = batch, S = the batch's longest row (at most
+max_seq_length), H = hidden size.
+"""
+
+import collections
+import dataclasses
+import json
+import time
+from typing import List, Optional
+
+from absl import logging
+import numpy as np
+import tensorflow.compat.v1 as tf
+
+from bertkit.common import atomic_io
+from bertkit.common.errors import UserError
+from bertkit.engine import runner
+from bertkit.tasks import sentence_pooling
+import modeling
+
+FEATURE_NAMES = ("unique_ids", "input_ids", "input_mask", "segment_ids")
+# Seconds between progress lines.
+PROGRESS_EVERY_SECONDS = 10.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Feature:
+  """One example as the model reads it.
+
+  Attributes:
+    unique_id: the example's.
+    tokens: its wordpieces with [CLS] and [SEP], at most S.
+    input_ids, input_mask, segment_ids: one per token; the input pads each
+      batch to its longest row (padding changes no real token's vectors:
+      the attention gives padding a weight of exactly 0).
+  """
+  unique_id: int
+  tokens: List[str]
+  input_ids: List[int]
+  input_mask: List[int]
+  segment_ids: List[int]
+
+
+def truncate_pair(tokens_a, tokens_b, max_length):
+  """Drops the last token of the longer list (of b on a tie) until the two
+  hold at most `max_length` tokens; changes the lists in place."""
+  while len(tokens_a) + len(tokens_b) > max_length:
+    (tokens_a if len(tokens_a) > len(tokens_b) else tokens_b).pop()
+
+
+def convert_example(example, seq_length, tokenizer):
+  """The Feature of one Example (upstream's truncation and layout)."""
+  tokens_a = tokenizer.tokenize(example.text_a)
+  tokens_b = tokenizer.tokenize(example.text_b) if example.text_b else []
+  if tokens_b:
+    truncate_pair(tokens_a, tokens_b, seq_length - 3)
+  else:
+    tokens_a = tokens_a[:seq_length - 2]
+  tokens = ["[CLS]"] + tokens_a + ["[SEP]"]
+  segment_ids = [0] * len(tokens)
+  if tokens_b:
+    tokens += tokens_b + ["[SEP]"]
+    segment_ids += [1] * (len(tokens_b) + 1)
+  return Feature(unique_id=example.unique_id, tokens=tokens,
+                 input_ids=tokenizer.convert_tokens_to_ids(tokens),
+                 input_mask=[1] * len(tokens), segment_ids=segment_ids)
+
+
+def check_layers(layer_indexes, num_layers):
+  """Raises UserError unless every index names one of `num_layers` layers
+  (Python indexing: -L..L-1)."""
+  for index in layer_indexes:
+    if not -num_layers <= index < num_layers:
+      raise UserError(
+          "--layers: %d is out of range for a model of %d encoder layers; "
+          "expected indexes from %d to %d (negative: from the last)" % (
+              index, num_layers, -num_layers, num_layers - 1))
+
+
+@dataclasses.dataclass(frozen=True)
+class Output:
+  """What the model outputs per example.
+
+  Attributes:
+    layer_indexes: the encoder layers (one, with pooling).
+    pooling: None for token features, else a sentence_pooling rule.
+    normalize: L2-normalise the pooled vectors.
+  """
+  layer_indexes: tuple
+  pooling: Optional[str] = None
+  normalize: bool = False
+
+
+def extraction_task(bert_config, output):
+  """The runner Task predicting `output` of a BertModel.
+
+  Predictions: "unique_id" [B] and either "layer_output_J" [B, S, H] for the
+  J-th of output.layer_indexes, or "embedding" [B, H].
+  """
+
+  def build_model(features):
+    return modeling.BertModel(
+        config=bert_config, is_training=False,
+        input_ids=features["input_ids"], input_mask=features["input_mask"],
+        token_type_ids=features["segment_ids"])
+
+  def build_variables():
+    ids = tf.zeros([1, 2], tf.int32)
+    build_model({"input_ids": ids, "input_mask": ids, "segment_ids": ids})
+
+  def predictions(features):
+    layers = build_model(features).get_all_encoder_layers()
+    result = {"unique_id": features["unique_ids"]}
+    if output.pooling is None:
+      for j, index in enumerate(output.layer_indexes):
+        result["layer_output_%d" % j] = layers[index]
+      return result
+    vectors = sentence_pooling.pool(layers[output.layer_indexes[0]],
+                                    features["input_mask"], output.pooling)
+    result["embedding"] = (sentence_pooling.l2_normalize(vectors)
+                           if output.normalize else vectors)
+    return result
+
+  return runner.Task(build_variables=build_variables, train_loss_fns=None,
+                     eval_outputs=None, predictions=predictions)
+
+
+def batch_order(features, window):
+  """The order the features are predicted in: within each run of `window`
+  consecutive features, longest first (ties in input order), so that a
+  batch holds rows of similar length and pads little, as
+  sentence-transformers sorts its input.
+
+  Returns:
+    A list of indexes into `features`.
+  """
+  order = []
+  for start in range(0, len(features), window):
+    order += sorted(range(start, min(start + window, len(features))),
+                    key=lambda i: -len(features[i].tokens))
+  return order
+
+
+def input_fn_builder(features, order, batch_size):
+  """An input_fn of the features in `order`, batched, each batch padded to
+  its longest row (the last batch may be smaller)."""
+
+  def rows():
+    for i in order:
+      f = features[i]
+      yield {"unique_ids": f.unique_id, "input_ids": f.input_ids,
+             "input_mask": f.input_mask, "segment_ids": f.segment_ids}
+
+  def input_fn(params=None, input_context=None):
+    del params, input_context  # one pipeline: prediction is one process
+    shapes = {name: [] if name == "unique_ids" else [None]
+              for name in FEATURE_NAMES}
+    dataset = tf.data.Dataset.from_generator(rows, output_signature={
+        name: tf.TensorSpec(shape, tf.int32)
+        for name, shape in shapes.items()})
+    return dataset.padded_batch(batch_size, padded_shapes=shapes,
+                                drop_remainder=False)
+
+  return input_fn
+
+
+def token_features_line(feature, prediction, layer_indexes):
+  """Upstream's JSON line of one example's token features.
+
+  Args:
+    feature: the example's Feature.
+    prediction: its prediction dict ("layer_output_J": [S, H]).
+    layer_indexes: the layers, in --layers order.
+
+  Returns:
+    One line of JSON (no newline): {"linex_index", "features": [{"token",
+    "layers": [{"index", "values"}]}]}, keys in that order.
+  """
+  tokens = []
+  for i, token in enumerate(feature.tokens):
+    layers = [collections.OrderedDict([
+        ("index", index),
+        ("values", [round(float(x), 6)
+                    for x in prediction["layer_output_%d" % j][i]])])
+              for j, index in enumerate(layer_indexes)]
+    tokens.append(collections.OrderedDict([("token", token),
+                                           ("layers", layers)]))
+  return json.dumps(collections.OrderedDict([
+      ("linex_index", feature.unique_id), ("features", tokens)]))
+
+
+def embedding_line(unique_id, vector):
+  """The JSON line of one sentence vector: {"linex_index", "embedding"},
+  values rounded as upstream rounds token features."""
+  return json.dumps(collections.OrderedDict([
+      ("linex_index", unique_id),
+      ("embedding", [round(float(x), 6) for x in vector])]))
+
+
+def progress_line(done, total, elapsed_seconds):
+  """"N/T lines (P %), R lines/sec, ETA E s" for the log."""
+  rate = done / elapsed_seconds if elapsed_seconds > 0 else 0.0
+  eta = "%.0f s" % ((total - done) / rate) if rate > 0 else "unknown"
+  return "%d/%d lines (%.1f %%), %.1f lines/sec, ETA %s" % (
+      done, total, 100.0 * done / total, rate, eta)
+
+
+class Progress:
+  """Logs progress_line every PROGRESS_EVERY_SECONDS and at the end.
+
+  The clock starts when the Progress is made, before the model is built:
+  the rate is what a stopwatch gives (start-up weighs on the first lines'
+  ETA only), never the burst of one batch's lines arriving together.
+  """
+
+  def __init__(self, total, clock=time.monotonic):
+    self._total, self._clock = total, clock
+    self._start = self._last = clock()
+    self.done = 0
+
+  def add(self):
+    self.done += 1
+    now = self._clock()
+    if self.done == self._total or now - self._last >= PROGRESS_EVERY_SECONDS:
+      self._last = now
+      logging.info("extracted %s", progress_line(self.done, self._total,
+                                                 now - self._start))
+
+
+def in_input_order(predictions, features, order):
+  """(Feature, prediction) pairs in input order, from predictions in
+  `order` (batch_order); holds at most the predictions of one window.
+
+  Raises:
+    RuntimeError: a prediction is not the one `order` expects, or some are
+      missing (a bug: the runner keeps the order it is given).
+  """
+  waiting, done = {}, 0
+  for expected, prediction in zip(order, predictions):
+    if int(prediction["unique_id"]) != features[expected].unique_id:
+      raise RuntimeError("prediction for line %d arrived in place of %d" %
+                         (int(prediction["unique_id"]), expected))
+    waiting[expected] = prediction
+    while done in waiting:
+      yield features[done], waiting.pop(done)
+      done += 1
+  if done != len(features):
+    raise RuntimeError("%d predictions for %d lines" % (done, len(features)))
+
+
+def write_token_features(path, pairs, layer_indexes, progress):
+  """Writes upstream's JSON lines atomically (nothing under `path` until the
+  last line is written)."""
+  with atomic_io.atomic_open(path, "w") as writer:
+    for feature, prediction in pairs:
+      writer.write(token_features_line(feature, prediction, layer_indexes)
+                   + "\n")
+      progress.add()
+
+
+def write_embeddings(path, pairs, num_lines, hidden_size, progress):
+  """Writes the sentence vectors atomically: .npy float32 [N, H], or
+  .jsonl (embedding_line per line)."""
+  if path.endswith(".jsonl"):
+    with atomic_io.atomic_open(path, "w") as writer:
+      for feature, prediction in pairs:
+        writer.write(embedding_line(feature.unique_id,
+                                    prediction["embedding"]) + "\n")
+        progress.add()
+    return
+  vectors = np.zeros([num_lines, hidden_size], np.float32)
+  for feature, prediction in pairs:
+    vectors[feature.unique_id] = prediction["embedding"]
+    progress.add()
+  with atomic_io.atomic_open(path, "wb") as f:
+    np.save(f, vectors)
