@@ -1,8 +1,8 @@
 """The library behind the programs at the repository root.
 
 The root holds what a user runs (run_pretraining.py, create_pretraining_data.py,
-run_classifier.py, run_glue.py, run_squad.py, export_checkpoint.py,
-create_vocab.py, benchmark.py, two_phase.py) and upstream's three API modules (modeling.py,
+run_classifier.py, run_glue.py, run_squad.py, run_ner.py, run_swag.py,
+export_checkpoint.py, create_vocab.py, benchmark.py, two_phase.py) and upstream's three API modules (modeling.py,
 optimization.py, tokenization.py), importable as `import modeling` as with
 google-research/bert. Everything else lives here, one subpackage per concern:
 
@@ -17,7 +17,8 @@ google-research/bert. Everything else lives here, one subpackage per concern:
   tasks    what the runner runs: pretraining (heads, losses, metrics), the
            classifier (data processors, features, head, outputs), the GLUE
            tasks and suite, SQuAD
-           (data, features, predictions, evaluation, head) and what the
+           (data, features, predictions, evaluation, head), named entities
+           (token classification), multiple choice (SWAG) and what the
            fine-tuning tasks share
   perf     the benchmark's FLOP model, sweep, probes and reports
 
@@ -30,7 +31,7 @@ Rules (tests/common/test_layout.py enforces the first three):
      (data creation and create_vocab start in well under a second and their
      worker processes stay small); where they need TensorFlow they import it
      inside the function that does.
-  3. At most 12 Python files at the root, none of them a library module.
+  3. At most 14 Python files at the root, none of them a library module.
   4. Module-level state lives only in modules whose docstring says who writes
      it and who reads it (engine.preemption's signal flag, engine.distribution's
      process group, engine.horovod_engine's and engine.byteps_engine's
