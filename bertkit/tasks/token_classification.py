@@ -24,15 +24,16 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 from bertkit.common import atomic_io
+from bertkit.engine import checkpoint_formats
 from bertkit.engine import distribution
 from bertkit.engine import input_pipeline
 from bertkit.engine import runner
 from bertkit.tasks import ner_data
 import modeling
 
-SCOPE = "cls/token_classification"
-OUTPUT_WEIGHTS = SCOPE + "/output_weights"
-OUTPUT_BIAS = SCOPE + "/output_bias"
+_HEAD = checkpoint_formats.HEAD_VARIABLES[
+    checkpoint_formats.TOKEN_CLASSIFICATION]
+OUTPUT_WEIGHTS, OUTPUT_BIAS = _HEAD + "weights", _HEAD + "bias"
 # Training windows are written shuffled (the input pipeline's buffer of 100
 # would keep a document's sentences together), the same order every run.
 TRAIN_SHUFFLE_SEED = 12345
