@@ -25,8 +25,10 @@ requested format to its own sub-directory of --output_dir:
                  pooled_output [B, H] + sequence_output [B, S, H]
                  (pretraining), probabilities [B, C] (classifier),
                  predictions [B] (a regression head: one output, STS-B),
-                 start_logits + end_logits [B, S] (SQuAD) or logits
-                 [B, S, C] (NER).
+                 start_logits + end_logits [B, S] (SQuAD), logits
+                 [B, S, C] (NER) or, from input_ids, input_mask and
+                 segment_ids [B, C, S] (C choices), logits [B, C]
+                 (multiple choice).
 
 Everything is built in a temporary directory next to --output_dir and renamed
 to it when complete. Needs NumPy and safetensors, not PyTorch.
@@ -191,11 +193,14 @@ def write_saved_model(directory, weights, bert_config, head, num_labels):
   import tensorflow.compat.v1 as tf
   from bertkit.engine import checkpoint_formats
   from bertkit.tasks import classifier
+  from bertkit.tasks import multiple_choice
   from bertkit.tasks import squad_task
   from bertkit.tasks import token_classification
   import modeling
   with tf.Graph().as_default(), tf.Session() as sess:
-    inputs = {name: tf.placeholder(tf.int32, [None, None], name=name)
+    # Multiple choice: [B, C, S], one sequence per choice.
+    rank = 3 if head == checkpoint_formats.MULTIPLE_CHOICE else 2
+    inputs = {name: tf.placeholder(tf.int32, [None] * rank, name=name)
               for name in ("input_ids", "input_mask", "segment_ids")}
     if head == checkpoint_formats.CLASSIFIER:
       _, _, _, probabilities = classifier.create_model(
@@ -209,6 +214,10 @@ def write_saved_model(directory, weights, bert_config, head, num_labels):
       outputs = {"logits": token_classification.create_model(
           bert_config, False, inputs["input_ids"], inputs["input_mask"],
           inputs["segment_ids"], num_labels)}
+    elif head == checkpoint_formats.MULTIPLE_CHOICE:
+      outputs = {"logits": multiple_choice.create_model(
+          bert_config, False, inputs["input_ids"], inputs["input_mask"],
+          inputs["segment_ids"])}
     elif head == checkpoint_formats.SQUAD:
       start_logits, end_logits = squad_task.create_model(
           bert_config, False, inputs["input_ids"], inputs["input_mask"],

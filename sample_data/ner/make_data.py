@@ -24,7 +24,7 @@ CORPUS = os.path.join(HERE, "..", "corpus.txt")
 # Each split's share of the corpus documents; sentences without an entity
 # are kept one time in KEEP_PLAIN.
 SPLITS = (("train.txt", 0.6), ("dev.txt", 0.2), ("test.txt", 0.2))
-KEEP_PLAIN = 4
+KEEP_PLAIN = 8
 
 ENTITIES = {
     "PER": ("Edith", "Tilda", "Desmond", "Bram", "Ruth", "Nils", "Felix",

