@@ -146,6 +146,13 @@ def weight_table(config, head, num_labels=None):
     pooler = [(tf_name, None, shape, transpose)
               for tf_name, _, shape, transpose in pooler]
   table += pooler
+  return table + _head_weights(config, head, num_labels)
+
+
+def _head_weights(config, head, num_labels):
+  """weight_table's rows of the head on top of the encoder."""
+  h = config.hidden_size
+  table = []
   if head in (PRETRAINING, MASKED_LM):
     table += _dense("cls/predictions/transform/dense",
                     "cls.predictions.transform.dense", h, h)

@@ -25,6 +25,7 @@ from bertkit.engine import checkpoint_formats
 from bertkit.tasks import multiple_choice
 from bertkit.tasks import swag_data
 import export_checkpoint
+import modeling
 import tokenization
 from conftest import (REPO_ROOT, TINY_CONFIG, expect_user_error,
                       load_checkpoint, program_in_process, read_eval_results,
@@ -119,6 +120,24 @@ def test_a_long_pair_loses_tokens_from_its_longer_part():
       list("abc"), list("xyz"))
   assert swag_data.truncate_pair("ab", "vwxyz", 4) == (list("ab"),
                                                         list("vw"))
+
+
+# ------------------------------------------------------------ the head
+
+
+def test_the_head_is_detected_and_mapped_as_bert_for_multiple_choice():
+  config = modeling.BertConfig.from_dict(TINY_CONFIG)
+  with tf.Graph().as_default():
+    multiple_choice.build_variables(config)
+    built = {v.op.name: v.shape.as_list() for v in tf.trainable_variables()}
+  assert checkpoint_formats.detect_head(built) == (
+      checkpoint_formats.MULTIPLE_CHOICE, None)
+  table = checkpoint_formats.weight_table(config,
+                                          checkpoint_formats.MULTIPLE_CHOICE)
+  assert {name: shape for name, _, shape, _ in table} == built
+  hf_names = {tf_name: hf_name for tf_name, hf_name, _, _ in table}
+  assert hf_names[multiple_choice.OUTPUT_WEIGHTS] == "classifier.weight"
+  assert hf_names["bert/pooler/dense/kernel"] == "bert.pooler.dense.weight"
 
 
 # ------------------------------------------------------------ bad input
