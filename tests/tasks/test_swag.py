@@ -227,19 +227,16 @@ def test_tiny_run_writes_probabilities_and_accuracy(tmp_path):
 
 @pytest.fixture(scope="module")
 def minilm_run(tmp_path_factory):
-  """all-MiniLM-L6-v2 fine-tuned on half the sample's training examples for
-  one epoch (15 steps of 16): minutes on 2 cores instead of the full set's
-  seven."""
+  """all-MiniLM-L6-v2 fine-tuned on the sample for one epoch (30 steps of
+  16; lr 5e-5, the paper's 2e-5 being for 3 epochs of SWAG's 73k): two
+  minutes on 2 cores; two epochs at 64 pieces take seven and reach 0.58
+  (docs/fine_tuning.md)."""
   work = tmp_path_factory.mktemp("swag_minilm")
-  data = work / "data"
-  data.mkdir()
-  write_rows(data / "train.csv", sample_rows("train.csv")[:241])
-  shutil.copyfile(os.path.join(SAMPLE, "val.csv"), data / "val.csv")
   out = work / "out"
   program_in_process(swag_args(
-      data, out, "--init_checkpoint=" + HF_DIR, "--do_train", "--do_eval",
+      SAMPLE, out, "--init_checkpoint=" + HF_DIR, "--do_train", "--do_eval",
       "--train_batch_size=16", "--num_train_epochs=1",
-      "--learning_rate=1e-4", "--predict_batch_size=32",
+      "--learning_rate=5e-5", "--predict_batch_size=32",
       "--tf_random_seed=1"))
   return work, out
 
@@ -249,7 +246,8 @@ def test_minilm_picks_the_following_sentence_far_above_chance(minilm_run):
   _, out = minilm_run
   results = read_eval_results(out)
   print(results)
-  assert results["eval_accuracy"] > 0.45  # chance: 0.25
+  # Chance is 0.25; over 160 examples its standard deviation is 0.034.
+  assert results["eval_accuracy"] > 0.35
 
 
 def our_logits(out, inputs):
