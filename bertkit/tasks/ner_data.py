@@ -5,10 +5,10 @@ the windows the model sees, and the CoNLL predictions file.
 Files (one table, SPLIT_FILES): each split of --data_dir is the first of its
 names present, CoNLL-2003's own names included.
 
-Two layouts, decided per file by its first token line:
+Two layouts (a line with a tab is split on tabs, any other on whitespace);
+every token line of a file has as many columns as its first:
   CoNLL   whitespace-separated columns, the token first and the tag last
-          (CoNLL-2003: `token POS chunk NER`); every line of a file has the
-          same number of columns.
+          (CoNLL-2003: `token POS chunk NER`).
   tsv     `token<TAB>tag`.
 Blank lines end a sentence; `-DOCSTART-` lines end one too and are skipped.
 Tags are IOB1 or IOB2 (O, B-TYPE, I-TYPE); both are read, and IOB1 is
@@ -150,9 +150,11 @@ def read_sentences(path):
           raise UserError("%s:%d: one column; expected the token and its "
                           "tag (CoNLL columns or token<TAB>tag)" %
                           (path, number))
-      if len(fields) != width or not all(fields):
+      if len(fields) != width:
         raise UserError("%s:%d: %d columns, but the file's first token line "
                         "has %d" % (path, number, len(fields), width))
+      if not all(fields):
+        raise UserError("%s:%d: an empty column" % (path, number))
       if any(c.isspace() for c in fields[0]):
         # The predictions file separates its columns by spaces.
         raise UserError("%s:%d: token %r holds whitespace" %
