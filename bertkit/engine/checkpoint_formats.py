@@ -454,8 +454,13 @@ def read_hf_weights(hf_dir):
         (hf_dir, HF_WEIGHTS, ", ".join(present) or "nothing"))
   num_labels = len(config.get("id2label") or {}) or 2
   shape_config = _Shapes(config)
+  # Hugging Face names every classifier's layer "classifier": the class the
+  # config names says whose it is (ours are scoped apart).
+  architecture = (config.get("architectures") or [None])[0]
+  classifier = {HF_ARCHITECTURES[head]: head for head in HEAD_VARIABLES}.get(
+      architecture, CLASSIFIER)
   by_hf_name = {}
-  for head in (PRETRAINING, CLASSIFIER, SQUAD):
+  for head in (PRETRAINING, classifier, SQUAD):
     for tf_name, hf_name, _, transpose in weight_table(shape_config, head,
                                                        num_labels):
       if hf_name is not None:

@@ -294,6 +294,20 @@ def test_tiny_run_writes_labels_predictions_and_seqeval_figures(tiny_run):
   assert "eval eval_f1 = " in result.stdout
 
 
+def test_tiny_run_exports_with_its_labels_and_reads_back(tiny_run, tmp_path):
+  out, _ = tiny_run
+  export_checkpoint.export(str(out), str(out.parent / "tiny.json"), VOCAB,
+                           True, str(tmp_path / "export"), ["huggingface"])
+  hf_dir = tmp_path / "export" / "huggingface"
+  config = json.loads((hf_dir / "config.json").read_text())
+  assert config["architectures"] == ["BertForTokenClassification"]
+  assert config["id2label"] == {str(i): l for i, l in enumerate(LABELS)}
+  weights, _ = checkpoint_formats.read_hf_weights(str(hf_dir))
+  assert checkpoint_formats.detect_head(
+      {name: value.shape for name, value in weights.items()}) == (
+          checkpoint_formats.TOKEN_CLASSIFICATION, len(LABELS))
+
+
 # ------------------------------------------------------------ slow
 
 
@@ -362,6 +376,11 @@ def test_export_to_bert_for_token_classification_gives_our_logits(
   assert info["missing_keys"] == [] and info["unexpected_keys"] == []
   assert model.config.id2label == dict(enumerate(LABELS))
   assert model.config.label2id == {l: i for i, l in enumerate(LABELS)}
+  # Read back (as --init_checkpoint), the head is ours again.
+  weights, _ = checkpoint_formats.read_hf_weights(hf_dir)
+  assert checkpoint_formats.detect_head(
+      {name: value.shape for name, value in weights.items()}) == (
+          checkpoint_formats.TOKEN_CLASSIFICATION, len(LABELS))
   inputs = records(out / "predict.tf_record")
   model.eval()
   with torch.no_grad():

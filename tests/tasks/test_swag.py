@@ -272,6 +272,12 @@ def test_export_to_bert_for_multiple_choice_gives_our_logits(minilm_run):
   model, info = transformers.BertForMultipleChoice.from_pretrained(
       str(work / "export" / "huggingface"), output_loading_info=True)
   assert info["missing_keys"] == [] and info["unexpected_keys"] == []
+  # Read back (as --init_checkpoint), the head is ours again.
+  weights, _ = checkpoint_formats.read_hf_weights(
+      str(work / "export" / "huggingface"))
+  assert checkpoint_formats.detect_head(
+      {name: value.shape for name, value in weights.items()}) == (
+          checkpoint_formats.MULTIPLE_CHOICE, None)
   rows = [tf.train.Example.FromString(r).features.feature
           for r in tf.io.tf_record_iterator(str(out / "eval.tf_record"))]
   inputs = {name: np.array([row[name].int64_list.value for row in rows[:48]],
