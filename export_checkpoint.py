@@ -1,12 +1,13 @@
 """Exports a trained model for use outside this toolkit.
 
-From a checkpoint of run_pretraining.py, run_classifier.py or run_squad.py
-(the head is read from its variables), or from a Hugging Face BERT directory
-(a BertModel, with no head, is exported as the encoder alone). A training
-output_dir, Google's and Hugging Face's directories hold the model's config,
-vocab and casing (bertkit/engine/run_directory.py): --bert_config_file,
---vocab_file and --do_lower_case may then be left out. Writes each requested
-format to its own sub-directory of --output_dir:
+From a checkpoint of run_pretraining.py, run_classifier.py, run_squad.py,
+run_ner.py or run_swag.py (the head is read from its variables), or from a
+Hugging Face BERT directory (a BertModel, with no head, is exported as the
+encoder alone). A training output_dir, Google's and Hugging Face's
+directories hold the model's config, vocab and casing
+(bertkit/engine/run_directory.py): --bert_config_file, --vocab_file and
+--do_lower_case may then be left out. Writes each requested format to its own
+sub-directory of --output_dir:
 
   google/        bert_model.ckpt.{index,data-*} with the model's weights only
                  (no optimizer slots, loss scale or step counter),
@@ -17,15 +18,20 @@ format to its own sub-directory of --output_dir:
                  files: `from_pretrained` loads it as BertForPreTraining,
                  BertForSequenceClassification (num_labels=1 and
                  problem_type "regression" for a regression head) or
-                 BertForQuestionAnswering
+                 BertForQuestionAnswering, BertForTokenClassification
+                 (run_ner.py; id2label from its labels.txt),
+                 BertForMultipleChoice (run_swag.py)
                  (BertForMaskedLM for a model pretrained without
                  next-sentence prediction), no conversion step.
   saved_model/   a TF SavedModel whose `serving_default` signature takes int32
                  input_ids, input_mask, segment_ids [B, S] and returns
                  pooled_output [B, H] + sequence_output [B, S, H]
                  (pretraining), probabilities [B, C] (classifier),
-                 predictions [B] (a regression head: one output, STS-B) or
-                 start_logits + end_logits [B, S] (SQuAD).
+                 predictions [B] (a regression head: one output, STS-B),
+                 start_logits + end_logits [B, S] (SQuAD), logits
+                 [B, S, C] (NER) or, from input_ids, input_mask and
+                 segment_ids [B, C, S] (C choices), logits [B, C]
+                 (multiple choice).
 
 Everything is built in a temporary directory next to --output_dir and renamed
 to it when complete. Needs NumPy and safetensors, not PyTorch.
@@ -107,7 +113,7 @@ def class_labels(labels, head, num_labels):
     UserError: --labels given for a pretraining model, or of the wrong count.
   """
   from bertkit.engine import checkpoint_formats
-  if head != checkpoint_formats.CLASSIFIER:
+  if head not in checkpoint_formats.LABELLED_HEADS:
     if labels:
       raise UserError("--labels is for classifier checkpoints; this one has "
                       "the %s head" % head)
@@ -190,10 +196,14 @@ def write_saved_model(directory, weights, bert_config, head, num_labels):
   import tensorflow.compat.v1 as tf
   from bertkit.engine import checkpoint_formats
   from bertkit.tasks import classifier
+  from bertkit.tasks import multiple_choice
   from bertkit.tasks import squad_task
+  from bertkit.tasks import token_classification
   import modeling
   with tf.Graph().as_default(), tf.Session() as sess:
-    inputs = {name: tf.placeholder(tf.int32, [None, None], name=name)
+    # Multiple choice: [B, C, S], one sequence per choice.
+    rank = 3 if head == checkpoint_formats.MULTIPLE_CHOICE else 2
+    inputs = {name: tf.placeholder(tf.int32, [None] * rank, name=name)
               for name in ("input_ids", "input_mask", "segment_ids")}
     if head == checkpoint_formats.CLASSIFIER:
       _, _, _, probabilities = classifier.create_model(
@@ -203,6 +213,14 @@ def write_saved_model(directory, weights, bert_config, head, num_labels):
       # One output is a regression head (STS-B): its score.
       outputs = ({"predictions": probabilities} if num_labels == 1 else
                  {"probabilities": probabilities})
+    elif head == checkpoint_formats.TOKEN_CLASSIFICATION:
+      outputs = {"logits": token_classification.create_model(
+          bert_config, False, inputs["input_ids"], inputs["input_mask"],
+          inputs["segment_ids"], num_labels)}
+    elif head == checkpoint_formats.MULTIPLE_CHOICE:
+      outputs = {"logits": multiple_choice.create_model(
+          bert_config, False, inputs["input_ids"], inputs["input_mask"],
+          inputs["segment_ids"])}
     elif head == checkpoint_formats.SQUAD:
       start_logits, end_logits = squad_task.create_model(
           bert_config, False, inputs["input_ids"], inputs["input_mask"],
@@ -271,7 +289,7 @@ def export(checkpoint, bert_config_file, vocab_file, do_lower_case,
     prefix = checkpoint_formats.converted_hf_checkpoint(hf_dir)
   shapes = dict(tf.train.list_variables(prefix))
   head, num_labels = checkpoint_formats.detect_head(shapes)
-  if not labels and head == checkpoint_formats.CLASSIFIER:
+  if not labels and head in checkpoint_formats.LABELLED_HEADS:
     labels = (checkpoint_formats.hf_labels(hf_dir) if hf_dir else
               classifier.read_labels(os.path.dirname(prefix)))
   labels = class_labels(labels, head, num_labels)

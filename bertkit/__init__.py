@@ -1,11 +1,11 @@
 """The library behind the programs at the repository root.
 
 The root holds what a user runs (run_pretraining.py, create_pretraining_data.py,
-run_classifier.py, run_glue.py, run_squad.py, export_checkpoint.py,
-create_vocab.py, extract_features.py, benchmark.py, two_phase.py) and
-upstream's three API modules (modeling.py, optimization.py, tokenization.py),
-importable as `import modeling` as with google-research/bert. Everything else
-lives here, one subpackage per concern:
+run_classifier.py, run_glue.py, run_squad.py, run_ner.py, run_swag.py,
+export_checkpoint.py, create_vocab.py, extract_features.py, benchmark.py,
+two_phase.py) and upstream's three API modules (modeling.py, optimization.py,
+tokenization.py), importable as `import modeling` as with google-research/bert.
+Everything else lives here, one subpackage per concern:
 
   common   errors and the one-line error exit, atomic writes, console lines,
            input globs, the CPU kernel choice
@@ -18,7 +18,8 @@ lives here, one subpackage per concern:
   tasks    what the runner runs: pretraining (heads, losses, metrics), the
            classifier (data processors, features, head, outputs), the GLUE
            tasks and suite, SQuAD
-           (data, features, predictions, evaluation, head), what the
+           (data, features, predictions, evaluation, head), named entities
+           (token classification), multiple choice (SWAG), what the
            fine-tuning tasks share, and feature extraction (token features,
            sentence pooling)
   perf     the benchmark's FLOP model, sweep, probes and reports
@@ -32,7 +33,7 @@ Rules (tests/common/test_layout.py enforces the first three):
      (data creation and create_vocab start in well under a second and their
      worker processes stay small); where they need TensorFlow they import it
      inside the function that does.
-  3. At most 13 Python files at the root, none of them a library module.
+  3. At most 15 Python files at the root, none of them a library module.
   4. Module-level state lives only in modules whose docstring says who writes
      it and who reads it (engine.preemption's signal flag, engine.distribution's
      process group, engine.horovod_engine's and engine.byteps_engine's

@@ -375,6 +375,8 @@ def program_in_process(args):
   cls = {"run_pretraining": options.PretrainingOptions,
          "run_classifier": options.ClassifierOptions,
          "run_squad": options.SquadOptions,
+         "run_ner": options.NerOptions,
+         "run_swag": options.MultipleChoiceOptions,
          "create_pretraining_data": creation_options.CreationOptions,
          "create_vocab": getattr(module, "VocabOptions", None)}[
              module.__name__]

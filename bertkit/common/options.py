@@ -649,3 +649,40 @@ class FeatureExtractionOptions:
     if self.layers is not None:
       return parse_layers(self.layers)
     return (-1,) if self.pooling else parse_layers(UPSTREAM_LAYERS)
+def _require_stage_and_data_dir(options):
+  if not (options.do_train or options.do_eval or options.do_predict):
+    raise UserError("At least one of --do_train, --do_eval or --do_predict "
+                    "must be True")
+  if not options.data_dir:
+    raise UserError("--data_dir is required")
+
+
+@dataclasses.dataclass(frozen=True)
+class NerOptions(FineTuningOptions):
+  """What run_ner.py is told.
+
+  Attributes:
+    data_dir: the tagged files (bertkit/tasks/ner_data.py's SPLIT_FILES).
+    labels: the label list (None: O and the B-/I- tags of train's entity
+      types, or the labels.txt of a trained --output_dir).
+  """
+  data_dir: Optional[str] = None
+  labels: Optional[Tuple[str, ...]] = None
+
+  def __post_init__(self):
+    _require_stage_and_data_dir(self)
+    super().__post_init__()
+
+
+@dataclasses.dataclass(frozen=True)
+class MultipleChoiceOptions(FineTuningOptions):
+  """What run_swag.py is told.
+
+  Attributes:
+    data_dir: the examples (bertkit/tasks/swag_data.py's SPLIT_FILES).
+  """
+  data_dir: Optional[str] = None
+
+  def __post_init__(self):
+    _require_stage_and_data_dir(self)
+    super().__post_init__()

@@ -34,6 +34,16 @@ PRETRAINING = "pretraining"
 MASKED_LM = "masked_lm"
 CLASSIFIER = "classifier"
 SQUAD = "squad"
+# run_ner's head over every token, run_swag's one score per choice.
+TOKEN_CLASSIFICATION = "token_classification"
+MULTIPLE_CHOICE = "multiple_choice"
+# Their variables (bertkit/tasks/token_classification.py, multiple_choice.py):
+# scoped, so that neither is taken for the sentence classifier's top-level
+# output_weights.
+HEAD_VARIABLES = {TOKEN_CLASSIFICATION: "cls/token_classification/output_",
+                  MULTIPLE_CHOICE: "cls/multiple_choice/output_"}
+# The heads whose outputs are named classes (labels.txt, id2label).
+LABELLED_HEADS = (CLASSIFIER, TOKEN_CLASSIFICATION)
 # No head: the encoder and its pooler (a Hugging Face BertModel, e.g. a
 # sentence-transformers model).
 ENCODER = "encoder"
@@ -43,6 +53,8 @@ HF_ARCHITECTURES = {PRETRAINING: "BertForPreTraining",
                     MASKED_LM: "BertForMaskedLM",
                     CLASSIFIER: "BertForSequenceClassification",
                     SQUAD: "BertForQuestionAnswering",
+                    TOKEN_CLASSIFICATION: "BertForTokenClassification",
+                    MULTIPLE_CHOICE: "BertForMultipleChoice",
                     ENCODER: "BertModel"}
 
 HF_CONFIG = "config.json"
@@ -85,14 +97,18 @@ def weight_table(config, head, num_labels=None):
     head: PRETRAINING (masked LM + next sentence, `cls/...`), MASKED_LM (the
       masked LM alone), CLASSIFIER (run_classifier's `output_weights` /
       `output_bias`), SQUAD (run_squad's `cls/squad/output_weights` [2, H] /
-      `output_bias` [2]), or ENCODER (or None) for the encoder alone.
-    num_labels: C, for CLASSIFIER.
+      `output_bias` [2]), TOKEN_CLASSIFICATION (run_ner's
+      `cls/token_classification/output_weights` [C, H] / `output_bias` [C]),
+      MULTIPLE_CHOICE (run_swag's `cls/multiple_choice/output_weights`
+      [1, H] / `output_bias` [1]), or ENCODER (or None) for the encoder alone.
+    num_labels: C, for CLASSIFIER and TOKEN_CLASSIFICATION.
 
   Returns:
     A list of (tf_name, hf_name, tf_shape, transpose) in model order;
     `transpose` says the HF array is the transposed TF array. hf_name is
     None for a weight the Hugging Face class does not have (the pooler of
-    BertForQuestionAnswering and BertForMaskedLM).
+    BertForQuestionAnswering, BertForTokenClassification and
+    BertForMaskedLM).
   """
   h, i = config.hidden_size, config.intermediate_size
   table = [
@@ -124,12 +140,19 @@ def weight_table(config, head, num_labels=None):
     table += _layer_norm(tf_layer + "/output/LayerNorm",
                          hf_layer + ".output.LayerNorm", h)
   pooler = _dense("bert/pooler/dense", "bert.pooler.dense", h, h)
-  if head in (SQUAD, MASKED_LM):
-    # Upstream's SQuAD model has the pooler (BertModel always builds it);
-    # BertForQuestionAnswering and BertForMaskedLM have none.
+  if head in (SQUAD, MASKED_LM, TOKEN_CLASSIFICATION):
+    # Our models have the pooler (BertModel always builds it); Hugging
+    # Face's classes of these heads have none.
     pooler = [(tf_name, None, shape, transpose)
               for tf_name, _, shape, transpose in pooler]
   table += pooler
+  return table + _head_weights(config, head, num_labels)
+
+
+def _head_weights(config, head, num_labels):
+  """weight_table's rows of the head on top of the encoder."""
+  h = config.hidden_size
+  table = []
   if head in (PRETRAINING, MASKED_LM):
     table += _dense("cls/predictions/transform/dense",
                     "cls.predictions.transform.dense", h, h)
@@ -156,6 +179,14 @@ def weight_table(config, head, num_labels=None):
     table += [("cls/squad/output_weights", "qa_outputs.weight", [2, h],
                False),
               ("cls/squad/output_bias", "qa_outputs.bias", [2], False)]
+  elif head in HEAD_VARIABLES:
+    # BertForTokenClassification's classifier is a Linear(H, C),
+    # BertForMultipleChoice's a Linear(H, 1).
+    outputs = num_labels if head == TOKEN_CLASSIFICATION else 1
+    table += [(HEAD_VARIABLES[head] + "weights", "classifier.weight",
+               [outputs, h], False),
+              (HEAD_VARIABLES[head] + "bias", "classifier.bias", [outputs],
+               False)]
   return table
 
 
@@ -167,7 +198,8 @@ def detect_head(checkpoint_shapes):
 
   Returns:
     (PRETRAINING, None), (MASKED_LM, None), (CLASSIFIER, C),
-    (SQUAD, None), or (ENCODER, None) for BERT weights with no head.
+    (SQUAD, None), (TOKEN_CLASSIFICATION, C), (MULTIPLE_CHOICE, None), or
+    (ENCODER, None) for BERT weights with no head.
 
   Raises:
     UserError: no head and no BERT encoder is there.
@@ -176,6 +208,10 @@ def detect_head(checkpoint_shapes):
     return PRETRAINING, None
   if "cls/squad/output_weights" in checkpoint_shapes:
     return SQUAD, None
+  for head, prefix in HEAD_VARIABLES.items():
+    if prefix + "weights" in checkpoint_shapes:
+      return head, (int(checkpoint_shapes[prefix + "weights"][0])
+                    if head == TOKEN_CLASSIFICATION else None)
   if "output_weights" in checkpoint_shapes:
     return CLASSIFIER, int(checkpoint_shapes["output_weights"][0])
   if "cls/predictions/output_bias" in checkpoint_shapes:
@@ -185,9 +221,10 @@ def detect_head(checkpoint_shapes):
   raise UserError("the checkpoint has no pretraining head "
                   "(cls/seq_relationship/output_weights or "
                   "cls/predictions/output_bias), run_classifier "
-                  "head (output_weights) or run_squad head "
-                  "(cls/squad/output_weights); it is not a model of this "
-                  "toolkit")
+                  "head (output_weights), run_squad head "
+                  "(cls/squad/output_weights), run_ner or run_swag head "
+                  "(cls/token_classification/..., cls/multiple_choice/...); "
+                  "it is not a model of this toolkit")
 
 
 def model_weights(checkpoint, table):
@@ -256,9 +293,10 @@ def hf_config(bert_config, head, labels=None):
 
   Args:
     bert_config: modeling.BertConfig.
-    head: PRETRAINING, CLASSIFIER or SQUAD.
-    labels: the class names (CLASSIFIER), in output order; one name: a
-      regression head (STS-B), problem_type "regression".
+    head: one of HF_ARCHITECTURES.
+    labels: the class names (CLASSIFIER, TOKEN_CLASSIFICATION), in output
+      order; one name: a regression head (STS-B), problem_type
+      "regression".
 
   Returns:
     A JSON-serialisable dict.
@@ -280,9 +318,10 @@ def hf_config(bert_config, head, labels=None):
             "torch_dtype": "float32"}
   for field in _SHARED_CONFIG_FIELDS:
     config[field] = getattr(bert_config, field)
-  if head == CLASSIFIER:
+  if head in LABELLED_HEADS:
     config["id2label"] = {str(i): label for i, label in enumerate(labels)}
     config["label2id"] = {label: i for i, label in enumerate(labels)}
+  if head == CLASSIFIER:
     config["problem_type"] = ("regression" if len(labels) == 1
                               else "single_label_classification")
   return config
@@ -398,8 +437,13 @@ def read_hf_weights(hf_dir):
         (hf_dir, HF_WEIGHTS, ", ".join(present) or "nothing"))
   num_labels = len(config.get("id2label") or {}) or 2
   shape_config = _Shapes(config)
+  # Hugging Face names every classifier's layer "classifier": the class the
+  # config names says whose it is (ours are scoped apart).
+  architecture = (config.get("architectures") or [None])[0]
+  classifier = {HF_ARCHITECTURES[head]: head for head in HEAD_VARIABLES}.get(
+      architecture, CLASSIFIER)
   by_hf_name = {}
-  for head in (PRETRAINING, CLASSIFIER, SQUAD):
+  for head in (PRETRAINING, classifier, SQUAD):
     for tf_name, hf_name, _, transpose in weight_table(shape_config, head,
                                                        num_labels):
       if hf_name is not None:

@@ -1,0 +1,204 @@
+# coding=utf-8
+"""The multiple-choice task (SWAG): its head, the runner.Task, its records and
+the figures of its predictions.
+
+Each of an example's C choices is its own sequence (swag_data.py); BERT
+reads the B*C sequences, and the head gives each one score from its pooled
+[CLS] output: dropout (the config's hidden_dropout_prob), then
+`cls/multiple_choice/output_weights` [1, H], `.../output_bias` [1], as
+Hugging Face's BertForMultipleChoice. The C scores of an example are its
+logits; the loss is their softmax cross-entropy with the right choice.
+
+Shape notation: B = batch, C = choices, S = sequence length, H = hidden size.
+"""
+
+import os
+
+import numpy as np
+import tensorflow.compat.v1 as tf
+
+from bertkit.common import atomic_io
+from bertkit.engine import checkpoint_formats
+from bertkit.engine import input_pipeline
+from bertkit.engine import runner
+from bertkit.tasks import swag_data
+import modeling
+
+_HEAD = checkpoint_formats.HEAD_VARIABLES[checkpoint_formats.MULTIPLE_CHOICE]
+OUTPUT_WEIGHTS, OUTPUT_BIAS = _HEAD + "weights", _HEAD + "bias"
+SEQUENCE_FEATURES = ("input_ids", "input_mask", "segment_ids")
+# Each predicted split: its prefix in eval_results.txt and its probabilities
+# file.
+PREDICTED_SPLITS = {"dev": ("eval", "dev_results.tsv"),
+                    "test": ("test", "test_results.tsv")}
+
+
+def create_model(bert_config, is_training, input_ids, input_mask,
+                 segment_ids):
+  """One score per choice.
+
+  Args:
+    bert_config: BertConfig.
+    is_training: enables dropout.
+    input_ids, input_mask, segment_ids: int32 [B, C, S].
+
+  Returns:
+    float32 logits [B, C].
+  """
+  batch_size, num_choices, seq_length = modeling.get_shape_list(
+      input_ids, expected_rank=3)
+
+  def flat(t):
+    return tf.reshape(t, [batch_size * num_choices, seq_length])
+
+  # An explicit scope: a second micro-batch's model reuses bert/..., not
+  # bert_1/...
+  model = modeling.BertModel(
+      config=bert_config, is_training=is_training, input_ids=flat(input_ids),
+      input_mask=flat(input_mask), token_type_ids=flat(segment_ids),
+      scope="bert")
+  pooled = model.get_pooled_output()
+  weights = tf.get_variable(
+      OUTPUT_WEIGHTS, [1, bert_config.hidden_size],
+      initializer=modeling.create_initializer(bert_config.initializer_range))
+  bias = tf.get_variable(OUTPUT_BIAS, [1], initializer=tf.zeros_initializer())
+  if is_training:
+    pooled = modeling.dropout(pooled, bert_config.hidden_dropout_prob)
+  scores = tf.nn.bias_add(tf.matmul(pooled, weights, transpose_b=True), bias)
+  return tf.reshape(scores, [batch_size, num_choices])
+
+
+def build_variables(bert_config):
+  """Creates every trainable variable of the model (B=1, C=2, S=2)."""
+  ids = tf.zeros([1, 2, 2], tf.int32)
+  create_model(bert_config, False, ids, ids, ids)
+
+
+def multiple_choice_task(bert_config):
+  """Multiple choice as a runner.Task: the mean cross-entropy of the softmax
+  over each example's choices; eval loss and accuracy; logits [B, C] and
+  probabilities [B, C] as predictions."""
+
+  def logits_of(features, is_training):
+    return create_model(bert_config, is_training,
+                        *(features[name] for name in SEQUENCE_FEATURES))
+
+  def mean_loss(features, is_training):
+    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=features["label"], logits=logits_of(features, is_training)))
+
+  def eval_outputs(features):
+    logits = logits_of(features, False)
+    losses = tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=features["label"], logits=logits)
+    return tf.reduce_mean(losses), {
+        "eval_loss": tf.metrics.mean(losses),
+        "eval_accuracy": tf.metrics.accuracy(
+            features["label"], tf.argmax(logits, -1, output_type=tf.int32))}
+
+  def predictions(features):
+    logits = logits_of(features, False)
+    return {"logits": logits, "probabilities": tf.nn.softmax(logits, -1)}
+
+  return runner.Task(
+      build_variables=lambda: build_variables(bert_config),
+      train_loss_fns=runner.mean_loss_shares(
+          lambda features: mean_loss(features, True)),
+      eval_outputs=eval_outputs, predictions=predictions)
+
+
+def feature_spec(num_choices, seq_length):
+  """The tf.io parsing spec of the records: [C, S] per sequence feature."""
+  spec = {name: tf.FixedLenFeature([num_choices, seq_length], tf.int64)
+          for name in SEQUENCE_FEATURES}
+  spec["label"] = tf.FixedLenFeature([], tf.int64)
+  return spec
+
+
+def example_record(example, tokenizer, seq_length):
+  """One example as a serialized tf.train.Example (feature_spec); an
+  unlabelled example has label 0."""
+  encoded = swag_data.encode_choices(example, tokenizer, seq_length)
+  values = {name: [i for row in rows for i in row]
+            for name, rows in zip(SEQUENCE_FEATURES, encoded)}
+  values["label"] = [example.label or 0]
+  return tf.train.Example(features=tf.train.Features(feature={
+      name: tf.train.Feature(int64_list=tf.train.Int64List(value=value))
+      for name, value in values.items()})).SerializeToString()
+
+
+def write_inputs(output_dir, examples, tokenizer, seq_length):
+  """Writes train, eval and predict.tf_record of the splits read.
+
+  Args:
+    output_dir: where the records go.
+    examples: {split: Examples} of "train", "dev", "test".
+    tokenizer: the FullTokenizer.
+    seq_length: S.
+
+  Returns:
+    {split: [record file]}.
+  """
+  names = {"train": "train", "dev": "eval", "test": "predict"}
+  files = {}
+  for split, split_examples in examples.items():
+    path = os.path.join(output_dir, "%s.tf_record" % names[split])
+    with atomic_io.atomic_path(path) as tmp:
+      with tf.io.TFRecordWriter(tmp) as writer:
+        for example in split_examples:
+          writer.write(example_record(example, tokenizer, seq_length))
+    files[split] = [path]
+  return files
+
+
+def input_fn_maker(num_choices, seq_length):
+  """The runner's make_input_fn over the records."""
+  spec = feature_spec(num_choices, seq_length)
+
+  def make_input_fn(files, mode, global_batch_size, num_replicas):
+    is_training = mode == tf.estimator.ModeKeys.TRAIN
+    return input_pipeline.classifier_input_fn_builder(
+        files, seq_length, is_training=is_training,
+        drop_remainder=is_training, global_batch_size=global_batch_size,
+        num_replicas=num_replicas, feature_spec=spec)
+  return make_input_fn
+
+
+def choice_figures(examples, logits):
+  """Accuracy and mean loss of labelled examples' logits [N, C]; {} when
+  they are unlabelled."""
+  if any(e.label is None for e in examples):
+    return {}
+  labels = np.array([e.label for e in examples])
+  logits = np.asarray(logits, np.float64)
+  top = logits.max(-1, keepdims=True)
+  log_norm = np.log(np.exp(logits - top).sum(-1)) + top[:, 0]
+  return {"accuracy": float(np.mean(logits.argmax(-1) == labels)),
+          "loss": float(np.mean(log_norm -
+                                logits[np.arange(len(labels)), labels]))}
+
+
+def use_predictions(output_dir, examples, predictions):
+  """The runner's PredictStage.use_predictions (on the chief): writes each
+  predicted split's choice probabilities, one tab-separated line per example;
+  returns eval_* (dev) and test_* (a labelled test set) accuracy and loss.
+
+  Args:
+    output_dir: where the files go.
+    examples: {split: Examples} of the predicted splits ("dev", then
+      "test"), in record order.
+    predictions: the prediction dicts of every example, in record order.
+  """
+  figures, start = {}, 0
+  for split, (prefix, file_name) in PREDICTED_SPLITS.items():
+    if split not in examples:
+      continue
+    chunk = predictions[start:start + len(examples[split])]
+    start += len(examples[split])
+    with atomic_io.atomic_open(os.path.join(output_dir, file_name)) as f:
+      for prediction in chunk:
+        f.write("\t".join(str(p) for p in prediction["probabilities"]) +
+                "\n")
+    figures.update({"%s_%s" % (prefix, k): v for k, v in choice_figures(
+        examples[split], [p["logits"] for p in chunk]).items()})
+  return figures or None

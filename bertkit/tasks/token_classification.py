@@ -1,0 +1,275 @@
+# coding=utf-8
+"""The token classification (NER) task: its head, the runner.Task, its
+records and the files it writes from the predictions.
+
+The head: dropout (the config's hidden_dropout_prob, as Hugging Face's
+BertForTokenClassification), then one dense layer
+`cls/token_classification/output_weights` [C, H], `.../output_bias` [C]
+over BERT's sequence output: logits [B, S, C]. Its own scope, so that
+export_checkpoint tells it from the sentence classifier's top-level
+`output_weights`. The loss is the cross-entropy at the labelled positions
+(each word's first WordPiece, ner_data.py), averaged over those of the
+global batch.
+
+Shape notation: B = batch, S = sequence length, H = hidden size,
+C = number of labels.
+"""
+
+import functools
+import json
+import os
+import random
+
+import numpy as np
+import tensorflow.compat.v1 as tf
+
+from bertkit.common import atomic_io
+from bertkit.engine import checkpoint_formats
+from bertkit.engine import distribution
+from bertkit.engine import input_pipeline
+from bertkit.engine import runner
+from bertkit.tasks import ner_data
+import modeling
+
+_HEAD = checkpoint_formats.HEAD_VARIABLES[
+    checkpoint_formats.TOKEN_CLASSIFICATION]
+OUTPUT_WEIGHTS, OUTPUT_BIAS = _HEAD + "weights", _HEAD + "bias"
+# Training windows are written shuffled (the input pipeline's buffer of 100
+# would keep a document's sentences together), the same order every run.
+TRAIN_SHUFFLE_SEED = 12345
+RESULTS_JSON = "eval_results.json"
+# Each predicted split: its prefix in eval_results.txt and its CoNLL file.
+PREDICTED_SPLITS = {"dev": ("eval", "dev_predictions.txt"),
+                    "test": ("test", "test_predictions.txt")}
+
+
+def create_model(bert_config, is_training, input_ids, input_mask,
+                 segment_ids, num_labels):
+  """Label logits of every token.
+
+  Args:
+    bert_config: BertConfig.
+    is_training: enables dropout.
+    input_ids, input_mask, segment_ids: int32 [B, S].
+    num_labels: C.
+
+  Returns:
+    float32 logits [B, S, C].
+  """
+  # An explicit scope: a second micro-batch's model reuses bert/..., not
+  # bert_1/...
+  model = modeling.BertModel(
+      config=bert_config, is_training=is_training, input_ids=input_ids,
+      input_mask=input_mask, token_type_ids=segment_ids, scope="bert")
+  hidden = model.get_sequence_output()
+  batch_size, seq_length, hidden_size = modeling.get_shape_list(
+      hidden, expected_rank=3)
+  weights = tf.get_variable(
+      OUTPUT_WEIGHTS, [num_labels, hidden_size],
+      initializer=modeling.create_initializer(bert_config.initializer_range))
+  bias = tf.get_variable(OUTPUT_BIAS, [num_labels],
+                         initializer=tf.zeros_initializer())
+  if is_training:
+    hidden = modeling.dropout(hidden, bert_config.hidden_dropout_prob)
+  hidden = tf.reshape(hidden, [batch_size * seq_length, hidden_size])
+  logits = tf.nn.bias_add(tf.matmul(hidden, weights, transpose_b=True), bias)
+  return tf.reshape(logits, [batch_size, seq_length, num_labels])
+
+
+def build_variables(bert_config, num_labels):
+  """Creates every trainable variable of the model (B=1, S=2)."""
+  ids = tf.zeros([1, 2], tf.int32)
+  create_model(bert_config, False, ids, ids, ids, num_labels)
+
+
+def token_losses(logits, label_ids):
+  """Cross-entropy of each position [B, S] (labelled or not)."""
+  return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=label_ids,
+                                                        logits=logits)
+
+
+def token_classification_task(bert_config, num_labels):
+  """NER as a runner.Task: the cross-entropy summed over the labelled
+  positions of each micro-batch, divided by those of the global batch (so
+  that replicas and micro-batches add up to one device's mean); eval loss
+  and token accuracy over labelled positions; logits [B, S, C] and
+  predicted label ids [B, S] as predictions."""
+
+  def logits_of(features, is_training):
+    return create_model(bert_config, is_training, features["input_ids"],
+                        features["input_mask"], features["segment_ids"],
+                        num_labels)
+
+  def train_loss_fns(features, num_micro_batches):
+    # Windows hold varying numbers of words: the global count divides.
+    count = tf.maximum(distribution.global_sum(tf.reduce_sum(
+        tf.cast(features["label_weights"], tf.float32))), 1.0)
+
+    def loss_fn(index, micro_batch):
+      with runner.reusing_variables(index):
+        losses = token_losses(logits_of(micro_batch, True),
+                              micro_batch["label_ids"])
+      weights = tf.cast(micro_batch["label_weights"], tf.float32)
+      return tf.reduce_sum(weights * losses) / count
+
+    return [functools.partial(loss_fn, i, micro_batch) for i, micro_batch
+            in enumerate(runner.split_micro_batches(features,
+                                                    num_micro_batches))]
+
+  def eval_outputs(features):
+    logits = logits_of(features, False)
+    weights = tf.cast(features["label_weights"], tf.float32)
+    losses = token_losses(logits, features["label_ids"])
+    loss = tf.reduce_sum(weights * losses) / tf.maximum(
+        tf.reduce_sum(weights), 1.0)
+    return loss, {
+        "eval_loss": tf.metrics.mean(losses, weights=weights),
+        "eval_accuracy": tf.metrics.accuracy(
+            features["label_ids"],
+            tf.argmax(logits, -1, output_type=tf.int32), weights=weights)}
+
+  def predictions(features):
+    logits = logits_of(features, False)
+    return {"logits": logits,
+            "predicted_ids": tf.argmax(logits, -1, output_type=tf.int32)}
+
+  return runner.Task(
+      build_variables=lambda: build_variables(bert_config, num_labels),
+      train_loss_fns=train_loss_fns, eval_outputs=eval_outputs,
+      predictions=predictions)
+
+
+def feature_spec(seq_length):
+  """The tf.io parsing spec of the records."""
+  return {name: tf.FixedLenFeature([seq_length], tf.int64)
+          for name in ("input_ids", "input_mask", "segment_ids", "label_ids",
+                       "label_weights")}
+
+
+def window_record(window, sentence, label_list, tokenizer, seq_length):
+  """One window as a serialized tf.train.Example (feature_spec), padded to
+  seq_length; unlabelled positions have label 0 and weight 0."""
+  ids = tokenizer.convert_tokens_to_ids(list(window.tokens))
+  pad = [0] * (seq_length - len(ids))
+  labels, weights = [0] * seq_length, [0] * seq_length
+  for position, label in zip(window.word_starts,
+                             ner_data.window_labels(window, sentence,
+                                                    label_list)):
+    labels[position], weights[position] = label, 1
+  values = {"input_ids": ids + pad, "input_mask": [1] * len(ids) + pad,
+            "segment_ids": [0] * seq_length, "label_ids": labels,
+            "label_weights": weights}
+  return tf.train.Example(features=tf.train.Features(feature={
+      name: tf.train.Feature(int64_list=tf.train.Int64List(value=value))
+      for name, value in values.items()})).SerializeToString()
+
+
+def write_records(path, sentences, windows, label_list, tokenizer,
+                  seq_length):
+  """Writes the windows' records to `path` (atomically)."""
+  with atomic_io.atomic_path(path) as tmp:
+    with tf.io.TFRecordWriter(tmp) as writer:
+      for window in windows:
+        writer.write(window_record(window, sentences[window.sentence],
+                                   label_list, tokenizer, seq_length))
+
+
+def write_inputs(output_dir, sentences, label_list, tokenizer, seq_length):
+  """The records of each split read.
+
+  Args:
+    output_dir: where train.tf_record, eval.tf_record, predict.tf_record go.
+    sentences: {split: Sentences} of "train", "dev", "test".
+    label_list: the labels.
+    tokenizer: the FullTokenizer.
+    seq_length: S.
+
+  Returns:
+    ({split: [record file]}, {split: windows in file order}).
+  """
+  names = {"train": "train", "dev": "eval", "test": "predict"}
+  files, windows = {}, {}
+  for split, split_sentences in sentences.items():
+    windows[split] = ner_data.windows_of(split_sentences, tokenizer,
+                                         seq_length)
+    if split == "train":
+      random.Random(TRAIN_SHUFFLE_SEED).shuffle(windows[split])
+    path = os.path.join(output_dir, "%s.tf_record" % names[split])
+    write_records(path, split_sentences, windows[split], label_list,
+                  tokenizer, seq_length)
+    files[split] = [path]
+  return files, windows
+
+
+def input_fn_maker(seq_length):
+  """The runner's make_input_fn over the records."""
+  spec = feature_spec(seq_length)
+
+  def make_input_fn(files, mode, global_batch_size, num_replicas):
+    is_training = mode == tf.estimator.ModeKeys.TRAIN
+    return input_pipeline.classifier_input_fn_builder(
+        files, seq_length, is_training=is_training,
+        drop_remainder=is_training, global_batch_size=global_batch_size,
+        num_replicas=num_replicas, feature_spec=spec)
+  return make_input_fn
+
+
+def token_figures(sentences, windows, predictions, label_list):
+  """Mean loss and accuracy over every word's first piece.
+
+  Args:
+    sentences, windows: a split's Sentences and windows.
+    predictions: the prediction dicts of the windows (logits [S, C]).
+    label_list: the labels.
+  """
+  losses, correct = [], []
+  for window, prediction in zip(windows, predictions):
+    logits = prediction["logits"].astype(np.float64)
+    positions = list(window.word_starts)
+    labels = ner_data.window_labels(window, sentences[window.sentence],
+                                    label_list)
+    chosen = logits[positions]
+    log_norm = np.log(np.exp(chosen - chosen.max(-1, keepdims=True)).sum(-1))
+    log_norm += chosen.max(-1)
+    losses.extend(log_norm - chosen[np.arange(len(labels)), labels])
+    correct.extend(chosen.argmax(-1) == labels)
+  return {"loss": float(np.mean(losses)), "accuracy": float(np.mean(correct))}
+
+
+def use_predictions(output_dir, sentences, windows, label_list, predictions):
+  """The runner's PredictStage.use_predictions (on the chief): writes each
+  predicted split's CoNLL file and eval_results.json; returns the figures
+  of eval_results.txt.
+
+  Args:
+    output_dir: where the files go.
+    sentences, windows: {split: ...} of the predicted splits ("dev", then
+      "test"), the windows in the order of the records.
+    label_list: the labels.
+    predictions: the prediction dicts of every window, in record order.
+
+  Returns:
+    {"eval_f1", "eval_precision", ..., "eval_PER_f1", ..., "test_f1", ...}.
+  """
+  flat, splits, start = {}, {}, 0
+  for split in PREDICTED_SPLITS:
+    if split not in windows:
+      continue
+    prefix, file_name = PREDICTED_SPLITS[split]
+    chunk = predictions[start:start + len(windows[split])]
+    start += len(windows[split])
+    predicted = ner_data.predicted_tags(
+        sentences[split], windows[split],
+        [p["predicted_ids"] for p in chunk], label_list)
+    ner_data.write_conll(os.path.join(output_dir, file_name),
+                         sentences[split], predicted)
+    figures = ner_data.entity_metrics([list(s.tags) for s in sentences[split]],
+                                      predicted)
+    figures.update(token_figures(sentences[split], windows[split], chunk,
+                                 label_list))
+    splits[split] = figures
+    flat.update(ner_data.flat_metrics(prefix, figures))
+  with atomic_io.atomic_open(os.path.join(output_dir, RESULTS_JSON)) as f:
+    json.dump(splits, f, indent=2, sort_keys=True)
+    f.write("\n")
+  return flat
