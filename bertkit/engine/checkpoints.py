@@ -17,11 +17,13 @@ one. `save_failure_message` turns a failed save (a full disk) into one line.
 """
 
 import os
+import re
 import shutil
 import traceback
 
 from absl import logging
 import tensorflow.compat.v1 as tf
+from tensorflow.python.distribute import ps_values  # pylint: disable=g-direct-tensorflow-import
 
 from bertkit.common import atomic_io
 from bertkit.common import errors
@@ -113,11 +115,38 @@ def check_init_checkpoint(init_checkpoint, build_variables_fn,
 
 
 def init_from_checkpoint(init_checkpoint):
-  """Inside model_fn: initialise matching trainable variables from it."""
+  """Inside model_fn: initialise matching trainable variables from it.
+
+  TensorFlow is handed the variables whose initializers run
+  (`_initialized_variable`), not names: it would look a name up in the
+  variable store, which holds what the strategy returned, central storage's
+  wrappers included.
+  """
   path = resolve_init_checkpoint(init_checkpoint)
   tvars = tf.trainable_variables()
   assignment_map, _ = modeling.get_assignment_map_from_checkpoint(tvars, path)
-  tf.train.init_from_checkpoint(path, assignment_map)
+  # As modeling.get_assignment_map_from_checkpoint names them: a mirrored
+  # variable's op, in a replica's context, is that replica's copy's.
+  by_name = {re.sub(r":\d+$", "", v.name): v for v in tvars}
+  tf.train.init_from_checkpoint(path, {
+      ckpt_name: _initialized_variable(by_name[name])
+      for ckpt_name, name in assignment_map.items()})
+
+
+def _initialized_variable(variable):
+  """The variable that carries `variable`'s initializer.
+
+  tf.train.init_from_checkpoint points the initializer of the object it is
+  given at the checkpoint (TF 2.15 checkpoint_utils._set_checkpoint_initializer
+  sets `variable._initializer_op`). Central storage's AggregatingVariable
+  forwards `initializer` to the variable it wraps, so an initializer set on
+  the wrapper never runs and the variable keeps its random initial value: the
+  wrapped variable must get it. Mirrored variables honour their own
+  `_initializer_op` (it restores every copy) and are given as they are.
+  """
+  if isinstance(variable, ps_values.AggregatingVariable):
+    return variable.get()
+  return variable
 
 
 def unreadable_reason(prefix):
