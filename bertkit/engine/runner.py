@@ -510,13 +510,6 @@ def prediction_strategy(setup):
   plan = setup.plan
   if setup.strategy is None or plan.num_workers > 1 or len(plan.devices) < 2:
     return None
-  if plan.name == "central_storage":
-    # Prediction writes no variable, so one central copy buys nothing, and
-    # central storage's variables ignore tf.train.init_from_checkpoint
-    # (TF 2.15: they keep their random initial values): the same devices
-    # predict from mirrored copies.
-    return distribution.build_strategy(
-        dataclasses.replace(plan, name="mirrored"))
   return setup.strategy
 
 
