@@ -149,14 +149,13 @@ def test_fine_tuning_from_a_checkpoint_starts_where_one_device_does(tmp_path):
       json.dumps(tiny_bert_config(vocab_size=len(vocab))))
 
   def fine_tune(out, learning_rate, *extra):
-    program_in_process([
-        "run_classifier.py", "--task_name=tsv", "--data_dir=%s" % data,
-        "--labels=ground,sky", "--vocab_file=%s" % (tmp_path / "vocab.txt"),
-        "--bert_config_file=%s" % (tmp_path / "tiny.json"),
-        "--output_dir=%s" % out, "--max_seq_length=16", "--do_train",
-        "--do_eval", "--train_batch_size=8", "--eval_batch_size=8",
-        "--num_train_epochs=0.5", "--learning_rate=%s" % learning_rate]
-                       + list(extra))
+    args = ["run_classifier.py", "--task_name=tsv", "--data_dir=%s" % data,
+            "--labels=ground,sky", "--vocab_file=%s" % (tmp_path / "vocab.txt"),
+            "--bert_config_file=%s" % (tmp_path / "tiny.json"),
+            "--output_dir=%s" % out, "--max_seq_length=16", "--do_train",
+            "--do_eval", "--train_batch_size=8", "--eval_batch_size=8",
+            "--num_train_epochs=0.5", "--learning_rate=%s" % learning_rate]
+    program_in_process(args + list(extra))
     return read_eval_results(out)
 
   # Head included: a fresh head's initial values would depend on the graph
