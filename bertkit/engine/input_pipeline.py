@@ -346,7 +346,7 @@ def _fixed_tuning_options():
   return options
 
 
-def _with_fixed_tuning(dataset):
+def with_fixed_tuning(dataset):
   """`dataset` without tf.data's autotuning model thread.
 
   With autotuning on (TensorFlow's default), every iterator runs a model
@@ -672,7 +672,7 @@ def pretraining_input_fn_builder(input_files, spec, is_training,
     if spec.masking is not None:
       dataset = dataset.map(lambda features: mask_examples(features, spec),
                             num_parallel_calls=num_cpu_threads)
-    return _with_fixed_tuning(dataset.prefetch(tf.data.AUTOTUNE))
+    return with_fixed_tuning(dataset.prefetch(tf.data.AUTOTUNE))
 
   return input_fn
 
@@ -730,6 +730,6 @@ def classifier_input_fn_builder(input_file, seq_length, is_training,
       dataset = dataset.repeat().shuffle(buffer_size=100, seed=shuffle_seed)
     dataset = dataset.map(lambda r: decode_record(r, feature_spec))
     dataset = dataset.batch(per_replica_batch, drop_remainder=drop_remainder)
-    return _with_fixed_tuning(dataset.prefetch(tf.data.AUTOTUNE))
+    return with_fixed_tuning(dataset.prefetch(tf.data.AUTOTUNE))
 
   return input_fn

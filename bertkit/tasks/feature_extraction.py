@@ -31,6 +31,7 @@ import tensorflow.compat.v1 as tf
 
 from bertkit.common import atomic_io
 from bertkit.common.errors import UserError
+from bertkit.engine import input_pipeline
 from bertkit.engine import runner
 from bertkit.tasks import sentence_pooling
 import modeling
@@ -175,8 +176,8 @@ def input_fn_builder(features, order, batch_size):
     dataset = tf.data.Dataset.from_generator(rows, output_signature={
         name: tf.TensorSpec(shape, tf.int32)
         for name, shape in shapes.items()})
-    return dataset.padded_batch(batch_size, padded_shapes=shapes,
-                                drop_remainder=False)
+    return input_pipeline.with_fixed_tuning(dataset.padded_batch(
+        batch_size, padded_shapes=shapes, drop_remainder=False))
 
   return input_fn
 
@@ -238,6 +239,10 @@ class Progress:
   def add(self):
     self.done += 1
     now = self._clock()
+    if self.done == 1:
+      # Start-up ends here: a line now would say 0.1 lines/sec and an ETA of
+      # hours, so the first line comes a full interval later.
+      self._last = now
     if self.done == self._total or now - self._last >= PROGRESS_EVERY_SECONDS:
       self._last = now
       logging.info("extracted %s", progress_line(self.done, self._total,

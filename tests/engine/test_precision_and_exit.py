@@ -22,6 +22,7 @@ from bertkit.common import cpu_kernels
 from bertkit.engine import input_pipeline
 from bertkit.engine.precision import LossScale
 from bertkit.engine import training_setup
+from bertkit.tasks import feature_extraction
 from conftest import (REPO_ROOT, TINY_CONFIG, expect_user_error,
                       load_checkpoint, read_json, run_ok, run_program)
 from bertkit.common.errors import UserError
@@ -164,8 +165,11 @@ def test_input_pipelines_run_without_the_autotuning_thread(corpus_run_dir):
   classifier = input_pipeline.classifier_input_fn_builder(
       str(corpus_run_dir / "records.tfrecord"), SEQ, is_training=True,
       drop_remainder=True, global_batch_size=8)
+  extraction = feature_extraction.input_fn_builder(
+      [feature_extraction.Feature(0, ["[CLS]", "[SEP]"], [101, 102], [1, 1],
+                                  [0, 0])], [0], batch_size=8)
   with tf.Graph().as_default():
-    for input_fn in (pretraining, classifier):
+    for input_fn in (pretraining, classifier, extraction):
       assert input_fn().options().autotune.enabled is False
 
 

@@ -208,6 +208,19 @@ def test_progress_is_logged_every_ten_seconds_and_at_the_end(
                   "extracted 5/5 lines (100.0 %), 0.4 lines/sec, ETA 0 s"]
 
 
+def test_start_up_before_the_first_line_logs_no_progress_line(monkeypatch):
+  """The first line done ends start-up (model building): a line then would
+  say 0.0 lines/sec and an ETA of hours; the next comes an interval later."""
+  said = []
+  monkeypatch.setattr(fx.logging, "info", lambda *a: said.append(a[0] % a[1:]))
+  times = iter([0.0, 30.0, 31.0, 45.0, 46.0, 47.0])
+  progress = fx.Progress(5, clock=lambda: next(times))
+  for _ in range(5):
+    progress.add()
+  assert said == ["extracted " + fx.progress_line(3, 5, 45.0),
+                  "extracted " + fx.progress_line(5, 5, 47.0)]
+
+
 # ------------------------------------------------------------ the program
 
 
