@@ -222,3 +222,19 @@ def expand_file_patterns(value, flag_name="input_file",
               % (flag_name, match))
         paths.extend(files)
   return paths
+
+
+def split_file(data_dir, split, names):
+  """The first of `names` present in data_dir: the file of a dataset's split
+  where distributions name it differently (CoNLL-2003's eng.testa or
+  valid.txt).
+
+  Raises:
+    errors.UserError: none of them is there.
+  """
+  for name in names:
+    path = os.path.join(data_dir, name)
+    if os.path.isfile(path):
+      return path
+  raise errors.UserError("--data_dir %s has no %s file (%s)" % (
+      data_dir, split, " or ".join(names)))

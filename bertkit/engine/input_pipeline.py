@@ -733,3 +733,17 @@ def classifier_input_fn_builder(input_file, seq_length, is_training,
     return with_fixed_tuning(dataset.prefetch(tf.data.AUTOTUNE))
 
   return input_fn
+
+
+def records_input_fn_maker(seq_length, feature_spec):
+  """The runner's make_input_fn over fine-tuning records of `feature_spec`:
+  shuffled and repeated for training, one ordered pass otherwise
+  (classifier_input_fn_builder)."""
+
+  def make_input_fn(files, mode, global_batch_size, num_replicas):
+    is_training = mode == tf.estimator.ModeKeys.TRAIN
+    return classifier_input_fn_builder(
+        files, seq_length, is_training=is_training,
+        drop_remainder=is_training, global_batch_size=global_batch_size,
+        num_replicas=num_replicas, feature_spec=feature_spec)
+  return make_input_fn

@@ -153,15 +153,8 @@ def write_inputs(output_dir, examples, tokenizer, seq_length):
 
 def input_fn_maker(num_choices, seq_length):
   """The runner's make_input_fn over the records."""
-  spec = feature_spec(num_choices, seq_length)
-
-  def make_input_fn(files, mode, global_batch_size, num_replicas):
-    is_training = mode == tf.estimator.ModeKeys.TRAIN
-    return input_pipeline.classifier_input_fn_builder(
-        files, seq_length, is_training=is_training,
-        drop_remainder=is_training, global_batch_size=global_batch_size,
-        num_replicas=num_replicas, feature_spec=spec)
-  return make_input_fn
+  return input_pipeline.records_input_fn_maker(
+      seq_length, feature_spec(num_choices, seq_length))
 
 
 def choice_figures(examples, logits):

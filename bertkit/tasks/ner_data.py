@@ -22,10 +22,10 @@ once. No TensorFlow here.
 """
 
 import dataclasses
-import os
 from typing import Tuple
 
 from bertkit.common import atomic_io
+from bertkit.common import file_patterns
 from bertkit.common.errors import UserError
 
 # Each split's file names in --data_dir, the first present is read:
@@ -73,17 +73,8 @@ class Window:
 
 
 def split_path(data_dir, split):
-  """The file of `split` in data_dir (SPLIT_FILES).
-
-  Raises:
-    UserError: none of its names is there.
-  """
-  for name in SPLIT_FILES[split]:
-    path = os.path.join(data_dir, name)
-    if os.path.isfile(path):
-      return path
-  raise UserError("--data_dir %s has no %s file (%s)" % (
-      data_dir, split, " or ".join(SPLIT_FILES[split])))
+  """The file of `split` in data_dir (SPLIT_FILES; file_patterns.split_file)."""
+  return file_patterns.split_file(data_dir, split, SPLIT_FILES[split])
 
 
 def check_tag(tag, path, line_number):

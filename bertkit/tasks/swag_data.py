@@ -24,9 +24,9 @@ the end of its longer part first. No TensorFlow here.
 import csv
 import dataclasses
 import json
-import os
 from typing import Optional, Tuple
 
+from bertkit.common import file_patterns
 from bertkit.common.errors import UserError
 
 SPLIT_FILES = {"train": ("train.csv", "train.jsonl"),
@@ -58,17 +58,8 @@ class Example:
 
 
 def split_path(data_dir, split):
-  """The file of `split` in data_dir (SPLIT_FILES).
-
-  Raises:
-    UserError: none of its names is there.
-  """
-  for name in SPLIT_FILES[split]:
-    path = os.path.join(data_dir, name)
-    if os.path.isfile(path):
-      return path
-  raise UserError("--data_dir %s has no %s file (%s)" % (
-      data_dir, split, " or ".join(SPLIT_FILES[split])))
+  """The file of `split` in data_dir (SPLIT_FILES; file_patterns.split_file)."""
+  return file_patterns.split_file(data_dir, split, SPLIT_FILES[split])
 
 
 def parse_label(text, num_choices, where):
