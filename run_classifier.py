@@ -87,14 +87,12 @@ Outputs in --output_dir (besides checkpoints and throughput logs):
 
 import functools
 import importlib
-import os
 import sys
 
 from absl import app
 from absl import flags
 from absl import logging
 
-from bertkit.common import atomic_io
 from bertkit.common import console
 from bertkit.common import cpu_kernels
 from bertkit.common.errors import UserError, main_with_user_errors, parse_flags
@@ -188,10 +186,7 @@ def check_files(opts):
   """The files and the directory named, checked before TensorFlow is
   imported."""
   shared_flags.check_local_files(opts, ("bert_config_file", "vocab_file"))
-  if not (atomic_io.gfile().isdir(opts.data_dir)
-          if atomic_io.is_url(opts.data_dir)
-          else os.path.isdir(opts.data_dir)):
-    raise UserError("--data_dir %s is not a directory" % opts.data_dir)
+  shared_flags.check_data_dir(opts.data_dir)
 
 
 def validate(opts):

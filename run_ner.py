@@ -42,7 +42,6 @@ Dev and test are predicted at --predict_batch_size.
 """
 
 import functools
-import os
 import sys
 
 from absl import app
@@ -96,15 +95,7 @@ def check_files(opts):
   """The files and the directory named, checked before TensorFlow is
   imported."""
   shared_flags.check_local_files(opts, ("bert_config_file", "vocab_file"))
-  if not os.path.isdir(opts.data_dir):
-    raise UserError("--data_dir %s is not a directory" % opts.data_dir)
-
-
-def wanted_splits(opts):
-  """The splits the --do_* options read."""
-  return [split for split, wanted in (("train", opts.do_train),
-                                      ("dev", opts.do_eval),
-                                      ("test", opts.do_predict)) if wanted]
+  shared_flags.check_data_dir(opts.data_dir)
 
 
 def label_list_of(opts, sentences):
@@ -158,7 +149,7 @@ def validate(opts):
   model = load_checked_model(opts)
   sentences = {split: ner_data.read_sentences(
       ner_data.split_path(opts.data_dir, split))
-               for split in wanted_splits(opts)}
+               for split in shared_flags.stage_splits(opts)}
   label_list = label_list_of(opts, sentences)
   check_fine_tuned(opts)
   return model, label_list, sentences

@@ -33,7 +33,6 @@ Dev and test are predicted at --predict_batch_size.
 """
 
 import functools
-import os
 import sys
 
 from absl import app
@@ -83,8 +82,7 @@ def check_files(opts):
   """The files and the directory named, checked before TensorFlow is
   imported."""
   shared_flags.check_local_files(opts, ("bert_config_file", "vocab_file"))
-  if not os.path.isdir(opts.data_dir):
-    raise UserError("--data_dir %s is not a directory" % opts.data_dir)
+  shared_flags.check_data_dir(opts.data_dir)
 
 
 def read_splits(opts):
@@ -95,10 +93,7 @@ def read_splits(opts):
       example, or the splits' numbers of choices differ.
   """
   examples = {}
-  for split, wanted in (("train", opts.do_train), ("dev", opts.do_eval),
-                        ("test", opts.do_predict)):
-    if not wanted:
-      continue
+  for split in shared_flags.stage_splits(opts):
     path = swag_data.split_path(opts.data_dir, split)
     examples[split] = swag_data.read_examples(path)
     if split != "test":

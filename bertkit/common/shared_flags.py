@@ -129,3 +129,18 @@ def check_local_files(values, names):
     path = getattr(values, name)
     if path and not atomic_io.is_url(path) and not os.path.isfile(path):
       raise UserError("--%s %s: no such file" % (name, path))
+
+
+def check_data_dir(data_dir):
+  """Raises UserError when --data_dir is not a directory (local or URL)."""
+  if not (atomic_io.gfile().isdir(data_dir) if atomic_io.is_url(data_dir)
+          else os.path.isdir(data_dir)):
+    raise UserError("--data_dir %s is not a directory" % data_dir)
+
+
+def stage_splits(values):
+  """The splits a fine-tuning run's --do_train, --do_eval and --do_predict
+  read, in that order: train, dev, test."""
+  return [split for split, wanted in (("train", values.do_train),
+                                      ("dev", values.do_eval),
+                                      ("test", values.do_predict)) if wanted]
