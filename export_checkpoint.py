@@ -195,10 +195,10 @@ def write_saved_model(directory, weights, bert_config, head, num_labels):
   """saved_model/: the serving_default signature over modeling.BertModel."""
   import tensorflow.compat.v1 as tf
   from bertkit.engine import checkpoint_formats
-  from bertkit.tasks import classifier
-  from bertkit.tasks import multiple_choice
-  from bertkit.tasks import squad_task
-  from bertkit.tasks import token_classification
+  from bertkit.tasks.classification import task as classifier
+  from bertkit.tasks.swag import task as multiple_choice
+  from bertkit.tasks.squad import task as squad_task
+  from bertkit.tasks.ner import task as token_classification
   import modeling
   with tf.Graph().as_default(), tf.Session() as sess:
     # Multiple choice: [B, C, S], one sequence per choice.
@@ -274,7 +274,7 @@ def export(checkpoint, bert_config_file, vocab_file, do_lower_case,
   from bertkit.engine import checkpoint_formats
   from bertkit.engine import checkpoints
   from bertkit.engine import run_directory
-  from bertkit.tasks import classifier
+  from bertkit.tasks.classification import task as classifier
   hf_dir = checkpoint if checkpoint_formats.is_hf_dir(checkpoint) else None
   prefix = None if hf_dir else checkpoints.resolve(checkpoint, "checkpoint")
   model = run_directory.resolve(checkpoint, bert_config_file, vocab_file,

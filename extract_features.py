@@ -214,7 +214,7 @@ def describe(output, num_lines, seq_length):
 def predict_and_write(opts, prepared, features, output, hidden_size):
   """Predicts `features` with the prepared run and writes --output_file."""
   from bertkit.engine import runner
-  from bertkit.tasks import feature_extraction as fx
+  from bertkit.tasks.features import extraction as fx
   # Sorting by length within windows saves padding; token features are
   # large, so they keep the input order (windows of one line).
   order = fx.batch_order(features, 1 if output.pooling is None else
@@ -243,8 +243,8 @@ def run(opts):
           opts.input_file, opts.input_format, opts.text_field)),
       opts.text_field)
   from bertkit.engine import runner
-  from bertkit.tasks import feature_extraction as fx
-  from bertkit.tasks import sentence_pooling
+  from bertkit.tasks.features import extraction as fx
+  from bertkit.tasks.features import pooling as sentence_pooling
   import tokenization
   model = sentence_pooling.model_pooling(opts.init_checkpoint)
   rule, normalize = sentence_output(opts, model) if opts.pooling else (

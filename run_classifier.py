@@ -9,9 +9,9 @@ gradient accumulation, preemption, throughput logs, a run summary.
 `--train_batch_size` is the global batch over all replicas.
 
 This program holds the flags and their checks; the task lives in
-bertkit/tasks: task_registry.py (every task's names, files and labels),
-classifier_data.py (processors), classifier_features.py (features,
-records), classifier.py (head, task, output files).
+bertkit/tasks: classification/registry.py (every task's names, files and labels),
+classification/data.py (processors), classification/features.py (features,
+records), classification/task.py (head, task, output files).
 
 Tasks (`--task_name`) and the files they read from `--data_dir`:
   cola   train.tsv, dev.tsv (no header): label in column 1, sentence in 3;
@@ -63,7 +63,7 @@ Outputs in --output_dir (besides checkpoints and throughput logs):
   train.tf_record, eval.tf_record, predict.tf_record  the features.
   eval_results.txt  `name = value` lines: eval_accuracy, eval_loss,
                     global_step, loss (sts-b: no eval_accuracy); a GLUE
-                    task adds its metrics (bertkit/tasks/glue_tasks.py):
+                    task adds its metrics (bertkit/tasks/glue/task_outputs.py):
                     eval_<metric> of its dev set, eval_<dev set>_<metric>
                     of MNLI's dev_mismatched.
   eval_results.json a GLUE task's metrics per dev set, written last:
@@ -114,12 +114,12 @@ cpu_kernels.prefer_onednn()
 # (from the bertkit/tasks module named, on first use: they import
 # TensorFlow).
 UPSTREAM_API = dict(
-    [(name, "bertkit.tasks.classifier")
+    [(name, "bertkit.tasks.classification.task")
      for name in ("create_model", "model_fn_builder")] +
-    [(name, "bertkit.tasks.classifier_data")
+    [(name, "bertkit.tasks.classification.data")
      for name in ("ColaProcessor", "DataProcessor", "InputExample",
                   "MnliProcessor", "MrpcProcessor", "XnliProcessor")] +
-    [(name, "bertkit.tasks.classifier_features")
+    [(name, "bertkit.tasks.classification.features")
      for name in ("InputFeatures", "PaddingInputExample",
                   "convert_single_example",
                   "file_based_convert_examples_to_features")])
@@ -165,7 +165,7 @@ def define_flags():
   flags.DEFINE_bool(
       "pack_sequences", False,
       "Pack up to --max_sequences_per_pack examples into each row of "
-      "--max_seq_length tokens (bertkit/tasks/classifier_packing.py): no "
+      "--max_seq_length tokens (bertkit/tasks/classification/packing.py): no "
       "compute spent on padding, the same logits per example. "
       "--*_batch_size then count rows.")
   flags.DEFINE_integer(
@@ -200,8 +200,8 @@ def validate(opts):
     InputExamples of the requested steps.
   """
   import tensorflow.compat.v1 as tf
-  from bertkit.tasks import classifier_data
-  from bertkit.tasks.fine_tuning import load_checked_model
+  from bertkit.tasks.classification import data as classifier_data
+  from bertkit.tasks.fine_tuning.driver import load_checked_model
   model = load_checked_model(opts)
   processor = classifier_data.make_processor(
       opts.task_name, opts.data_dir, classifier_data.TsvOptions(
@@ -227,7 +227,7 @@ def validate(opts):
 def glue_task(task_name):
   """The task_registry name of --task_name, or None for a task outside
   GLUE."""
-  from bertkit.tasks import task_registry
+  from bertkit.tasks.classification import registry as task_registry
   task = task_registry.get(task_name)
   return task.name if task.is_glue else None
 
@@ -235,7 +235,7 @@ def glue_task(task_name):
 def wanted_splits(opts):
   """The processor splits the --do_* options read: train, dev and test, and
   the further dev and test sets of a GLUE task (MNLI's mismatched)."""
-  from bertkit.tasks import task_registry
+  from bertkit.tasks.classification import registry as task_registry
   glue = (task_registry.get(opts.task_name) if glue_task(opts.task_name)
           else None)
   splits = ["train"] if opts.do_train else []
@@ -262,7 +262,7 @@ def prediction_stage(opts, examples, label_list, files, glue_run, packed):
   """The runner's PredictStage: the test set (a GLUE task: its dev and
   test sets, glue_tasks.GlueRun)."""
   from bertkit.engine import runner
-  from bertkit.tasks.classifier import write_predictions
+  from bertkit.tasks.classification.task import write_predictions
   if glue_run is None:
     return runner.PredictStage(
         files=files.get("test"), batch_size=opts.predict_batch_size,
@@ -293,11 +293,11 @@ def run(opts):
   from bertkit.engine import runner
   from bertkit.engine import distribution
   distribution.use_slurm_cluster(opts.run.distribution)  # before the strategy
-  from bertkit.tasks import classifier_data
-  from bertkit.tasks.classifier import (classifier_task, input_fn_maker,
+  from bertkit.tasks.classification import data as classifier_data
+  from bertkit.tasks.classification.task import (classifier_task, input_fn_maker,
                                         write_inputs)
-  from bertkit.tasks.fine_tuning import train_steps
-  from bertkit.tasks.glue_tasks import GlueRun
+  from bertkit.tasks.fine_tuning.driver import train_steps
+  from bertkit.tasks.glue.task_outputs import GlueRun
   model, _, label_list, examples = validate(opts)
   logging.info("Task %s, labels %s", opts.task_name, label_list)
   prepared = runner.prepare(

@@ -11,7 +11,7 @@ download and writes, in --output_dir:
                         run;
   glue_results.md/.csv/.json  per task its dev-set metrics per seed, their
                         medians and its score; the GLUE score
-                        (bertkit/tasks/glue_suite.py says how it is
+                        (bertkit/tasks/glue/suite.py says how it is
                         computed);
   submission/           with --do_predict: the leaderboard's files (CoLA.tsv,
                         ..., MNLI-m.tsv, MNLI-mm.tsv, ..., AX.tsv), each from
@@ -54,8 +54,8 @@ from bertkit.common import atomic_io
 from bertkit.common import errors
 from bertkit.common.errors import UserError, main_with_user_errors, parse_flags
 from bertkit.common import shared_flags
-from bertkit.tasks import glue_suite
-from bertkit.tasks import task_registry
+from bertkit.tasks.glue import suite as glue_suite
+from bertkit.tasks.classification import registry as task_registry
 
 REPO_ROOT = os.path.dirname(os.path.abspath(__file__))
 CLASSIFIER = os.path.join(REPO_ROOT, "run_classifier.py")

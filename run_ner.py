@@ -8,8 +8,8 @@ accumulation, preemption, throughput logs, a run summary.
 `--train_batch_size` is the global batch (of windows) over all replicas.
 
 This program holds the flags and their checks; the task lives in
-bertkit/tasks: ner_data.py (files, IOB, windows, the CoNLL output, seqeval's
-metrics) and token_classification.py (head, loss, records, outputs).
+bertkit/tasks: ner/data.py (files, IOB, windows, the CoNLL output, seqeval's
+metrics) and ner/task.py (head, loss, records, outputs).
 
 Files read from --data_dir (each split: the first name present):
   train  train.txt or eng.train            (--do_train)
@@ -54,7 +54,7 @@ from bertkit.common.errors import UserError, main_with_user_errors, parse_flags
 from bertkit.common import options
 from bertkit.common import shared_flags
 from bertkit.common import training_flags
-from bertkit.tasks import ner_data
+from bertkit.tasks.ner import data as ner_data
 import tokenization
 
 # Nothing above imports TensorFlow: the flags and files are checked before
@@ -104,7 +104,7 @@ def label_list_of(opts, sentences):
   Raises:
     UserError: none of them is there, or a tag read is not among them.
   """
-  from bertkit.tasks import classifier
+  from bertkit.tasks.classification import task as classifier
   if opts.labels:
     labels = list(opts.labels)
     ner_data.check_label_list(labels)
@@ -124,7 +124,7 @@ def check_fine_tuned(opts):
   """Evaluating or predicting without training needs a NER model."""
   import tensorflow.compat.v1 as tf
   from bertkit.engine import checkpoints
-  from bertkit.tasks import token_classification
+  from bertkit.tasks.ner import task as token_classification
   if opts.do_train or tf.train.latest_checkpoint(opts.run.output_dir):
     return
   if not opts.run.init_checkpoint or (
@@ -145,7 +145,7 @@ def validate(opts):
     (model, label_list, {split: Sentences}): model is the
     run_directory.Model.
   """
-  from bertkit.tasks.fine_tuning import load_checked_model
+  from bertkit.tasks.fine_tuning.driver import load_checked_model
   model = load_checked_model(opts)
   sentences = {split: ner_data.read_sentences(
       ner_data.split_path(opts.data_dir, split))
@@ -165,9 +165,9 @@ def run(opts):
   from bertkit.engine import runner
   from bertkit.engine import distribution
   distribution.use_slurm_cluster(opts.run.distribution)  # before the strategy
-  from bertkit.tasks import classifier
-  from bertkit.tasks import token_classification
-  from bertkit.tasks.fine_tuning import train_steps
+  from bertkit.tasks.classification import task as classifier
+  from bertkit.tasks.ner import task as token_classification
+  from bertkit.tasks.fine_tuning.driver import train_steps
   model, label_list, sentences = validate(opts)
   logging.info("Labels %s", label_list)
   prepared = runner.prepare(opts.run,

@@ -12,7 +12,7 @@ one all-reduce and one update (one global step).
 
 This program holds the flags, their checks and the input: what the records
 hold and how they are masked; the model, its heads and losses live in
-bertkit/tasks/pretraining.py.
+bertkit/tasks/pretraining/task.py.
 """
 
 import dataclasses
@@ -44,7 +44,7 @@ cpu_kernels.prefer_onednn()
 
 # Upstream's API of this module: google-research/bert's run_pretraining.py
 # defines these names, and code written for it imports them from here
-# (from bertkit/tasks/pretraining.py, on first use: it imports TensorFlow).
+# (from bertkit/tasks/pretraining/task.py, on first use: it imports TensorFlow).
 UPSTREAM_API = ("gather_indexes", "get_masked_lm_output",
                 "get_next_sentence_output", "model_fn_builder")
 
@@ -52,7 +52,7 @@ UPSTREAM_API = ("gather_indexes", "get_masked_lm_output",
 def __getattr__(name):
   if name not in UPSTREAM_API:
     raise AttributeError("module %r has no attribute %r" % (__name__, name))
-  from bertkit.tasks import pretraining  # pylint: disable=g-import-not-at-top
+  from bertkit.tasks.pretraining import task as pretraining  # pylint: disable=g-import-not-at-top
   return getattr(pretraining, name)
 
 
@@ -392,7 +392,7 @@ def run(opts):
   from bertkit.engine import runner
   from bertkit.engine import distribution
   distribution.use_slurm_cluster(opts.run.distribution)  # before the strategy
-  from bertkit.tasks.pretraining import pretraining_task
+  from bertkit.tasks.pretraining.task import pretraining_task
   plan = validate(opts, checked)
   train_input = plan.train_input
   prepared = runner.prepare(opts.run, pretraining_task(

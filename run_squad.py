@@ -11,10 +11,10 @@ summary.
 micro-batches.
 
 This program holds the flags and their checks; the task lives in
-bertkit/tasks: squad_data.py (reading the json, sliding-window features),
-squad_task.py (head, loss, records, the task), squad_io.py (writing and
-reading the records, the answers of the predictions), squad_predictions.py
-(logits -> answers) and squad_evaluation.py (the official EM / F1).
+bertkit/tasks: squad/data.py (reading the json, sliding-window features),
+squad/task.py (head, loss, records, the task), squad/records.py (writing and
+reading the records, the answers of the predictions), squad/predictions.py
+(logits -> answers) and squad/evaluation.py (the official EM / F1).
 
 Outputs in --output_dir (besides checkpoints and throughput logs):
   train.tf_record, eval.tf_record  the features of --train_file and
@@ -46,7 +46,7 @@ from bertkit.common.errors import UserError, main_with_user_errors, parse_flags
 from bertkit.common import options
 from bertkit.common import shared_flags
 from bertkit.common import training_flags
-from bertkit.tasks import squad_data
+from bertkit.tasks.squad import data as squad_data
 import tokenization
 
 # Nothing above imports TensorFlow: the flags and files are checked
@@ -60,16 +60,16 @@ cpu_kernels.prefer_onednn()
 # Upstream's API of this module: google-research/bert's run_squad.py defines
 # these names, and code written for it imports them from here.
 # pylint: disable=unused-import
-from bertkit.tasks.squad_data import (InputFeatures, SquadExample,
+from bertkit.tasks.squad.data import (InputFeatures, SquadExample,
                                       convert_examples_to_features,
                                       read_squad_examples)
-from bertkit.tasks.squad_predictions import RawResult
+from bertkit.tasks.squad.predictions import RawResult
 # pylint: enable=unused-import
 # The rest come from the bertkit/tasks module named, on first use: they
 # import TensorFlow.
-UPSTREAM_API = {"input_fn_builder": "bertkit.tasks.squad_io",
-                "create_model": "bertkit.tasks.squad_task",
-                "model_fn_builder": "bertkit.tasks.squad_task"}
+UPSTREAM_API = {"input_fn_builder": "bertkit.tasks.squad.records",
+                "create_model": "bertkit.tasks.squad.task",
+                "model_fn_builder": "bertkit.tasks.squad.task"}
 
 
 def __getattr__(name):
@@ -145,7 +145,7 @@ def validate(opts):
     run_directory.Model.
   """
   import tensorflow.compat.v1 as tf
-  from bertkit.tasks.fine_tuning import load_checked_model
+  from bertkit.tasks.fine_tuning.driver import load_checked_model
   model = load_checked_model(opts)
   train_examples = predict_examples = None
   if opts.do_train:
@@ -178,7 +178,7 @@ def check_fine_tuned(init_checkpoint, output_dir):
   """
   import tensorflow.compat.v1 as tf
   from bertkit.engine import checkpoints
-  from bertkit.tasks import squad_task
+  from bertkit.tasks.squad import task as squad_task
   if not init_checkpoint:
     raise UserError("--do_predict without --do_train needs a fine-tuned "
                     "checkpoint in --output_dir %s (there is none) or a "
@@ -205,9 +205,9 @@ def run(opts):
   from bertkit.engine import runner
   from bertkit.engine import distribution
   distribution.use_slurm_cluster(opts.run.distribution)  # before the strategy
-  from bertkit.tasks.fine_tuning import train_steps
-  from bertkit.tasks.squad_io import answers, input_fn_maker, write_inputs
-  from bertkit.tasks.squad_task import question_answering_task
+  from bertkit.tasks.fine_tuning.driver import train_steps
+  from bertkit.tasks.squad.records import answers, input_fn_maker, write_inputs
+  from bertkit.tasks.squad.task import question_answering_task
   model, train_examples, predict_examples = validate(opts)
   num_train_steps, num_warmup_steps = 0, 0
   if opts.do_train:

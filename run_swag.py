@@ -9,8 +9,8 @@ accumulation, preemption, throughput logs, a run summary.
 over all replicas.
 
 This program holds the flags and their checks; the task lives in
-bertkit/tasks: swag_data.py (reading, encoding each choice with its
-context) and multiple_choice.py (head, loss, records, outputs).
+bertkit/tasks: swag/data.py (reading, encoding each choice with its
+context) and swag/task.py (head, loss, records, outputs).
 
 Files read from --data_dir (each split: the first name present):
   train  train.csv or train.jsonl                     (--do_train)
@@ -45,7 +45,7 @@ from bertkit.common.errors import UserError, main_with_user_errors, parse_flags
 from bertkit.common import options
 from bertkit.common import shared_flags
 from bertkit.common import training_flags
-from bertkit.tasks import swag_data
+from bertkit.tasks.swag import data as swag_data
 import tokenization
 
 # Nothing above imports TensorFlow: the flags and files are checked before
@@ -113,7 +113,7 @@ def validate(opts):
     (model, {split: Examples}): model is the run_directory.Model.
   """
   import tensorflow.compat.v1 as tf
-  from bertkit.tasks.fine_tuning import load_checked_model
+  from bertkit.tasks.fine_tuning.driver import load_checked_model
   model = load_checked_model(opts)
   examples = read_splits(opts)
   if (not opts.do_train and not opts.run.init_checkpoint and
@@ -134,8 +134,8 @@ def run(opts):
   from bertkit.engine import runner
   from bertkit.engine import distribution
   distribution.use_slurm_cluster(opts.run.distribution)  # before the strategy
-  from bertkit.tasks import multiple_choice
-  from bertkit.tasks.fine_tuning import train_steps
+  from bertkit.tasks.swag import task as multiple_choice
+  from bertkit.tasks.fine_tuning.driver import train_steps
   model, examples = validate(opts)
   num_choices = len(next(iter(examples.values()))[0].endings)
   prepared = runner.prepare(opts.run,

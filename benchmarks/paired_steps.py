@@ -2,7 +2,7 @@
 
 On a loaded machine two runs minutes apart differ by more than most single
 optimisations give. This builds one BERT pretraining step graph (the model
-and both heads of a checkout's modeling.py and bertkit/tasks/pretraining.py,
+and both heads of a checkout's modeling.py and bertkit/tasks/pretraining/task.py,
 the update of its bertkit/engine/optimizers.py) per
 CHECKOUT[:INTER_OP_THREADS] argument and
 runs their steps in turn (ABC ABC ..., reversed every other round), so that
@@ -33,7 +33,7 @@ sys.path.insert(0, REPO_ROOT)
 # Imported before any checkout loads: what a checkout's heads import besides
 # modeling (the runner, checkpoints, ...) is then ours already, built on our
 # modeling rather than on the checkout's, bound only while its heads load.
-from bertkit.tasks import pretraining  # noqa: F401
+from bertkit.tasks.pretraining import task as pretraining  # noqa: F401
 
 
 def checkout_files(checkout):
@@ -44,13 +44,18 @@ def checkout_files(checkout):
       each other by their old top-level names, which this process does not
       have.
   """
-  heads = os.path.join(checkout, "bertkit", "tasks", "pretraining.py")
+  # Checkouts from before the task folders kept the heads in
+  # bertkit/tasks/pretraining.py.
+  heads = [path for path in (
+      os.path.join(checkout, "bertkit", "tasks", "pretraining", "task.py"),
+      os.path.join(checkout, "bertkit", "tasks", "pretraining.py"))
+           if os.path.exists(path)]
   optimizers = os.path.join(checkout, "bertkit", "engine", "optimizers.py")
-  if not (os.path.exists(heads) and os.path.exists(optimizers)):
-    raise SystemExit("error: %s has no bertkit/tasks/pretraining.py and "
+  if not (heads and os.path.exists(optimizers)):
+    raise SystemExit("error: %s has no bertkit/tasks/pretraining/task.py and "
                      "bertkit/engine/optimizers.py: compare checkouts of the "
                      "bertkit layout" % checkout)
-  return heads, optimizers
+  return heads[0], optimizers
 
 
 def load_checkout(checkout, index):

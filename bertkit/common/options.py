@@ -550,7 +550,7 @@ class SquadOptions(FineTuningOptions):
 
 # extract_features.py --pooling: sentence-transformers' rules, or "model",
 # the rule a sentence-transformers --init_checkpoint names
-# (tasks/sentence_pooling.py).
+# (tasks/features/pooling.py).
 POOLING_RULES = ("cls", "mean", "max")
 POOLING_FROM_MODEL = "model"
 POOLINGS = POOLING_RULES + (POOLING_FROM_MODEL,)
@@ -662,7 +662,7 @@ class NerOptions(FineTuningOptions):
   """What run_ner.py is told.
 
   Attributes:
-    data_dir: the tagged files (bertkit/tasks/ner_data.py's SPLIT_FILES).
+    data_dir: the tagged files (bertkit/tasks/ner/data.py's SPLIT_FILES).
     labels: the label list (None: O and the B-/I- tags of train's entity
       types, or the labels.txt of a trained --output_dir).
   """
@@ -679,7 +679,7 @@ class MultipleChoiceOptions(FineTuningOptions):
   """What run_swag.py is told.
 
   Attributes:
-    data_dir: the examples (bertkit/tasks/swag_data.py's SPLIT_FILES).
+    data_dir: the examples (bertkit/tasks/swag/data.py's SPLIT_FILES).
   """
   data_dir: Optional[str] = None
 

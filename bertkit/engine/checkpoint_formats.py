@@ -37,7 +37,7 @@ SQUAD = "squad"
 # run_ner's head over every token, run_swag's one score per choice.
 TOKEN_CLASSIFICATION = "token_classification"
 MULTIPLE_CHOICE = "multiple_choice"
-# Their variables (bertkit/tasks/token_classification.py, multiple_choice.py):
+# Their variables (bertkit/tasks/ner/task.py, swag/task.py):
 # scoped, so that neither is taken for the sentence classifier's top-level
 # output_weights.
 HEAD_VARIABLES = {TOKEN_CLASSIFICATION: "cls/token_classification/output_",

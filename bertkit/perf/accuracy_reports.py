@@ -37,7 +37,7 @@ from bertkit.common.errors import UserError
 from bertkit.engine import evaluation
 from bertkit.engine import throughput
 from bertkit.perf import reports
-from bertkit.tasks import glue_suite
+from bertkit.tasks.glue import suite as glue_suite
 
 # Written by benchmarks into a run directory: {"name", "model", "recipe",
 # "framework", "process_wall_seconds", "eval_seen_seconds" (seconds from the

@@ -22,7 +22,7 @@ import tensorflow.compat.v1 as tf
 from conftest import REPO_ROOT, TINY_CONFIG, load_checkpoint, run_program
 from bertkit.engine import input_pipeline
 from bertkit.perf import synthetic_data
-from bertkit.tasks import classifier_features
+from bertkit.tasks.classification import features as classifier_features
 
 try:
   import horovod.tensorflow  # noqa: F401  pylint: disable=unused-import

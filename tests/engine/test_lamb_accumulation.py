@@ -19,7 +19,7 @@ import conftest
 from bertkit.engine import distribution
 from bertkit.engine import runner
 from bertkit.perf import synthetic_data
-from bertkit.tasks import pretraining
+from bertkit.tasks.pretraining import task as pretraining
 import modeling
 import optimization
 from conftest import (REPO_ROOT, TINY_CONFIG, TWO_CPUS, expect_user_error,

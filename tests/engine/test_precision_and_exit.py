@@ -22,7 +22,7 @@ from bertkit.common import cpu_kernels
 from bertkit.engine import input_pipeline
 from bertkit.engine.precision import LossScale
 from bertkit.engine import training_setup
-from bertkit.tasks import feature_extraction
+from bertkit.tasks.features import extraction as feature_extraction
 from conftest import (REPO_ROOT, TINY_CONFIG, expect_user_error,
                       load_checkpoint, read_json, run_ok, run_program)
 from bertkit.common.errors import UserError

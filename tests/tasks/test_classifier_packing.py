@@ -1,4 +1,4 @@
-"""run_classifier.py --pack_sequences (classifier_packing.py): packed rows of
+"""run_classifier.py --pack_sequences (classification/packing.py): packed rows of
 the sample task's examples, the same logits, losses and gradients as the
 examples one per row (fp32, dropout 0), and the programme end to end:
 predictions in input order equal the unpacked run's from the same
@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from bertkit.tasks import classifier
-from bertkit.tasks import classifier_data
-from bertkit.tasks import classifier_features
-from bertkit.tasks import classifier_packing
+from bertkit.tasks.classification import task as classifier
+from bertkit.tasks.classification import data as classifier_data
+from bertkit.tasks.classification import features as classifier_features
+from bertkit.tasks.classification import packing as classifier_packing
 import modeling
 import tokenization
 from bertkit.common.errors import UserError

@@ -26,9 +26,9 @@ from bertkit.engine import run_directory
 import create_pretraining_data
 import create_vocab
 import export_checkpoint
-from bertkit.tasks import pretraining
+from bertkit.tasks.pretraining import task as pretraining
 # A module attribute, not the module: this file's `classifier` is a fixture.
-from bertkit.tasks.classifier import build_classifier_variables
+from bertkit.tasks.classification.task import build_classifier_variables
 import modeling
 import tokenization
 from conftest import (REPO_ROOT, expect_user_error, program_in_process,

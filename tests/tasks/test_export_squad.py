@@ -18,7 +18,7 @@ import transformers
 
 from bertkit.engine import checkpoint_formats
 import export_checkpoint
-from bertkit.tasks import squad_task
+from bertkit.tasks.squad import task as squad_task
 import modeling
 from conftest import REPO_ROOT, program_in_process
 from bertkit.common.errors import UserError

@@ -16,8 +16,8 @@ import tensorflow.compat.v1 as tf
 from bertkit.common import options
 from bertkit.common.errors import UserError
 from bertkit.data import extraction_input as xi
-from bertkit.tasks import feature_extraction as fx
-from bertkit.tasks import sentence_pooling
+from bertkit.tasks.features import extraction as fx
+from bertkit.tasks.features import pooling as sentence_pooling
 import extract_features
 import modeling
 import tokenization

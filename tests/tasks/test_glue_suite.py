@@ -1,4 +1,4 @@
-"""The GLUE suite: its scores and table (bertkit/tasks/glue_suite.py), the
+"""The GLUE suite: its scores and table (bertkit/tasks/glue/suite.py), the
 runner run_glue.py over fake finished runs and, slow, over a tiny checkpoint,
 and the GLUE score in the time-to-accuracy table."""
 
@@ -16,8 +16,8 @@ import tensorflow.compat.v1 as tf
 
 from bertkit.common import errors
 from bertkit.perf import accuracy_reports
-from bertkit.tasks import glue_suite
-from bertkit.tasks import task_registry
+from bertkit.tasks.glue import suite as glue_suite
+from bertkit.tasks.classification import registry as task_registry
 import modeling
 from conftest import (REPO_ROOT, expect_user_error, run_ok, run_program,
                       tiny_bert_config)

@@ -13,11 +13,11 @@ from sklearn import metrics as sk_metrics
 import tensorflow.compat.v1 as tf
 
 from bertkit.common import errors
-from bertkit.tasks import classifier
-from bertkit.tasks import classifier_data
-from bertkit.tasks import classifier_features
-from bertkit.tasks import glue_tasks
-from bertkit.tasks import task_registry
+from bertkit.tasks.classification import task as classifier
+from bertkit.tasks.classification import data as classifier_data
+from bertkit.tasks.classification import features as classifier_features
+from bertkit.tasks.glue import task_outputs as glue_tasks
+from bertkit.tasks.classification import registry as task_registry
 import modeling
 from test_export import classifier_inputs, hf_classifier_logits
 from conftest import (expect_user_error, read_eval_results, read_json,

@@ -22,7 +22,7 @@ from bertkit.common.errors import UserError
 from bertkit.engine import checkpoint_formats
 from bertkit.engine import checkpoints
 from bertkit.engine import run_directory
-from bertkit.tasks import classifier
+from bertkit.tasks.classification import task as classifier
 import export_checkpoint
 import modeling
 import tokenization

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from bertkit.tasks import pretraining
+from bertkit.tasks.pretraining import task as pretraining
 import modeling
 from conftest import TINY_CONFIG
 

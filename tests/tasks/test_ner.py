@@ -21,8 +21,8 @@ import tensorflow.compat.v1 as tf
 
 from bertkit.common.errors import UserError
 from bertkit.engine import checkpoint_formats
-from bertkit.tasks import ner_data
-from bertkit.tasks import token_classification
+from bertkit.tasks.ner import data as ner_data
+from bertkit.tasks.ner import task as token_classification
 import export_checkpoint
 import modeling
 import tokenization

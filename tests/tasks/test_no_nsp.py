@@ -26,7 +26,7 @@ from bertkit.data import sharded_mode
 from bertkit.engine import checkpoint_formats
 from bertkit.engine import dynamic_masking
 from bertkit.engine import input_pipeline
-from bertkit.tasks import pretraining
+from bertkit.tasks.pretraining import task as pretraining
 import create_pretraining_data
 import modeling
 import tokenization

@@ -8,7 +8,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from bertkit.data import packing
-from bertkit.tasks import pretraining
+from bertkit.tasks.pretraining import task as pretraining
 import modeling
 from conftest import TINY_CONFIG
 

@@ -15,9 +15,9 @@ from bertkit.engine import distribution
 from bertkit.engine import input_pipeline
 from bertkit.engine import run_directory
 from bertkit.engine import training_setup
-from bertkit.tasks import classifier
-from bertkit.tasks import classifier_data
-from bertkit.tasks import classifier_features
+from bertkit.tasks.classification import task as classifier
+from bertkit.tasks.classification import data as classifier_data
+from bertkit.tasks.classification import features as classifier_features
 import modeling
 import tokenization
 from conftest import (REPO_ROOT, program_in_process, read_eval_results,

@@ -11,9 +11,9 @@ import tensorflow.compat.v1 as tf
 
 import modeling
 import run_squad
-from bertkit.tasks import squad_data
-from bertkit.tasks import squad_io
-from bertkit.tasks import squad_task
+from bertkit.tasks.squad import data as squad_data
+from bertkit.tasks.squad import records as squad_io
+from bertkit.tasks.squad import task as squad_task
 import tokenization
 from conftest import (REPO_ROOT, expect_user_error, program_in_process,
                       read_eval_results, run_ok, run_program)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from bertkit.common import options
-from bertkit.tasks import sentence_pooling
+from bertkit.tasks.features import pooling as sentence_pooling
 import extract_features
 from conftest import REPO_ROOT, options_from_args, run_in_process
 

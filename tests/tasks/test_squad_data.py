@@ -14,9 +14,9 @@ import os
 
 import pytest
 
-from bertkit.tasks import squad_data
-from bertkit.tasks import squad_evaluation
-from bertkit.tasks import squad_predictions
+from bertkit.tasks.squad import data as squad_data
+from bertkit.tasks.squad import evaluation as squad_evaluation
+from bertkit.tasks.squad import predictions as squad_predictions
 import tokenization
 from conftest import REPO_ROOT
 from bertkit.common.errors import UserError

@@ -23,8 +23,8 @@ import tensorflow.compat.v1 as tf
 
 from bertkit.common.errors import UserError
 from bertkit.engine import checkpoint_formats
-from bertkit.tasks import multiple_choice
-from bertkit.tasks import swag_data
+from bertkit.tasks.swag import task as multiple_choice
+from bertkit.tasks.swag import data as swag_data
 import export_checkpoint
 import modeling
 import tokenization

@@ -8,7 +8,7 @@ BertForTokenClassification), then one dense layer
 over BERT's sequence output: logits [B, S, C]. Its own scope, so that
 export_checkpoint tells it from the sentence classifier's top-level
 `output_weights`. The loss is the cross-entropy at the labelled positions
-(each word's first WordPiece, ner_data.py), averaged over those of the
+(each word's first WordPiece, ner/data.py), averaged over those of the
 global batch.
 
 Shape notation: B = batch, S = sequence length, H = hidden size,
@@ -28,7 +28,7 @@ from bertkit.engine import checkpoint_formats
 from bertkit.engine import distribution
 from bertkit.engine import input_pipeline
 from bertkit.engine import runner
-from bertkit.tasks import ner_data
+from bertkit.tasks.ner import data as ner_data
 import modeling
 
 _HEAD = checkpoint_formats.HEAD_VARIABLES[

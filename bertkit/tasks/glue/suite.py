@@ -43,7 +43,7 @@ from typing import Optional, Sequence
 
 from bertkit.common import atomic_io
 from bertkit.common.errors import UserError
-from bertkit.tasks import task_registry
+from bertkit.tasks.classification import registry as task_registry
 
 RESULTS_STEM = "glue_results"
 FLAGS_SUFFIX = ".flags"

@@ -2,7 +2,7 @@
 """The multiple-choice task (SWAG): its head, the runner.Task, its records and
 the figures of its predictions.
 
-Each of an example's C choices is its own sequence (swag_data.py); BERT
+Each of an example's C choices is its own sequence (swag/data.py); BERT
 reads the B*C sequences, and the head gives each one score from its pooled
 [CLS] output: dropout (the config's hidden_dropout_prob), then
 `cls/multiple_choice/output_weights` [1, H], `.../output_bias` [1], as
@@ -21,7 +21,7 @@ from bertkit.common import atomic_io
 from bertkit.engine import checkpoint_formats
 from bertkit.engine import input_pipeline
 from bertkit.engine import runner
-from bertkit.tasks import swag_data
+from bertkit.tasks.swag import data as swag_data
 import modeling
 
 _HEAD = checkpoint_formats.HEAD_VARIABLES[checkpoint_formats.MULTIPLE_CHOICE]

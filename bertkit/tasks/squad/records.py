@@ -1,11 +1,11 @@
 # coding=utf-8
 """SQuAD's files around the model: the records it reads, the answers it gives.
 
-Before training or predicting, the examples' windows (squad_data.py) are
+Before training or predicting, the examples' windows (squad/data.py) are
 written as TFRecords: train.tf_record, shuffled once as upstream does, and
 eval.tf_record in order, so that the predictions line up with the windows.
 After predicting, the windows' logits become predictions.json (and the
-n-best and null-odds files, squad_predictions.py), evaluated with the
+n-best and null-odds files, squad/predictions.py), evaluated with the
 official script's figures when the file has gold answers.
 """
 
@@ -17,10 +17,10 @@ import tensorflow.compat.v1 as tf
 
 from bertkit.common import atomic_io
 from bertkit.engine import input_pipeline
-from bertkit.tasks import squad_data
-from bertkit.tasks import squad_evaluation
-from bertkit.tasks import squad_predictions
-from bertkit.tasks import squad_task
+from bertkit.tasks.squad import data as squad_data
+from bertkit.tasks.squad import evaluation as squad_evaluation
+from bertkit.tasks.squad import predictions as squad_predictions
+from bertkit.tasks.squad import task as squad_task
 
 # Upstream shuffles the training examples once with this seed before writing
 # them, so that the input_fn's small shuffle buffer suffices.

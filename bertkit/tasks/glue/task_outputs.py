@@ -3,8 +3,8 @@
 eval_results.json and the leaderboard's submission files.
 
 The tasks (their files, labels, dev and test sets, metrics and submission
-file names) are task_registry.py's, the processors reading the official
-GLUE download's files classifier_data.py's. A GLUE run predicts its dev
+file names) are classification/registry.py's, the processors reading the official
+GLUE download's files classification/data.py's. A GLUE run predicts its dev
 sets besides evaluating them (one prediction pass over the dev and test
 records, after upstream's evaluation) and computes the task's metrics from
 those predictions with scikit-learn and SciPy:
@@ -35,9 +35,9 @@ from sklearn import metrics as sk_metrics
 import tensorflow.compat.v1 as tf
 
 from bertkit.common import atomic_io
-from bertkit.tasks import classifier
-from bertkit.tasks import classifier_data
-from bertkit.tasks import task_registry
+from bertkit.tasks.classification import task as classifier
+from bertkit.tasks.classification import data as classifier_data
+from bertkit.tasks.classification import registry as task_registry
 
 RESULTS_TXT = "eval_results.txt"
 

@@ -6,8 +6,8 @@ The head is upstream's: dropout, then one dense layer `output_weights`
 BERT's pooled [CLS] output, softmax cross-entropy. With one output
 (num_labels 1, STS-B) the head regresses: the output is the score, the loss
 the squared error (Hugging Face's num_labels=1). Packed rows
-(classifier_packing.py) give one pooled output per example. The data it
-reads is made by classifier_features.py.
+(classification/packing.py) give one pooled output per example. The data it
+reads is made by classification/features.py.
 """
 
 import collections
@@ -21,8 +21,8 @@ from bertkit.common import atomic_io
 from bertkit.engine import distribution
 from bertkit.engine import input_pipeline
 from bertkit.engine import runner
-from bertkit.tasks import classifier_features
-from bertkit.tasks import classifier_packing
+from bertkit.tasks.classification import features as classifier_features
+from bertkit.tasks.classification import packing as classifier_packing
 import modeling
 
 
@@ -115,7 +115,7 @@ def classifier_metrics(per_example_loss, label_ids, logits, is_real_example):
 
 def classifier_task(bert_config, num_labels):
   """Classification as a runner.Task: the head's mean cross-entropy over the
-  real examples (of packed rows too: classifier_packing.py); eval accuracy
+  real examples (of packed rows too: classification/packing.py); eval accuracy
   and loss over them; class probabilities. With num_labels 1, regression:
   the mean squared error, eval loss, the predicted scores ("predictions",
   unpacked rows only)."""
@@ -335,7 +335,7 @@ def outputs_in_input_order(predictions, num_examples, packed):
     predictions: Estimator.predict's dicts of one record file, in order
       (those past the examples are padding).
     num_examples: the number of real examples.
-    packed: the records are packed rows (classifier_packing.py).
+    packed: the records are packed rows (classification/packing.py).
 
   Returns:
     list of num_examples class probability vectors [C] (a regression

@@ -1,9 +1,9 @@
 # coding=utf-8
 """The classifier's data: examples and the tasks' processors.
 
-A processor reads a task's files (task_registry.py names them and the
+A processor reads a task's files (classification/registry.py names them and the
 labels) into InputExamples; the file layouts of each task are listed in
-run_classifier.py's docstring. classifier_features.py turns the examples
+run_classifier.py's docstring. classification/features.py turns the examples
 into the model's features and records. The names are upstream's
 run_classifier ones where upstream has them.
 """
@@ -18,7 +18,7 @@ from absl import logging
 import tensorflow.compat.v1 as tf
 
 from bertkit.common.errors import UserError
-from bertkit.tasks import task_registry
+from bertkit.tasks.classification import registry as task_registry
 
 
 class InputExample(object):

@@ -9,7 +9,7 @@ text is cut to S - 2. The tokens written are those the model saw, [CLS] and
 
 The model runs through the task runner (engine/runner.py) as a Task whose
 predictions are the requested encoder layers [B, S, H], or one pooled vector
-[B, H] (sentence_pooling.py); `runner.predictions` yields them in the order
+[B, H] (features/pooling.py); `runner.predictions` yields them in the order
 it is given, on one device or on every replica of the run's strategy. Each
 batch is padded to its longest row only, and sentence vectors are predicted
 longest first within windows of lines (batch_order), as sentence-transformers
@@ -33,7 +33,7 @@ from bertkit.common import atomic_io
 from bertkit.common.errors import UserError
 from bertkit.engine import input_pipeline
 from bertkit.engine import runner
-from bertkit.tasks import sentence_pooling
+from bertkit.tasks.features import pooling as sentence_pooling
 import modeling
 
 FEATURE_NAMES = ("unique_ids", "input_ids", "input_mask", "segment_ids")

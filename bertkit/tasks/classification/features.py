@@ -2,10 +2,10 @@
 """The classifier's features: examples tokenized, padded and written as
 records.
 
-An InputExample (classifier_data.py) becomes InputFeatures, `[CLS] A [SEP]
+An InputExample (classification/data.py) becomes InputFeatures, `[CLS] A [SEP]
 B [SEP]` padded to max_seq_length, and the features are written as
 upstream's TFRecords (or as packed rows of several examples,
-classifier_packing.py). The names are upstream's run_classifier ones.
+classification/packing.py). The names are upstream's run_classifier ones.
 """
 
 import collections
@@ -15,8 +15,8 @@ import tensorflow.compat.v1 as tf
 
 from bertkit.common import atomic_io
 from bertkit.data import pretraining_records
-from bertkit.tasks import classifier_data
-from bertkit.tasks import classifier_packing
+from bertkit.tasks.classification import data as classifier_data
+from bertkit.tasks.classification import packing as classifier_packing
 
 
 class PaddingInputExample(object):
@@ -132,7 +132,7 @@ def write_features(path, examples, label_list, max_seq_length, tokenizer,
   batch_size is given.
 
   With max_sequences_per_pack, the records are packed rows of up to that
-  many examples (classifier_packing.py), shuffled if no batch_size is given
+  many examples (classification/packing.py), shuffled if no batch_size is given
   (training).
 
   Returns:
