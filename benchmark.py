@@ -90,8 +90,9 @@ def define_flags():
   flags.DEFINE_list("strategies", ["mirrored"],
                     "Any of %s; horovod cells are launched with horovodrun "
                     "-np N, byteps cells with scripts/run_pre_byteps.sh -n N "
-                    "(a scheduler, a server, N workers), each skipped if its "
-                    "engine is not installed." %
+                    "(a scheduler, a server, N workers). A strategy whose "
+                    "engine is not installed is refused before any cell "
+                    "runs." %
                     ", ".join(sweep.STRATEGIES))
   flags.DEFINE_list("xla", ["off"], "off and/or on (--use_xla).")
   flags.DEFINE_integer("num_train_steps", 30, "Training steps of each cell.")

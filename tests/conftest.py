@@ -1,9 +1,11 @@
 """Shared test set-up: the repository root on sys.path, TF in graph mode, and
 the helpers the test modules share (tiny model config, a pretraining work
 directory and command, running a program, reading a checkpoint, the fp16 toy
-training step, the ops a fetch depends on)."""
+training step, the ops a fetch depends on, the skip markers of tests that
+need horovod, BytePS or Slurm)."""
 
 import collections
+import importlib.util
 import json
 import os
 import subprocess
@@ -19,6 +21,9 @@ if REPO_ROOT not in sys.path:
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 pytest_plugins = ["slurm_cluster"]  # the `slurm_cluster` fixture
+# Imported below before pytest loads it as a plugin: its asserts are
+# rewritten only if pytest is told first.
+pytest.register_assert_rewrite("slurm_cluster")
 
 # The kernels the programs run, so that in-process references match them.
 from bertkit.common import cpu_kernels  # noqa: E402
@@ -42,6 +47,36 @@ from bertkit.engine.precision import LossScale  # noqa: E402
 from bertkit.engine import training_setup  # noqa: E402
 from bertkit.perf import synthetic_data  # noqa: E402
 import optimization  # noqa: E402
+from slurm_cluster import SLURM_MISSING  # noqa: E402
+
+
+# Tests that need horovod, BytePS or Slurm are skipped where it is missing,
+# with the reason below, so that `make test` passes on a fresh machine;
+# .ci/run installs all three, so none of them is skipped there. Each such test
+# takes one of these markers (the `slurm_cluster` fixture skips by
+# SLURM_MISSING).
+def _horovod_missing():
+  """Why horovod cannot run here, or None where horovod.tensorflow imports."""
+  try:
+    # pylint: disable-next=unused-import,import-outside-toplevel
+    import horovod.tensorflow  # noqa: F401
+  except (ImportError, tf.errors.NotFoundError) as e:
+    # A horovod built against another TensorFlow fails with NotFoundError.
+    return ("horovod is not importable (%s); build it with "
+            "scripts/install_horovod.sh" % str(e).splitlines()[0])
+  return None
+
+
+HOROVOD_MISSING = _horovod_missing()
+BYTEPS_MISSING = (None if importlib.util.find_spec("byteps") else
+                  "byteps is not installed; build it with "
+                  "scripts/install_byteps.sh")
+requires_horovod = pytest.mark.skipif(HOROVOD_MISSING is not None,
+                                      reason=HOROVOD_MISSING or "")
+requires_byteps = pytest.mark.skipif(BYTEPS_MISSING is not None,
+                                     reason=BYTEPS_MISSING or "")
+requires_slurm = pytest.mark.skipif(SLURM_MISSING is not None,
+                                    reason=SLURM_MISSING or "")
 
 
 # A 2-layer BERT small enough for end-to-end runs in seconds; no dropout, so

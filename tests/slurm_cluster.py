@@ -27,6 +27,12 @@ import pytest
 # What the daemons need, from Debian's slurm-wlm and munge packages.
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("sinfo", "srun", "sbatch", "scancel", "squeue", "scontrol")
+_NOT_FOUND = [c for c in DAEMONS + CLIENTS if shutil.which(c) is None]
+# Why the tests that need Slurm are skipped here, or None where it is
+# installed (conftest.requires_slurm, and this module's fixture).
+SLURM_MISSING = ("Slurm is not installed here (no %s); install Debian's "
+                 "slurm-wlm and munge, as .ci/run does" %
+                 ", ".join(_NOT_FOUND)) if _NOT_FOUND else None
 
 # The node's name as jobs see it in SLURM_JOB_NODELIST; slurmd is told it
 # with -N, whatever the machine's host name is.
@@ -230,10 +236,8 @@ def slurm_cluster(tmp_path_factory):
   Yields:
     A SlurmCluster; run clients through its methods or with its `env`.
   """
-  missing = [c for c in DAEMONS + CLIENTS if shutil.which(c) is None]
-  if missing:
-    pytest.skip("Slurm is not installed here (no %s); .ci/run installs "
-                "Debian's slurm-wlm and munge" % ", ".join(missing))
+  if SLURM_MISSING:
+    pytest.skip(SLURM_MISSING)
   if os.getuid() != 0:
     pytest.skip("slurmd starts job steps only when run as root")
   root = str(tmp_path_factory.mktemp("slurm"))

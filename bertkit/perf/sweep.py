@@ -28,6 +28,10 @@ from bertkit.perf import synthetic_data
 import modeling
 
 STRATEGIES = distribution.STRATEGIES
+# The strategies whose cells need an engine of their own, and what installs
+# it for the interpreter the cells run with.
+INSTALL_SCRIPTS = {"horovod": "scripts/install_horovod.sh",
+                   "byteps": "scripts/install_byteps.sh"}
 RUN_PRE_BYTEPS = os.path.join(child_runs.REPO_ROOT, "scripts",
                               "run_pre_byteps.sh")
 PRECISIONS = ("fp32", "fp16", "bf16")
@@ -140,7 +144,8 @@ def parse_axes(strategies, bert_config_files, seq_lengths, xla, precisions,
     The list of Cells to run.
 
   Raises:
-    UserError: a bad axis value, a missing config, too few steps.
+    UserError: a bad axis value, a missing config, too few steps, a
+      strategy whose engine is not installed here.
   """
   for path in bert_config_files:
     if not os.path.exists(os.path.join(child_runs.REPO_ROOT, path)):
@@ -149,28 +154,54 @@ def parse_axes(strategies, bert_config_files, seq_lengths, xla, precisions,
     raise UserError("--num_train_steps=%d must exceed "
                     "--throughput_warmup_steps=%d, or no step is measured" %
                     (num_train_steps, throughput_warmup_steps))
+  strategies = _choice_list(strategies, "strategies", STRATEGIES)
+  # Here, not at a cell's turn: a sweep must not stop halfway, after hours of
+  # cells, at the first cell of an engine that was never installed.
+  check_engines(strategies, missing_engines())
   return expand_cells(
-      _choice_list(strategies, "strategies", STRATEGIES),
-      list(bert_config_files), _int_list(seq_lengths, "seq_lengths"),
+      strategies, list(bert_config_files),
+      _int_list(seq_lengths, "seq_lengths"),
       _choice_list(xla, "xla", ("off", "on")),
       _choice_list(precisions, "precisions", PRECISIONS),
       _int_list(per_replica_batches, "per_replica_batches"),
       _int_list(replicas, "replicas"))
 
 
-def engines_available():
-  """{strategy: why its cells cannot run here} for the engines of processes
-  that are missing (horovod, byteps); an available engine is absent."""
+def missing_engines():
+  """What the strategies of engines of their own lack here.
+
+  Returns:
+    {strategy: what is missing, for the interpreter the cells run with} for
+    horovod (the package or its horovodrun) and byteps; a strategy that can
+    run here is absent.
+  """
   missing = {}
   if importlib.util.find_spec("horovod") is None:
-    missing["horovod"] = ("horovod is not installed "
-                          "(scripts/install_horovod.sh); cell skipped")
+    missing["horovod"] = "horovod is not installed for %s" % sys.executable
   elif not _horovodrun_path():
-    missing["horovod"] = "horovodrun is not on PATH; cell skipped"
+    missing["horovod"] = ("horovodrun is neither beside %s nor on PATH" %
+                          sys.executable)
   if importlib.util.find_spec("byteps") is None:
-    missing["byteps"] = ("byteps is not installed "
-                         "(scripts/install_byteps.sh); cell skipped")
+    missing["byteps"] = "byteps is not installed for %s" % sys.executable
   return missing
+
+
+def check_engines(strategies, missing):
+  """Refuses strategies whose engine is missing, all of them in one line.
+
+  Args:
+    strategies: the sweep's --strategies.
+    missing: `missing_engines()`.
+
+  Raises:
+    UserError: a strategy of `strategies` is in `missing`.
+  """
+  refused = ["--strategies has %s, but %s: run %s, or leave %s out of "
+             "--strategies" % (strategy, missing[strategy],
+                               INSTALL_SCRIPTS[strategy], strategy)
+             for strategy in dict.fromkeys(strategies) if strategy in missing]
+  if refused:
+    raise UserError("; ".join(refused))
 
 
 def _horovodrun_path():
@@ -196,6 +227,9 @@ def cell_command(cell, config_path, input_file, cell_dir, max_predictions,
 
   Returns:
     list of str.
+
+  Raises:
+    UserError: a horovod cell where horovodrun is not installed.
   """
   args = [
       child_runs.RUN_PRETRAINING, "--do_train",
@@ -217,8 +251,10 @@ def cell_command(cell, config_path, input_file, cell_dir, max_predictions,
       "--use_xla=%s" % (cell.xla == "on"),
   ]
   if cell.strategy == "horovod":
-    return [_horovodrun_path(), "-np", str(cell.replicas), sys.executable
-           ] + args
+    horovodrun = _horovodrun_path()
+    if not horovodrun:
+      check_engines([cell.strategy], missing_engines())
+    return [horovodrun, "-np", str(cell.replicas), sys.executable] + args
   if cell.strategy == "byteps":
     # The launcher's own flags first; the cell's, after `--`, override them.
     return ["env", "PYTHON=%s" % sys.executable, RUN_PRE_BYTEPS,
@@ -292,10 +328,8 @@ def base_row(cell, device, num_steps):
   return row
 
 
-def _skip_reason(cell, engines_missing):
-  """Why `cell` cannot run here, or "" when it can."""
-  if cell.strategy in engines_missing:
-    return engines_missing[cell.strategy]
+def _skip_reason(cell):
+  """Why `cell` is left out of the sweep, or "" when it runs."""
   if cell.strategy == "one_device" and cell.replicas > 1:
     return "one_device runs 1 replica"
   return ""
@@ -352,7 +386,6 @@ def run_sweep(cells, device, options):
     list of row dicts, one per cell in order: `base_row`'s keys, the
     measured figures and flops_per_example.
   """
-  engines_missing = engines_available()
   data_dir = os.path.join(options.output_dir, "data")
   num_files = max(cell.replicas for cell in cells)
   rows = []
@@ -363,7 +396,7 @@ def run_sweep(cells, device, options):
     row["flops_per_example"] = model_flops.flops_for_config(
         config, cell.seq_length, options.max_predictions_per_seq)
     rows.append(row)
-    skip = _skip_reason(cell, engines_missing)
+    skip = _skip_reason(cell)
     if skip:
       row.update(status="skipped", note=skip)
       continue

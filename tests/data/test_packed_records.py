@@ -26,9 +26,8 @@ import tensorflow.compat.v1 as tf
 from bertkit.data import packing
 from bertkit.common.errors import UserError
 from conftest import (REPO_ROOT, program_in_process, expect_user_error,
-                      load_checkpoint, program_in_process, run_program,
-                      tiny_bert_config)
-from test_horovod import HOROVOD_MISSING
+                      load_checkpoint, program_in_process, requires_horovod,
+                      run_program, tiny_bert_config)
 
 SEQ, PREDS, VOCAB = 128, 10, 1000
 PER_PACK = 3
@@ -298,8 +297,7 @@ def logged(output_dir):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [
     "mirrored", "accumulation_k2", "mirrored_k2", "two_workers",
-    pytest.param("horovod", marks=pytest.mark.skipif(
-        HOROVOD_MISSING is not None, reason=HOROVOD_MISSING or ""))])
+    pytest.param("horovod", marks=requires_horovod)])
 def test_packed_training_equals_one_device(runs, name):
   reference_dir, _ = runs("one_device")
   actual_dir, result = runs(name)

@@ -8,7 +8,6 @@ everywhere. That two workers train as one device with the global batch is in
 test_global_batch_math.py, with every other engine.
 """
 
-import importlib.util
 import json
 import os
 import random
@@ -27,17 +26,11 @@ from bertkit.common import errors
 from bertkit.common import options
 from bertkit.common.errors import UserError
 from bertkit.engine import distribution
-from conftest import (REPO_ROOT, load_checkpoint, run_program,
-                      tiny_bert_config, write_real_text_records)
+from conftest import (REPO_ROOT, load_checkpoint, requires_byteps,
+                      run_program, tiny_bert_config, write_real_text_records)
 from test_preemption import STOP_LINE, check_resumed, logged_step
 from test_reliability import flip_a_bit_in_records
 
-BYTEPS_MISSING = (None if importlib.util.find_spec("byteps") else
-                  "byteps is not installed; build it with "
-                  "scripts/install_byteps.sh")
-
-requires_byteps = pytest.mark.skipif(BYTEPS_MISSING is not None,
-                                     reason=BYTEPS_MISSING or "")
 LAUNCHER = os.path.join(REPO_ROOT, "scripts", "run_pre_byteps.sh")
 SEQ, PREDS, VOCAB = 64, 10, 1000
 

@@ -10,7 +10,6 @@ same 6 steps of global batch 16 and must end with the weights of one device
 with batch 16, to 1e-4, and log the same (global) loss at every step.
 """
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -20,20 +19,13 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from conftest import (REPO_ROOT, program_in_process, run_ok,
-                      tiny_bert_config)
+from conftest import (REPO_ROOT, program_in_process, requires_byteps,
+                      requires_horovod, run_ok, tiny_bert_config)
 
 SEQ, PREDS, VOCAB = 64, 10, 1000
 BATCH, STEPS = 16, 6
 CONFIG = tiny_bert_config(max_position_embeddings=SEQ, vocab_size=VOCAB)
 
-try:
-  import horovod.tensorflow  # noqa: F401  pylint: disable=unused-import
-  HOROVOD_MISSING = None
-except (ImportError, tf.errors.NotFoundError) as e:
-  HOROVOD_MISSING = "horovod is not importable (%s)" % str(e).splitlines()[0]
-BYTEPS_MISSING = (None if importlib.util.find_spec("byteps") else
-                  "byteps is not installed (scripts/install_byteps.sh)")
 
 
 def masked_count(record):
@@ -291,11 +283,8 @@ RUN_NAMES = [
     "mirrored", "multi_worker", "mirrored_k2_fp16", "central_storage",
     "central_storage_k2_fp16",
     pytest.param("two_workers", marks=pytest.mark.slow),
-    pytest.param("horovod", marks=pytest.mark.skipif(
-        HOROVOD_MISSING is not None, reason=HOROVOD_MISSING or "")),
-] + [pytest.param(name, marks=pytest.mark.skipif(
-    BYTEPS_MISSING is not None, reason=BYTEPS_MISSING or ""))
-     for name in BYTEPS_RUNS]
+    pytest.param("horovod", marks=requires_horovod),
+] + [pytest.param(name, marks=requires_byteps) for name in BYTEPS_RUNS]
 
 
 @pytest.mark.slow

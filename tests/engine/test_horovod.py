@@ -19,20 +19,11 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from conftest import REPO_ROOT, TINY_CONFIG, load_checkpoint, run_program
+from conftest import (REPO_ROOT, TINY_CONFIG, load_checkpoint,
+                      requires_horovod, run_program)
 from bertkit.engine import input_pipeline
 from bertkit.perf import synthetic_data
 from bertkit.tasks.classification import features as classifier_features
-
-try:
-  import horovod.tensorflow  # noqa: F401  pylint: disable=unused-import
-  HOROVOD_MISSING = None
-except (ImportError, tf.errors.NotFoundError) as e:
-  HOROVOD_MISSING = "horovod is not importable (%s); build it with " \
-                    "scripts/install_horovod.sh" % str(e).splitlines()[0]
-
-requires_horovod = pytest.mark.skipif(HOROVOD_MISSING is not None,
-                                      reason=HOROVOD_MISSING or "")
 
 SEQ, PREDS, VOCAB = 32, 5, 128
 PER_RANK_BATCH, STEPS, RECORDS_PER_FILE = 4, 6, 16

@@ -553,15 +553,8 @@ def test_batch_not_dividing_by_replicas_and_micro_batches_exits_2(workdir):
 # Horovod: the same base class, so LAMB + accumulation on 2 ranks equals one
 # process with the whole batch.
 
-try:
-  import horovod.tensorflow  # noqa: F401  pylint: disable=unused-import
-  HOROVOD_MISSING = None
-except (ImportError, tf.errors.NotFoundError) as e:
-  HOROVOD_MISSING = "horovod is not importable (%s)" % str(e).splitlines()[0]
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(HOROVOD_MISSING is not None, reason=HOROVOD_MISSING or "")
+@conftest.requires_horovod
 def test_horovod_lamb_accumulation_equals_one_process(workdir, tmp_path):
   # Rank r reads file r in order; `combined` interleaves blocks of 4 so that
   # its k-th batch of 8 is rank 0's k-th batch followed by rank 1's.

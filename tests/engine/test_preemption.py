@@ -22,9 +22,9 @@ import tensorflow.compat.v1 as tf
 from bertkit.common import errors
 import test_run_classifier
 from conftest import REPO_ROOT, run_program
-from test_horovod import HOROVOD_MISSING, horovodrun
+from test_horovod import horovodrun
 from test_reliability import start
-from conftest import load_checkpoint, pretrain_args
+from conftest import load_checkpoint, pretrain_args, requires_horovod
 
 pytestmark = pytest.mark.slow
 
@@ -176,10 +176,6 @@ def test_one_signalled_worker_stops_every_worker_at_the_same_step(workdir):
   procs, logs = multi_worker_cluster(workdir, out, args, "rerun")
   assert wait_all(procs, timeout=300) == [0, 0], logs[0].read_text()[-3000:]
   check_resumed(out, chief, steps)
-
-
-requires_horovod = pytest.mark.skipif(HOROVOD_MISSING is not None,
-                                      reason=HOROVOD_MISSING or "")
 
 
 def horovod_ranks(marker, size=2, timeout=300):

@@ -17,7 +17,7 @@ from bertkit.perf import profiles
 from bertkit.perf import reports
 from bertkit.perf import sweep
 import modeling
-from conftest import REPO_ROOT, run_program
+from conftest import REPO_ROOT, requires_horovod, run_program
 
 TINY_CONFIG = {"vocab_size": 120, "hidden_size": 32, "num_hidden_layers": 2,
                "num_attention_heads": 2, "intermediate_size": 64,
@@ -108,14 +108,14 @@ def test_markdown_table_has_the_published_tables_layout():
 def test_markdown_tables_group_by_strategy_and_label_cpu_replicas():
   rows = [fake_row(1, 8.25, strategy="mirrored"),
           fake_row(2, None, strategy="mirrored", status="failed"),
-          fake_row(1, None, strategy="horovod", status="skipped")]
+          fake_row(2, None, strategy="one_device", status="skipped")]
   text = reports.markdown_tables(rows, device="cpu")
   first = "n_replicas (CPU logical replicas, not GPUs) | fp32(batch 4)"
   assert text == (
       "#### `mirrored`, bert_base, seq 512, XLA off\n\n"
       + first + "\n---|---\n1 | 8.25\n2 | failed\n\n"
-      "#### `horovod`, bert_base, seq 512, XLA off\n\n"
-      + first + "\n---|---\n1 | skipped\n")
+      "#### `one_device`, bert_base, seq 512, XLA off\n\n"
+      + first + "\n---|---\n2 | skipped\n")
 
 
 def test_mfu_peak_is_per_gpu_but_shared_on_cpu():
@@ -134,10 +134,13 @@ def test_mfu_peak_is_per_gpu_but_shared_on_cpu():
   assert none["model_tflops"] is None and none["mfu"] is None
 
 
+# The cell of the command-line tests; each strategy's is a replace() of it.
+CELL = sweep.Cell(strategy="mirrored", config_file="c.json", seq_length=128,
+                  xla="on", precision="fp16", per_replica_batch=8, replicas=2)
+
+
 def test_cell_commands():
-  cell = sweep.Cell(strategy="mirrored", config_file="c.json",
-                    seq_length=128, xla="on", precision="fp16",
-                    per_replica_batch=8, replicas=2)
+  cell = CELL
   argv = sweep.cell_command(cell, "/c.json", "/d/*.tfrecord", "/out/x",
                             max_predictions=20, num_steps=30,
                             warmup_steps=10, device="cpu")
@@ -150,12 +153,6 @@ def test_cell_commands():
     assert flag in argv
   gpu = sweep.cell_command(cell, "/c.json", "/d", "/o", 20, 30, 10, "gpu")
   assert "--num_gpus=2" in gpu and "--cpu_replicas=2" not in gpu
-  hvd = sweep.cell_command(
-      dataclasses.replace(cell, strategy="horovod", replicas=4), "/c.json",
-      "/d", "/o", 20, 30, 10, "cpu")
-  assert hvd[1:3] == ["-np", "4"]
-  assert "--train_batch_size=32" in hvd
-  assert not any(a.startswith(("--cpu_replicas", "--num_gpus")) for a in hvd)
   bps = sweep.cell_command(
       dataclasses.replace(cell, strategy="byteps", replicas=4), "/c.json",
       "/d", "/o", 20, 30, 10, "cpu")
@@ -179,6 +176,16 @@ def test_cell_commands():
       "/o", 20, 30, 10, "cpu")
   assert "--distribution_strategy=central_storage" in central
   assert "--cpu_replicas=2" in central and central[0] == sys.executable
+
+
+@requires_horovod
+def test_horovod_cell_command():
+  hvd = sweep.cell_command(
+      dataclasses.replace(CELL, strategy="horovod", replicas=4), "/c.json",
+      "/d", "/o", 20, 30, 10, "cpu")
+  assert hvd[1:3] == ["-np", "4"]
+  assert "--train_batch_size=32" in hvd
+  assert not any(a.startswith(("--cpu_replicas", "--num_gpus")) for a in hvd)
 
 
 def test_last_error_line_prefers_the_programs_error(tmp_path):
@@ -346,17 +353,132 @@ def test_pytorch_comparison_summary_takes_medians_ratio_and_numpy_mfu():
   assert summary["pytorch_mfu"] == pytest.approx(0.48)
 
 
-
-def test_cells_of_a_missing_engine_are_skipped_with_the_reason(monkeypatch):
-  real_find_spec = sweep.importlib.util.find_spec
+def sweep_sees(monkeypatch, packages, horovodrun):
+  """Makes the sweep find `packages` (and none other) and horovodrun at
+  `horovodrun` (None: nowhere), whatever is installed here."""
   monkeypatch.setattr(sweep.importlib.util, "find_spec",
-                      lambda name: None if name in ("horovod", "byteps")
-                      else real_find_spec(name))
-  missing = sweep.engines_available()
-  assert sorted(missing) == ["byteps", "horovod"]
-  assert "scripts/install_byteps.sh" in missing["byteps"]
-  cell = sweep.expand_cells(["byteps"], ["configs/bert_tiny.json"], [128],
-                            ["off"], ["fp32"], [8], [2])[0]
-  assert sweep._skip_reason(cell, missing) == missing["byteps"]  # pylint: disable=protected-access
-  mirrored = dataclasses.replace(cell, strategy="mirrored")
-  assert sweep._skip_reason(mirrored, missing) == ""  # pylint: disable=protected-access
+                      lambda name: object() if name in packages else None)
+  monkeypatch.setattr(sweep, "_horovodrun_path", lambda: horovodrun)
+
+
+def axes(strategies):
+  """parse_axes of a small sweep of `strategies`."""
+  return sweep.parse_axes(strategies, ["configs/bert_tiny.json"], ["128"],
+                          ["off"], ["fp32"], ["8"], ["1", "2"], 30, 10)
+
+
+def test_what_a_missing_engine_lacks_names_this_python(monkeypatch):
+  sweep_sees(monkeypatch, (), None)
+  assert sweep.missing_engines() == {
+      "horovod": "horovod is not installed for %s" % sys.executable,
+      "byteps": "byteps is not installed for %s" % sys.executable}
+  # The package without its launcher (a PATH without the venv's bin).
+  sweep_sees(monkeypatch, ("horovod", "byteps"), None)
+  assert sweep.missing_engines() == {
+      "horovod": "horovodrun is neither beside %s nor on PATH" %
+                 sys.executable}
+  sweep_sees(monkeypatch, ("horovod", "byteps"), "/v/bin/horovodrun")
+  assert sweep.missing_engines() == {}
+
+
+def test_a_strategy_without_its_engine_is_refused_before_any_cell(
+    monkeypatch):
+  sweep_sees(monkeypatch, (), None)
+  with pytest.raises(errors.UserError) as refused:
+    axes(["mirrored", "horovod"])
+  assert str(refused.value) == (
+      "--strategies has horovod, but horovod is not installed for %s: run "
+      "scripts/install_horovod.sh, or leave horovod out of --strategies" %
+      sys.executable)
+  # Every missing engine in the one line, each once.
+  with pytest.raises(errors.UserError) as refused:
+    axes(["byteps", "horovod", "byteps"])
+  assert str(refused.value) == (
+      "--strategies has byteps, but byteps is not installed for %s: run "
+      "scripts/install_byteps.sh, or leave byteps out of --strategies; "
+      "--strategies has horovod, but horovod is not installed for %s: run "
+      "scripts/install_horovod.sh, or leave horovod out of --strategies" %
+      (sys.executable, sys.executable))
+  # The other strategies do not need them.
+  cells = axes(["mirrored", "one_device"])
+  assert [(c.strategy, c.replicas) for c in cells] == [
+      ("mirrored", 1), ("mirrored", 2), ("one_device", 1), ("one_device", 2)]
+  # pylint: disable-next=protected-access
+  assert [sweep._skip_reason(c) for c in cells] == [
+      "", "", "", "one_device runs 1 replica"]
+
+
+def test_a_horovod_cell_command_without_horovodrun_is_refused(monkeypatch):
+  # A caller of cell_command that did not check the engines first.
+  sweep_sees(monkeypatch, ("horovod", "byteps"), None)
+  with pytest.raises(errors.UserError) as refused:
+    sweep.cell_command(dataclasses.replace(CELL, strategy="horovod"),
+                       "/c.json", "/d", "/o", 20, 30, 10, "cpu")
+  assert str(refused.value) == (
+      "--strategies has horovod, but horovodrun is neither beside %s nor on "
+      "PATH: run scripts/install_horovod.sh, or leave horovod out of "
+      "--strategies" % sys.executable)
+
+
+# benchmark.py run as a user runs it, with the sweep seeing no horovod
+# wherever the test runs.
+WITHOUT_HOROVOD = """
+import runpy, sys
+sys.argv = sys.argv[1:]
+sys.path.insert(0, '.')
+from bertkit.perf import sweep
+sweep.missing_engines = lambda: {"horovod": "horovod is not installed here"}
+runpy.run_path(sys.argv[0], run_name='__main__')
+"""
+
+
+@pytest.mark.slow
+def test_benchmark_refuses_a_missing_engine_in_one_line_and_runs_nothing(
+    tmp_path):
+  out = tmp_path / "bench"
+  result = run_program(["-c", WITHOUT_HOROVOD, "benchmark.py",
+                        "--output_dir=%s" % out,
+                        "--strategies=mirrored,horovod"])
+  assert result.returncode == errors.EXIT_USER_ERROR, result.stderr[-2000:]
+  assert result.stderr.strip().splitlines()[-1] == (
+      "error: --strategies has horovod, but horovod is not installed here: "
+      "run scripts/install_horovod.sh, or leave horovod out of --strategies")
+  assert "Traceback" not in result.stderr
+  assert not out.exists()
+
+
+def fake_python(tmp_path, installed):
+  """A PYTHON for scripts/benchmark.sh that has the engines `installed`
+  and prints the arguments it would run benchmark.py with."""
+  path = tmp_path / "python"
+  path.write_text(
+      "#!/usr/bin/env bash\n"
+      "if [[ $1 == -c ]]; then\n"  # the script's question: is $engine there?
+      "  for engine in %s; do [[ $2 == *\"'$engine'\"* ]] && exit 0; done\n"
+      "  exit 1\n"
+      "fi\n"
+      "printf '%%s\\n' \"$@\"\n" % " ".join(installed))
+  path.chmod(0o755)
+  return str(path)
+
+
+def test_benchmark_script_sweeps_the_engines_installed_unless_told(
+    tmp_path):
+  script = os.path.join(REPO_ROOT, "scripts", "benchmark.sh")
+  python = fake_python(tmp_path, ["byteps"])
+  result = subprocess.run(["bash", script, "/o"], capture_output=True,
+                          text=True, timeout=60,
+                          env=dict(os.environ, PYTHON=python))
+  assert result.returncode == 0, result.stderr
+  assert [a for a in result.stdout.split() if a.startswith("--strategies")
+         ] == ["--strategies=mirrored,multi_worker,byteps"]
+  assert result.stderr == (
+      "note: horovod is not installed for %s: the default sweep leaves its "
+      "cells out (scripts/install_horovod.sh installs it)\n" % python)
+  # Strategies given are the user's to choose: benchmark.py refuses any
+  # whose engine is missing.
+  result = subprocess.run(["bash", script, "/o", "--strategies=horovod"],
+                          capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, PYTHON=python))
+  assert result.returncode == 0 and result.stderr == ""
+  assert result.stdout.split()[-1] == "--strategies=horovod"

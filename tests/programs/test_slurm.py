@@ -24,8 +24,8 @@ from bertkit.common import slurm_env
 from bertkit.common.errors import EXIT_STOPPED, UserError
 from bertkit.common import options
 from bertkit.engine import distribution
-from conftest import (REPO_ROOT, expect_user_error, load_checkpoint, run_ok,
-                      run_program, tiny_bert_config)
+from conftest import (REPO_ROOT, expect_user_error, load_checkpoint,
+                      requires_slurm, run_ok, run_program, tiny_bert_config)
 from test_preemption import STOP_LINE, check_resumed, logged_step
 
 CORPUS = os.path.join(REPO_ROOT, "sample_data", "corpus.txt")
@@ -66,8 +66,7 @@ def test_expander_matches_slurm(expr):
   assert slurm_env.expand_hostlist(expr) == HOSTLISTS[expr]
 
 
-@pytest.mark.skipif(subprocess.run(["which", "scontrol"], capture_output=True)
-                    .returncode != 0, reason="Slurm's scontrol not installed")
+@requires_slurm
 def test_expander_agrees_with_scontrol(tmp_path):
   # scontrol only parses here; it needs a slurm.conf, not a running Slurm.
   conf = tmp_path / "slurm.conf"

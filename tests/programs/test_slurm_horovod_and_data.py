@@ -18,24 +18,23 @@ import time
 import pytest
 
 from bertkit.common import errors
-from conftest import REPO_ROOT, load_checkpoint, run_ok, run_program
+from conftest import (REPO_ROOT, load_checkpoint, requires_horovod, run_ok,
+                      run_program)
 from test_create_pretraining_data_dask import command as dask_command
 from test_create_pretraining_data_sharded import SAMPLE_CORPUS
 from test_create_pretraining_data_sharded import directory_bytes
 from test_create_pretraining_data_sharded import shard_files
 from test_slurm import srun_exit_codes
-from test_global_batch_math import (BATCH, CONFIG, HOROVOD_MISSING, PREDS,
-                                    SEQ, STEPS, VOCAB, assert_same_weights,
-                                    pretrain_args, write_rank_records)
+from test_global_batch_math import (BATCH, CONFIG, PREDS, SEQ, STEPS, VOCAB,
+                                    assert_same_weights, pretrain_args,
+                                    write_rank_records)
+from test_horovod import hide_horovod
 
 SLURM_DIR = os.path.join(REPO_ROOT, "scripts", "slurm")
 HOROVOD_SBATCH = os.path.join(SLURM_DIR, "pretrain_horovod.sbatch")
 HOROVOD_SRUN = os.path.join(SLURM_DIR, "horovod_srun.py")
 CREATE_DATA_DASK = os.path.join(SLURM_DIR, "create_data_dask.py")
 CORPUS = os.path.join(REPO_ROOT, "sample_data", "corpus.txt")
-
-requires_horovod = pytest.mark.skipif(HOROVOD_MISSING is not None,
-                                      reason=HOROVOD_MISSING or "")
 
 
 def one_error_line(result, *fragments):
@@ -147,13 +146,36 @@ def test_scancel_stops_both_ranks_after_the_same_step_with_a_checkpoint(
   assert load_checkpoint(str(out))["global_step"] == step
 
 
+def outside_slurm(**env):
+  """run_program's `env` of a shell outside any Slurm allocation."""
+  env.update({name: None for name in os.environ if name.startswith("SLURM_")})
+  return env
+
+
+# The launcher needs horovod before it reads the allocation, so without
+# horovod this one stops at horovod's error line (the test below).
+@requires_horovod
 def test_horovod_launcher_outside_slurm_is_one_error_line():
-  env = {name: None for name in os.environ if name.startswith("SLURM_")}
-  result = run_program([HOROVOD_SRUN, "--", "true"], env=env)
+  result = run_program([HOROVOD_SRUN, "--", "true"], env=outside_slurm())
   one_error_line(result, "SLURM_JOB_NODELIST is not set",
                  "inside a Slurm allocation")
-  result = run_program([HOROVOD_SRUN], env=env)
-  one_error_line(result, "no command")
+
+
+def test_horovod_launcher_without_horovod_or_a_command_is_one_error_line(
+    tmp_path):
+  result = run_program([HOROVOD_SRUN, "--", "true"],
+                       env=outside_slurm(**hide_horovod(tmp_path)))
+  line = one_error_line(result)
+  assert line == (
+      "error: horovod is not importable by %s (No module named 'horovod' "
+      "(hidden by the test)): run scripts/install_horovod.sh" %
+      sys.executable)
+  # Arguments are checked before horovod is imported.
+  result = run_program([HOROVOD_SRUN], env=outside_slurm(**hide_horovod(
+      tmp_path / "again")))
+  assert one_error_line(result) == (
+      "error: no command: give it after --, e.g. -- python "
+      "run_pretraining.py --distribution_strategy=horovod ...")
 
 
 # The test node declares no memory, so sbatch refuses a job asking for some.

@@ -13,7 +13,8 @@ from bertkit.common import console
 from bertkit.engine import checkpoint_formats
 import modeling
 from conftest import (REPO_ROOT, RUN_AND_REPORT_TENSORFLOW, TINY_CONFIG,
-                      expect_user_error, pretrain_args, run_program)
+                      expect_user_error, pretrain_args, requires_horovod,
+                      run_program)
 
 CPD_DATA = os.path.join(REPO_ROOT, "tests", "fixtures", "create_pretraining_data")
 
@@ -129,10 +130,8 @@ def test_a_hugging_face_init_checkpoint_of_another_size_is_named_as_given(
 
 
 @pytest.mark.slow
+@requires_horovod
 def test_horovod_launcher_ends_with_the_ranks_error_line_and_code(workdir):
-  from test_horovod import HOROVOD_MISSING  # pylint: disable=g-import-not-at-top
-  if HOROVOD_MISSING:
-    pytest.skip(HOROVOD_MISSING)
   env = dict(os.environ, PYTHON=sys.executable)
   env.pop("TF_CPP_MIN_LOG_LEVEL", None)
   result = subprocess.run(

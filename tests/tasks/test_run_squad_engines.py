@@ -19,8 +19,8 @@ import pytest
 from bertkit.common import errors
 import test_preemption
 from conftest import (REPO_ROOT, program_in_process, read_eval_results,
-                      run_program)
-from test_horovod import HOROVOD_MISSING, horovodrun
+                      requires_horovod, run_program)
+from test_horovod import horovodrun
 from test_reliability import start
 from test_run_squad import squad_args, squad_file, tiny_config
 
@@ -91,8 +91,7 @@ def test_multi_worker_two_processes(squad_dir, tmp_path):
   assert "***** Run summary" not in logs[1].read_text()
 
 
-@pytest.mark.skipif(HOROVOD_MISSING is not None,
-                    reason=HOROVOD_MISSING or "")
+@requires_horovod
 def test_two_horovod_ranks(squad_dir, tmp_path):
   out = tmp_path / "horovod"
   args = train_and_predict_args(squad_dir, out,
