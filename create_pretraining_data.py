@@ -44,143 +44,24 @@ the program with one `error:` line, and output files only appear under
 their final names once completely written.
 """
 
-import dataclasses
 import os
 import random
 import sys
 
-from absl import app
-from absl import flags
 from absl import logging
 
 from bertkit.common import atomic_io
 from bertkit.common import errors
 from bertkit.common import file_patterns
-from bertkit.common import shared_flags
+from bertkit.common import programs
 from bertkit.data import corpus_input
 from bertkit.data import creation_options
 from bertkit.data import pretraining_instances
 from bertkit.data import pretraining_records
 from bertkit.data import sharded_mode
 
-FLAGS = flags.FLAGS
-# The flags' defaults: those of the options they make.
-DEFAULTS = creation_options.CreationOptions
-
 # The shell's status for a command ended by Ctrl-C (128 + SIGINT).
 EXIT_INTERRUPTED = 130
-
-
-def define_flags():
-  """Defines the command-line flags (only when run as a program, so that
-  tests can import several programs into one process)."""
-  _define_input_and_output_flags()
-  _define_tokenizer_flags()
-  _define_instance_flags()
-  _define_sharded_mode_flags()
-
-
-def _define_input_and_output_flags():
-  """The corpus (`corpus_input.Corpus`) and faithful mode's output."""
-  flags.DEFINE_string("input_file", None,
-                      "Input raw text file (or comma-separated list of files). "
-                      "Each item may be a glob, a directory (sharded mode) or "
-                      "a URL fsspec serves (s3://, gs://, hdfs://, ... with "
-                      "the matching fsspec package installed).")
-  flags.DEFINE_string("input_format", DEFAULTS.input_format,
-                      corpus_input.INPUT_FORMAT_HELP)
-  flags.DEFINE_string("text_field", DEFAULTS.text_field,
-                      corpus_input.TEXT_FIELD_HELP)
-  flags.DEFINE_string(
-      "output_file", DEFAULTS.output_file,
-      "Output TF example file (or comma-separated list of files).")
-
-
-def _define_tokenizer_flags():
-  """The vocab, and how text becomes its tokens."""
-  shared_flags.define_vocab_file()
-  shared_flags.define_do_lower_case()
-  flags.DEFINE_enum(
-      "tokenizer_backend", DEFAULTS.tokenizer_backend, ["fast", "python"],
-      "fast: bertkit/data/fast_tokenization.py. python: tokenization.py "
-      "(upstream's code). Same tokens, so the same records.")
-
-
-def _define_instance_flags():
-  """How instances are cut, masked, repeated and packed."""
-  shared_flags.define_max_seq_length(DEFAULTS.max_seq_length)
-  shared_flags.define_masking_rate()
-  flags.DEFINE_integer("random_seed", DEFAULTS.random_seed,
-                       "Random seed for data generation.")
-  flags.DEFINE_integer(
-      "dupe_factor", DEFAULTS.dupe_factor,
-      "Number of times to duplicate the input data (with different masks). "
-      "Default: 10 (upstream's) with --masking=static, 1 with "
-      "--masking=dynamic.")
-  flags.DEFINE_enum(
-      "masking", DEFAULTS.masking,
-      list(pretraining_instances.MASKING_CHOICES),
-      "static: upstream's records, masks drawn here once per record. "
-      "dynamic: records without masks (input_ids, input_mask, segment_ids, "
-      "next_sentence_labels), of the same token pairs; run_pretraining.py "
-      "draws new masks every epoch.")
-  flags.DEFINE_bool(
-      "next_sentence_prediction", DEFAULTS.next_sentence_prediction,
-      "true: upstream's segment pairs with next-sentence labels. false: "
-      "RoBERTa's FULL-SENTENCES: each record is one segment of consecutive "
-      "sentences filling --max_seq_length, across documents (an extra [SEP] "
-      "between two), without the next_sentence_labels feature; "
-      "run_pretraining.py then trains the masked LM alone. "
-      "--short_seq_prob does not apply to it.")
-  flags.DEFINE_float(
-      "short_seq_prob", DEFAULTS.short_seq_prob,
-      "Probability of creating sequences which are shorter than the "
-      "maximum length.")
-  flags.DEFINE_bool(
-      "pack_sequences", DEFAULTS.pack_sequences,
-      "Pack the instances into rows of --max_seq_length, at most "
-      "--max_sequences_per_pack to a row (bertkit/data/packing.py: "
-      "shortest-pack-first histogram packing), so that training computes "
-      "little padding. The records then also say which sequence each "
-      "token belongs to, its position in it, and each sequence's [CLS] "
-      "index and next-sentence "
-      "label; run_pretraining.py recognises them. With --masking=dynamic "
-      "the rows hold no masks and run_pretraining.py draws each sequence's "
-      "masks.")
-  flags.DEFINE_integer(
-      "max_sequences_per_pack", DEFAULTS.max_sequences_per_pack,
-      "With --pack_sequences: the most sequences in one row.")
-
-
-def _define_sharded_mode_flags():
-  """Where and on what sharded mode runs (bertkit/data/sharded_mode.py)."""
-  flags.DEFINE_integer(
-      "num_workers", DEFAULTS.num_workers,
-      "Sharded mode (see bertkit/data/sharded_mode.py): number of "
-      "local worker processes (default when --output_dir is given: one per "
-      "core).")
-  flags.DEFINE_string(
-      "dask_scheduler", DEFAULTS.dask_scheduler,
-      "Sharded mode on a Dask cluster: the scheduler's address, "
-      "tcp://HOST:PORT (as `dask scheduler` prints it). Its workers must "
-      "import this repository, read --input_file and write the output "
-      "directory at the same paths.")
-  flags.DEFINE_string(
-      "output_dir", DEFAULTS.output_dir,
-      "Sharded mode: directory for the shard files "
-      "part-SSSSS-of-NNNNN.tfrecord (created if missing). Without it, "
-      "--output_file is the shards' prefix.")
-  flags.DEFINE_float(
-      "shard_size_mb", DEFAULTS.shard_size_mb,
-      "Sharded mode: the largest input MB of a shard. Shards are planned "
-      "from the corpus size (about 32 of them, none under 0.25 MB); small "
-      "files are packed together, larger ones split at document boundaries. "
-      "Worker memory grows with the shard size; next-sentence negatives come "
-      "from the same shard.")
-  flags.DEFINE_bool(
-      "resume", DEFAULTS.resume,
-      "Sharded mode: skip shards whose output file already exists (files get "
-      "their final name only once complete). --noresume rewrites every shard.")
 
 
 def check_output_files(output_files):
@@ -321,17 +202,6 @@ def run_faithful_mode(options):
   return num_records
 
 
-def options_from_flags():
-  """The `creation_options.CreationOptions` the flags ask for, checked.
-
-  Raises:
-    errors.UserError: a flag value is out of range (`creation_options`).
-  """
-  return creation_options.CreationOptions(**{
-      field.name: getattr(FLAGS, field.name)
-      for field in dataclasses.fields(creation_options.CreationOptions)})
-
-
 def run(options):
   """One run of the program, faithful or sharded as the options say.
 
@@ -350,9 +220,9 @@ def run(options):
                len(output.paths), output.pattern)
 
 
-def main(argv):
-  del argv  # Unused.
-  options = options_from_flags()
+def run_until_interrupted(options):
+  """`run`, saying on Ctrl-C in sharded mode that the finished shards are
+  kept."""
   try:
     run(options)
   except KeyboardInterrupt:
@@ -364,8 +234,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  define_flags()
-  flags.mark_flag_as_required("input_file")
-  flags.mark_flag_as_required("vocab_file")
-  app.run(errors.main_with_user_errors(main),
-          flags_parser=errors.parse_flags)
+  programs.main(creation_options.CreationOptions, run_until_interrupted)

@@ -37,60 +37,24 @@ Example:
 
 import dataclasses
 import os
-import sys
 
-from bertkit.common import console
-
-# Before TensorFlow is imported: its C++ runtime reads its log level then.
-console.quiet_native_logs(sys.argv)
-# pylint: disable=g-import-not-at-top,wrong-import-position
-
-from absl import app
-from absl import flags
 from absl import logging
 import tokenizers
 
 from bertkit.common import atomic_io
 from bertkit.common import errors
-from bertkit.common import shared_flags
+from bertkit.common import option_fields
+from bertkit.common import programs
+from bertkit.common.option_fields import REQUIRED, option
 from bertkit.data import corpus_input
+from bertkit.data import shared_options
 import tokenization
-
-FLAGS = flags.FLAGS
 
 GOOGLE_LAYOUT_MIN_VOCAB_SIZE = 1000
 NUM_UNUSED_TOKENS = 99
 SPECIAL_TOKENS = tokenization.SPECIAL_TOKENS
 _LINES_PER_BATCH = 1000
 
-
-
-def define_flags():
-  """Defines the flags (only when run as a program)."""
-  flags.DEFINE_string(
-      "input_file", None,
-      "The corpus, as create_pretraining_data.py reads it: comma-separated "
-      "files, globs, directories or URLs fsspec serves. Text: one sentence "
-      "per line; blank lines are ignored.")
-  flags.DEFINE_string("input_format", VocabOptions.input_format,
-                      corpus_input.INPUT_FORMAT_HELP)
-  flags.DEFINE_string("text_field", VocabOptions.text_field,
-                      corpus_input.TEXT_FIELD_HELP)
-  flags.DEFINE_string("output_file", None, "Where to write vocab.txt.")
-  flags.DEFINE_integer(
-      "vocab_size", VocabOptions.vocab_size,
-      "Maximum number of tokens in the vocab, special tokens included. From "
-      "%d up: [PAD]=0, [unused0..98]=1..99, [UNK]=100, [CLS]=101, [SEP]=102, "
-      "[MASK]=103 (Google's layout); below that: [PAD]=0, [UNK]=1, [CLS]=2, "
-      "[SEP]=3, [MASK]=4. Learned tokens follow."
-      % GOOGLE_LAYOUT_MIN_VOCAB_SIZE)
-  shared_flags.define_do_lower_case()
-  flags.DEFINE_integer(
-      "min_frequency", VocabOptions.min_frequency,
-      "Only merge pieces seen at least this many times.")
-  flags.DEFINE_integer(
-      "limit_alphabet", VocabOptions.limit_alphabet,
-      "Keep at most this many distinct characters (the most frequent ones).")
 
 
 def special_tokens(vocab_size):
@@ -217,28 +181,30 @@ def check_flags(vocab_size, min_frequency, limit_alphabet):
         "--limit_alphabet=%d must be at least 1" % limit_alphabet)
 
 
-@dataclasses.dataclass(frozen=True)
-class VocabOptions:
-  """What a create_vocab run is told (its flags; defaults as theirs).
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class VocabOptions(shared_options.CorpusFormat):
+  """What a create_vocab run is told."""
+  input_file: str = option(
+      REQUIRED, "The corpus, as create_pretraining_data.py reads it: "
+      "comma-separated files, globs, directories or URLs fsspec serves. "
+      "Text: one sentence per line; blank lines are ignored.")
+  output_file: str = option(REQUIRED, "Where to write vocab.txt.")
+  vocab_size: int = option(
+      30522, "Maximum number of tokens in the vocab, special tokens "
+      "included. From %d up: [PAD]=0, [unused0..98]=1..99, [UNK]=100, "
+      "[CLS]=101, [SEP]=102, [MASK]=103 (Google's layout); below that: "
+      "[PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4. Learned tokens follow."
+      % GOOGLE_LAYOUT_MIN_VOCAB_SIZE)
+  do_lower_case: bool = option(
+      True, "Lower-case and strip accents: True for uncased models, False "
+      "for cased ones. The vocab, the records and the model must agree.")
+  min_frequency: int = option(2, "Only merge pieces seen at least this many "
+                              "times.")
+  limit_alphabet: int = option(1000, "Keep at most this many distinct "
+                               "characters (the most frequent ones).")
 
-  Attributes:
-    input_file: comma-separated files, globs, directories or URLs.
-    output_file: where to write vocab.txt.
-    input_format: "auto" (by file name), "text", "jsonl" or "parquet".
-    text_field: the JSON field / Parquet column holding a document.
-    vocab_size: tokens in the vocab, special tokens included.
-    do_lower_case: lower-case and strip accents (uncased models).
-    min_frequency: only merge pieces seen at least this many times.
-    limit_alphabet: keep at most this many distinct characters.
-  """
-  input_file: str
-  output_file: str
-  input_format: str = "auto"
-  text_field: str = corpus_input.DEFAULT_TEXT_FIELD
-  vocab_size: int = 30522
-  do_lower_case: bool = True
-  min_frequency: int = 2
-  limit_alphabet: int = 1000
+  def __post_init__(self):
+    option_fields.check_fields(self)
 
 
 def run(options):
@@ -272,16 +238,5 @@ def run(options):
           % (len(tokens), num_reserved, len(learned), options.output_file))
 
 
-def main(argv):
-  del argv  # Unused.
-  print(run(VocabOptions(**{
-      field.name: getattr(FLAGS, field.name)
-      for field in dataclasses.fields(VocabOptions)})))
-
-
 if __name__ == "__main__":
-  define_flags()
-  flags.mark_flag_as_required("input_file")
-  flags.mark_flag_as_required("output_file")
-  app.run(errors.main_with_user_errors(main),
-          flags_parser=errors.parse_flags)
+  programs.main(VocabOptions, run)

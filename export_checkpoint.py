@@ -37,28 +37,26 @@ Everything is built in a temporary directory next to --output_dir and renamed
 to it when complete. Needs NumPy and safetensors, not PyTorch.
 """
 
+import dataclasses
 import json
 import os
 import shutil
+from typing import Optional, Tuple
 import uuid
-import sys
 
-from absl import app
-from absl import flags
 from absl import logging
 
-from bertkit.common import console
-from bertkit.common import cpu_kernels
-from bertkit.common.errors import UserError, main_with_user_errors, parse_flags
-from bertkit.common import shared_flags
+from bertkit.common import file_patterns
+from bertkit.common import option_fields
+from bertkit.common import options
+from bertkit.common import programs
+from bertkit.common.errors import UserError
+from bertkit.common.option_fields import REQUIRED, option
 import tokenization
 
-# Nothing above imports TensorFlow: the flags and files are checked (main)
+# Nothing above imports TensorFlow: the options and files are checked (run)
 # before it is, in the functions that need it, so that a bad flag is refused
-# at once. Before it is imported: its C++ runtime reads its log level and its
-# choice of CPU kernels then.
-console.quiet_native_logs(sys.argv)
-cpu_kernels.prefer_onednn()
+# at once.
 # pylint: disable=g-import-not-at-top
 
 FORMATS = ("google", "huggingface", "saved_model")
@@ -68,31 +66,28 @@ SPECIAL_TOKENS = {"unk_token": tokenization.UNK_TOKEN,
                   "cls_token": tokenization.CLS_TOKEN,
                   "mask_token": tokenization.MASK_TOKEN}
 
-FLAGS = flags.FLAGS
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ExportOptions(options.ModelFiles):
+  """What export_checkpoint.py is told. The vocab is needed by the google
+  and huggingface formats; the casing is written to the Hugging Face
+  tokenizer config."""
+  checkpoint: str = option(
+      REQUIRED, "A training --output_dir (its latest checkpoint), a "
+      "checkpoint prefix, or a Hugging Face BERT directory (config.json, "
+      "model.safetensors); the config, vocab and casing it holds stand for "
+      "the flags.")
+  output_dir: str = option(REQUIRED, "Where the formats' sub-directories "
+                           "go.")
+  format: Tuple[str, ...] = option(
+      FORMATS, "Comma-separated formats to write: %s." % ", ".join(FORMATS))
+  labels: Optional[Tuple[str, ...]] = option(
+      None, "Classifier checkpoints: the class names in output order.",
+      unset="the labels.txt the training program wrote next to the "
+      "checkpoint, else LABEL_0, LABEL_1, ...")
+  overwrite: bool = option(False, "Replace a non-empty --output_dir.")
 
-
-def define_flags():
-  flags.DEFINE_string("checkpoint", None,
-                      "A training --output_dir (its latest checkpoint), a "
-                      "checkpoint prefix, or a Hugging Face BERT directory "
-                      "(config.json, model.safetensors); the config, vocab "
-                      "and casing it holds stand for the flags.")
-  # The vocab is needed by the google and huggingface formats; the casing is
-  # written to the Hugging Face tokenizer config.
-  shared_flags.define_bert_config_file()
-  shared_flags.define_vocab_file()
-  shared_flags.define_do_lower_case()
-  flags.DEFINE_string("output_dir", None,
-                      "Where the formats' sub-directories go.")
-  flags.DEFINE_list("format", list(FORMATS),
-                    "Comma-separated formats to write: %s." %
-                    ", ".join(FORMATS))
-  flags.DEFINE_list("labels", None,
-                    "Classifier checkpoints: the class names in output order; "
-                    "default: the labels.txt run_classifier.py wrote next "
-                    "to the checkpoint, else LABEL_0, LABEL_1, ...")
-  flags.DEFINE_bool("overwrite", False,
-                    "Replace a non-empty --output_dir.")
+  def __post_init__(self):
+    option_fields.check_fields(self)
 
 
 def parse_formats(values):
@@ -197,7 +192,7 @@ def write_saved_model(directory, weights, bert_config, head, num_labels):
   from bertkit.engine import checkpoint_formats
   from bertkit.tasks.classification import task as classifier
   from bertkit.tasks.swag import task as multiple_choice
-  from bertkit.tasks.squad import task as squad_task
+  from bertkit.tasks.squad import model as squad_model
   from bertkit.tasks.ner import task as token_classification
   import modeling
   with tf.Graph().as_default(), tf.Session() as sess:
@@ -222,7 +217,7 @@ def write_saved_model(directory, weights, bert_config, head, num_labels):
           bert_config, False, inputs["input_ids"], inputs["input_mask"],
           inputs["segment_ids"])}
     elif head == checkpoint_formats.SQUAD:
-      start_logits, end_logits = squad_task.create_model(
+      start_logits, end_logits = squad_model.create_model(
           bert_config, False, inputs["input_ids"], inputs["input_mask"],
           inputs["segment_ids"])
       outputs = {"start_logits": start_logits, "end_logits": end_logits}
@@ -274,7 +269,7 @@ def export(checkpoint, bert_config_file, vocab_file, do_lower_case,
   from bertkit.engine import checkpoint_formats
   from bertkit.engine import checkpoints
   from bertkit.engine import run_directory
-  from bertkit.tasks.classification import task as classifier
+  from bertkit.tasks.fine_tuning import driver
   hf_dir = checkpoint if checkpoint_formats.is_hf_dir(checkpoint) else None
   prefix = None if hf_dir else checkpoints.resolve(checkpoint, "checkpoint")
   model = run_directory.resolve(checkpoint, bert_config_file, vocab_file,
@@ -291,7 +286,7 @@ def export(checkpoint, bert_config_file, vocab_file, do_lower_case,
   head, num_labels = checkpoint_formats.detect_head(shapes)
   if not labels and head in checkpoint_formats.LABELLED_HEADS:
     labels = (checkpoint_formats.hf_labels(hf_dir) if hf_dir else
-              classifier.read_labels(os.path.dirname(prefix)))
+              driver.read_labels(os.path.dirname(prefix)))
   labels = class_labels(labels, head, num_labels)
   table = checkpoint_formats.weight_table(bert_config, head, num_labels)
   weights = checkpoint_formats.model_weights(prefix, table)
@@ -349,24 +344,20 @@ def _replace_dir(new, target):
     shutil.rmtree(old)
 
 
-def main(argv):
-  del argv
-  # --bert_config_file and --vocab_file: checked by export, which takes
-  # those the --checkpoint directory holds instead.
-  shared_flags.require(FLAGS, ("checkpoint", "output_dir"))
-  formats = parse_formats(FLAGS.format)
-  shared_flags.check_local_files(FLAGS, ("bert_config_file", "vocab_file"))
-  check_output_dir(os.path.abspath(FLAGS.output_dir), FLAGS.overwrite)
-  prefix, head = export(FLAGS.checkpoint, FLAGS.bert_config_file,
-                        FLAGS.vocab_file,
-                        shared_flags.given(FLAGS, "do_lower_case"),
-                        FLAGS.output_dir, formats, FLAGS.labels,
-                        FLAGS.overwrite)
-  print("Exported %s (%s) to %s:" % (prefix, head, FLAGS.output_dir))
+def run(opts):
+  """Exports the model `opts` (ExportOptions) name; prints what it wrote."""
+  formats = parse_formats(opts.format)
+  # --bert_config_file and --vocab_file: export takes those the --checkpoint
+  # directory holds when they are not given.
+  file_patterns.check_paths(opts)
+  check_output_dir(os.path.abspath(opts.output_dir), opts.overwrite)
+  prefix, head = export(opts.checkpoint, opts.bert_config_file,
+                        opts.vocab_file, opts.do_lower_case, opts.output_dir,
+                        formats, opts.labels, opts.overwrite)
+  print("Exported %s (%s) to %s:" % (prefix, head, opts.output_dir))
   for name in formats:
-    print("  %s" % os.path.join(FLAGS.output_dir, name))
+    print("  %s" % os.path.join(opts.output_dir, name))
 
 
 if __name__ == "__main__":
-  define_flags()
-  app.run(main_with_user_errors(main), flags_parser=parse_flags)
+  programs.main(ExportOptions, run)

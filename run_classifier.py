@@ -8,10 +8,13 @@ horovod ranks, fp16,
 gradient accumulation, preemption, throughput logs, a run summary.
 `--train_batch_size` is the global batch over all replicas.
 
-This program holds the flags and their checks; the task lives in
-bertkit/tasks: classification/registry.py (every task's names, files and labels),
-classification/data.py (processors), classification/features.py (features,
-records), classification/task.py (head, task, output files).
+Its options (flags): bertkit/tasks/classification/options.py, the
+fine-tuning ones and the runner's; the task: bertkit/tasks/classification/
+registry.py (every task's names, files and labels), data.py (processors),
+features.py (features, records), task.py (head, the runner's task, records)
+and outputs.py (output files), run by the fine-tuning driver
+(bertkit/tasks/fine_tuning/driver.py); a GLUE task's metrics and
+submission files: bertkit/tasks/glue/task_outputs.py.
 
 Tasks (`--task_name`) and the files they read from `--data_dir`:
   cola   train.tsv, dev.tsv (no header): label in column 1, sentence in 3;
@@ -85,34 +88,15 @@ Outputs in --output_dir (besides checkpoints and throughput logs):
                     descending score (ties in file order), rank 1, 2, ...
 """
 
-import functools
 import importlib
-import sys
 
-from absl import app
-from absl import flags
-from absl import logging
-
-from bertkit.common import console
-from bertkit.common import cpu_kernels
-from bertkit.common.errors import UserError, main_with_user_errors, parse_flags
-from bertkit.common import options
-from bertkit.common import shared_flags
-from bertkit.common import training_flags
-import tokenization
-
-# Nothing above imports TensorFlow: the flags and files are checked
-# (check_flags) before it is, in the functions that need it, so that a bad
-# flag is refused at once. Before it is imported: its C++ runtime reads its
-# log level and its choice of CPU kernels then.
-console.quiet_native_logs(sys.argv)
-cpu_kernels.prefer_onednn()
-# pylint: disable=g-import-not-at-top
+from bertkit.common import programs
+from bertkit.tasks.classification.options import ClassifierOptions
 
 # Upstream's API of this module: google-research/bert's run_classifier.py
 # defines these names, and code written for it imports them from here
 # (from the bertkit/tasks module named, on first use: they import
-# TensorFlow).
+# TensorFlow, which the flags' checks come before).
 UPSTREAM_API = dict(
     [(name, "bertkit.tasks.classification.task")
      for name in ("create_model", "model_fn_builder")] +
@@ -131,217 +115,15 @@ def __getattr__(name):
   return getattr(importlib.import_module(UPSTREAM_API[name]), name)
 
 
-FLAGS = flags.FLAGS
-
-
-def define_flags():
-  """Upstream's fine-tuning flags beyond the runner's, and the tsv task's.
-
-  Called by the program only: importing this module (e.g. in tests next to
-  run_pretraining) defines no flags.
-  """
-  training_flags.define_runner_flags()
-  flags.DEFINE_string(
-      "data_dir", None,
-      "Directory with the task's .tsv files (see --task_name).")
-  flags.DEFINE_string("task_name", None,
-                      "A GLUE task (cola, sst-2, mrpc, sts-b, qqp, mnli, "
-                      "qnli, rte, wnli, ax), xnli, tsv or rerank.")
-  shared_flags.define_do_lower_case()
-  shared_flags.define_max_seq_length(128)
-  shared_flags.define_evaluation()
-  shared_flags.define_fine_tuning()
-  flags.DEFINE_string("text_a_column", "0",
-                      "tsv task: column of the first text (number or name).")
-  flags.DEFINE_string("text_b_column", None,
-                      "tsv task: column of the second text of a pair task.")
-  flags.DEFINE_string("label_column", "1",
-                      "tsv task: column of the label (number or name).")
-  flags.DEFINE_bool("tsv_has_header", True,
-                    "tsv task: the first line of each file is a header.")
-  flags.DEFINE_list("labels", None,
-                    "tsv task: the labels, comma-separated; default: the "
-                    "sorted distinct labels of train.tsv.")
-  flags.DEFINE_bool(
-      "pack_sequences", False,
-      "Pack up to --max_sequences_per_pack examples into each row of "
-      "--max_seq_length tokens (bertkit/tasks/classification/packing.py): no "
-      "compute spent on padding, the same logits per example. "
-      "--*_batch_size then count rows.")
-  flags.DEFINE_integer(
-      "max_sequences_per_pack", 3,
-      "With --pack_sequences: the most examples in one row.")
-
-
-def options_from_flags():
-  """The run's options.ClassifierOptions, from the parsed flags."""
-  return training_flags.options_from_flags(
-      options.ClassifierOptions, FLAGS,
-      run=training_flags.run_options_from_flags(FLAGS),
-      do_lower_case=shared_flags.given(FLAGS, "do_lower_case"),
-      labels=tuple(FLAGS.labels) if FLAGS.labels else None)
-
-
-def check_files(opts):
-  """The files and the directory named, checked before TensorFlow is
-  imported."""
-  shared_flags.check_local_files(opts, ("bert_config_file", "vocab_file"))
-  shared_flags.check_data_dir(opts.data_dir)
-
-
-def validate(opts):
-  """Checks the rest of the flags (with TensorFlow) and reads the data before
-  any long work.
-
-  Returns:
-    (model, processor, label_list, examples): model is the
-    run_directory.Model; examples maps "train",
-    "dev", "test" (and MNLI's "dev_mismatched", "test_mismatched") to the
-    InputExamples of the requested steps.
-  """
-  import tensorflow.compat.v1 as tf
-  from bertkit.tasks.classification import data as classifier_data
-  from bertkit.tasks.fine_tuning.driver import load_checked_model
-  model = load_checked_model(opts)
-  processor = classifier_data.make_processor(
-      opts.task_name, opts.data_dir, classifier_data.TsvOptions(
-          opts.text_a_column, opts.label_column, opts.text_b_column,
-          opts.tsv_has_header, opts.labels))
-  examples = {split: read_split(processor, split, opts.data_dir)
-              for split in wanted_splits(opts)}
-  if opts.pack_sequences and classifier_data.is_regression(
-      processor.get_labels()):
-    raise UserError("--pack_sequences is for classification; task %s "
-                    "regresses" % opts.task_name)
-  # With --init_checkpoint a model can predict without fine-tuning here
-  # (ax: an MNLI model on the diagnostic set).
-  if ((opts.do_eval or opts.do_predict) and not opts.do_train and
-      not opts.run.init_checkpoint and
-      not tf.train.latest_checkpoint(opts.run.output_dir)):
-    raise UserError("--do_eval/--do_predict without --do_train need a "
-                    "fine-tuned checkpoint in --output_dir %s; there is none"
-                    % opts.run.output_dir)
-  return model, processor, processor.get_labels(), examples
-
-
-def glue_task(task_name):
-  """The task_registry name of --task_name, or None for a task outside
-  GLUE."""
-  from bertkit.tasks.classification import registry as task_registry
-  task = task_registry.get(task_name)
-  return task.name if task.is_glue else None
-
-
-def wanted_splits(opts):
-  """The processor splits the --do_* options read: train, dev and test, and
-  the further dev and test sets of a GLUE task (MNLI's mismatched)."""
-  from bertkit.tasks.classification import registry as task_registry
-  glue = (task_registry.get(opts.task_name) if glue_task(opts.task_name)
-          else None)
-  splits = ["train"] if opts.do_train else []
-  if opts.do_eval:
-    # ax has no dev set: reading "dev" refuses --do_eval with one line.
-    dev_sets = [split for _, split in glue.dev_sets] if glue else []
-    splits += dev_sets or ["dev"]
-  if opts.do_predict:
-    splits += [split for _, split in glue.test_sets] if glue else ["test"]
-  return splits
-
-
-def read_split(processor, split, data_dir):
-  """The InputExamples of one split of --data_dir."""
-  read = {"train": processor.get_train_examples,
-          "dev": processor.get_dev_examples,
-          "test": processor.get_test_examples}.get(split)
-  if read is None:
-    return processor.get_split_examples(data_dir, split)
-  return read(data_dir)
-
-
-def prediction_stage(opts, examples, label_list, files, glue_run, packed):
-  """The runner's PredictStage: the test set (a GLUE task: its dev and
-  test sets, glue_tasks.GlueRun)."""
-  from bertkit.engine import runner
-  from bertkit.tasks.classification.task import write_predictions
-  if glue_run is None:
-    return runner.PredictStage(
-        files=files.get("test"), batch_size=opts.predict_batch_size,
-        message="***** Predict: %d examples, batch %d *****" % (
-            len(examples.get("test", ())), opts.predict_batch_size),
-        use_predictions=functools.partial(
-            write_predictions, opts.run.output_dir, examples.get("test"),
-            label_list, opts.task_name.lower() == "rerank", packed))
-  return runner.PredictStage(
-      files=glue_run.prediction_files() or None,
-      batch_size=opts.predict_batch_size,
-      message="***** Predict: %d dev and %d test examples, batch %d *****"
-      % (sum(len(s.examples) for s in glue_run.dev_sets),
-         sum(len(s.examples) for s in glue_run.test_sets),
-         opts.predict_batch_size),
-      use_predictions=functools.partial(glue_run.use_predictions,
-                                        opts.run.output_dir))
-
-
 def run(opts):
   """Fine-tunes, evaluates and predicts a classification task as `opts`
-  say.
-
-  Args:
-    opts: an options.ClassifierOptions.
-  """
-  check_files(opts)
-  from bertkit.engine import runner
-  from bertkit.engine import distribution
-  distribution.use_slurm_cluster(opts.run.distribution)  # before the strategy
-  from bertkit.tasks.classification import data as classifier_data
-  from bertkit.tasks.classification.task import (classifier_task, input_fn_maker,
-                                        write_inputs)
-  from bertkit.tasks.fine_tuning.driver import train_steps
-  from bertkit.tasks.glue.task_outputs import GlueRun
-  model, _, label_list, examples = validate(opts)
-  logging.info("Task %s, labels %s", opts.task_name, label_list)
-  prepared = runner.prepare(
-      opts.run, classifier_task(model.bert_config, len(label_list)), model)
-  per_pack = opts.max_sequences_per_pack if opts.pack_sequences else None
-  files, counts = write_inputs(
-      prepared.setup.is_chief, opts.run.output_dir, examples, label_list,
-      tokenization.FullTokenizer(model.vocab_file, model.do_lower_case),
-      opts.max_seq_length, opts.eval_batch_size, opts.predict_batch_size,
-      per_pack)
-  glue = glue_task(opts.task_name)
-  glue_run = glue and GlueRun(glue, label_list, examples, files, counts,
-                              per_pack is not None)
-  if glue_run and prepared.setup.is_chief:
-    glue_run.remove_stale_results(opts.run.output_dir)
-  num_train_steps, num_warmup_steps = 0, 0
-  if opts.do_train:
-    num_train_steps, num_warmup_steps = train_steps(
-        counts["train"], opts.run.train_batch_size, opts.num_train_epochs,
-        opts.warmup_proportion)
-    logging.info("***** Training: %d examples%s, global batch %d, %d steps "
-                 "*****", len(examples["train"]),
-                 " in %d packed rows" % counts["train"] if per_pack else "",
-                 opts.run.train_batch_size, num_train_steps)
-  runner.run(
-      prepared, input_fn_maker(opts.max_seq_length, per_pack,
-                          classifier_data.is_regression(label_list)),
-      runner.Schedule(num_train_steps, num_warmup_steps),
-      train_files=files.get("train"),
-      evaluation=runner.EvalStage(
-          files=files.get("dev"), batch_size=opts.eval_batch_size,
-          message="***** Eval: %d examples, batch %d *****" % (
-              len(examples.get("dev", ())), opts.eval_batch_size)),
-      prediction=prediction_stage(opts, examples, label_list, files, glue_run,
-                                  per_pack is not None))
-  if glue_run and prepared.setup.is_chief:
-    glue_run.write_results(opts.run.output_dir)
-
-
-def main(argv):
-  del argv
-  run(options_from_flags())
+  (ClassifierOptions) say."""
+  # pylint: disable=g-import-not-at-top
+  from bertkit.tasks.fine_tuning import driver
+  driver.check_inputs(opts)  # before TensorFlow is imported
+  from bertkit.tasks.classification import task
+  driver.run(task.TASK, opts)
 
 
 if __name__ == "__main__":
-  define_flags()
-  app.run(main_with_user_errors(main), flags_parser=parse_flags)
+  programs.main(ClassifierOptions, run)

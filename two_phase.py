@@ -30,15 +30,14 @@ Usage:
 """
 
 import collections
+import dataclasses
 import math
+from typing import Optional
 
-from absl import app
-from absl import flags
-
-from bertkit.common.errors import UserError, main_with_user_errors, parse_flags
-from bertkit.common import shared_flags
-
-FLAGS = flags.FLAGS
+from bertkit.common import option_fields
+from bertkit.common import programs
+from bertkit.common.errors import UserError
+from bertkit.common.option_fields import REQUIRED, option
 
 LAMB_REFERENCE_BATCH = 32768
 LAMB_REFERENCE_LEARNING_RATE = 5e-3
@@ -56,7 +55,7 @@ def global_batch(batch_per_gpu, num_gpus, accumulation):
 
 def phase_steps(baseline_batch, baseline_steps, batch_per_gpu, num_gpus,
                 accumulation):
-  """Seed 004's rule: the baseline's examples at this run's global batch.
+  """The baseline's examples at this run's global batch (gluon-nlp's rule).
 
   Args:
     baseline_batch: global batch of the baseline (LAMB paper: 512).
@@ -134,32 +133,33 @@ def format_plan(plan):
           "learning_rate=%.6g" % plan)
 
 
-def define_flags():
-  flags.DEFINE_integer("baseline_batch", 512,
-                       "Global batch of the baseline run.")
-  flags.DEFINE_integer("baseline_steps", None,
-                       "Steps of this phase in the baseline run.")
-  flags.DEFINE_integer("batch_per_gpu", None,
-                       "Examples per replica per micro-batch.")
-  flags.DEFINE_integer("num_gpus", 1, "Replicas (GPUs or CPU replicas).")
-  flags.DEFINE_integer("accumulation", 1,
-                       "Micro-batches per update (--num_accumulation_steps).")
-  flags.DEFINE_float("learning_rate", None,
-                     "Peak learning rate; default: the LAMB paper's rule.")
-  flags.DEFINE_float("warmup_ratio", None,
-                     "Warm-up fraction of the steps; default: the LAMB "
-                     "paper's rule.")
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TwoPhaseOptions:
+  """What two_phase.py is told: the baseline's phase, this run's batch."""
+  baseline_batch: int = option(512, "Global batch of the baseline run.")
+  baseline_steps: int = option(REQUIRED, "Steps of this phase in the "
+                               "baseline run.")
+  batch_per_gpu: int = option(REQUIRED, "Examples per replica per "
+                              "micro-batch.")
+  num_gpus: int = option(1, "Replicas (GPUs or CPU replicas).")
+  accumulation: int = option(1, "Micro-batches per update "
+                             "(--num_accumulation_steps).")
+  learning_rate: Optional[float] = option(
+      None, "Peak learning rate.", unset="the LAMB paper's rule")
+  warmup_ratio: Optional[float] = option(
+      None, "Warm-up fraction of the steps.", unset="the LAMB paper's rule")
+
+  def __post_init__(self):
+    option_fields.check_fields(self)
 
 
-def main(argv):
-  del argv  # parse_flags refuses arguments that are not flags
-  shared_flags.require(FLAGS, ("baseline_steps", "batch_per_gpu"))
-  print(format_plan(plan_phase(
-      FLAGS.baseline_batch, FLAGS.baseline_steps, FLAGS.batch_per_gpu,
-      FLAGS.num_gpus, FLAGS.accumulation, FLAGS.learning_rate,
-      FLAGS.warmup_ratio)))
+def run(opts):
+  """The plan's line for scripts/run_two_phase.sh."""
+  return format_plan(plan_phase(
+      opts.baseline_batch, opts.baseline_steps, opts.batch_per_gpu,
+      opts.num_gpus, opts.accumulation, opts.learning_rate,
+      opts.warmup_ratio))
 
 
 if __name__ == "__main__":
-  define_flags()
-  app.run(main_with_user_errors(main), flags_parser=parse_flags)
+  programs.main(TwoPhaseOptions, run)

@@ -319,49 +319,13 @@ def graph():
     yield g
 
 
-def options_from_args(cls, args, **given):
+def options_from_args(cls, args):
   """A program's options dataclass from its command-line arguments
-  ("--name=value", "--flag", "--noflag"), for running it in this process.
-
-  Values are converted by the fields' types, as the program's flags would
-  convert them; the program's own flag parsing is tested by launching it.
-  """
-  from bertkit.common import options
-  types = _option_field_types(cls)
-  values = {}
-  for arg in args:
-    assert arg.startswith("--"), arg
-    name, has_value, text = arg[2:].partition("=")
-    if not has_value:
-      is_bool = types.get(name) is bool
-      name, value = (name, True) if is_bool else (name[2:], False)
-      assert types.get(name) is bool, arg
-    elif types[name] is bool:
-      value = text.lower() in ("true", "1")
-    elif name == "profile_steps":
-      value = options.parse_profile_steps(text)
-    elif types[name] is tuple:  # a list flag: --labels=a,b
-      value = tuple(text.split(","))
-    else:
-      value = types[name](text)
-    values[name] = value
-  return options.build(cls, values, **given)
-
-
-def _option_field_types(cls):
-  """{field name: int, float, str, bool or tuple} of an options dataclass
-  and the options dataclasses it holds."""
-  import dataclasses
-  import typing
-  types = {}
-  for name, hint in typing.get_type_hints(cls).items():
-    if dataclasses.is_dataclass(hint):
-      types.update(_option_field_types(hint))
-      continue
-    inner = [t for t in typing.get_args(hint) if t is not type(None)]
-    hint = inner[0] if inner else hint
-    types[name] = typing.get_origin(hint) or hint
-  return types
+  ("--name=value", "--flag", "--noflag"), for running it in this process:
+  parsed by absl into flags made from `cls`'s fields, as the program parses
+  them (option_flags.options_from_args)."""
+  from bertkit.common import option_flags
+  return option_flags.options_from_args(cls, args)
 
 
 class InProcessRun:
@@ -404,18 +368,42 @@ def program_in_process(args):
   """run_program(args) in this process: the program's run() with the
   options of its arguments; returns an InProcessRun (user errors raise)."""
   import importlib
-  from bertkit.common import options
-  from bertkit.data import creation_options
   module = importlib.import_module(args[0][:-len(".py")])
-  cls = {"run_pretraining": options.PretrainingOptions,
-         "run_classifier": options.ClassifierOptions,
-         "run_squad": options.SquadOptions,
-         "run_ner": options.NerOptions,
-         "run_swag": options.MultipleChoiceOptions,
-         "create_pretraining_data": creation_options.CreationOptions,
-         "create_vocab": getattr(module, "VocabOptions", None)}[
-             module.__name__]
-  return run_in_process(module.run, options_from_args(cls, args[1:]))
+  return run_in_process(module.run, options_from_args(
+      PROGRAM_OPTIONS[module.__name__](), args[1:]))
+
+
+def _options_class(module_name, class_name):
+  def load():
+    import importlib
+    return getattr(importlib.import_module(module_name), class_name)
+  return load
+
+
+# Each program's options dataclass (a program is its options and `run`).
+PROGRAM_OPTIONS = {
+    "run_pretraining": _options_class("bertkit.tasks.pretraining.options",
+                                      "PretrainingOptions"),
+    "run_classifier": _options_class("bertkit.tasks.classification.options",
+                                     "ClassifierOptions"),
+    "run_squad": _options_class("bertkit.tasks.squad.options",
+                                "SquadOptions"),
+    "run_ner": _options_class("bertkit.tasks.ner.options", "NerOptions"),
+    "run_swag": _options_class("bertkit.tasks.swag.options",
+                               "MultipleChoiceOptions"),
+    "run_glue": _options_class("bertkit.tasks.glue.options",
+                               "GlueSuiteOptions"),
+    "extract_features": _options_class("bertkit.tasks.features.options",
+                                       "FeatureExtractionOptions"),
+    "create_pretraining_data": _options_class(
+        "bertkit.data.creation_options", "CreationOptions"),
+    "create_vocab": _options_class("create_vocab", "VocabOptions"),
+    "export_checkpoint": _options_class("export_checkpoint",
+                                        "ExportOptions"),
+    "two_phase": _options_class("two_phase", "TwoPhaseOptions"),
+    "benchmark": _options_class("bertkit.perf.benchmark_options",
+                                "BenchmarkOptions"),
+}
 
 
 def pretrain_in_process(workdir, output_dir, *extra, **kwargs):

@@ -98,3 +98,19 @@ def remove_stale_partials(directory, prefix=""):
   for name in names:
     if name.startswith(prefix) and ".partial-" in name:
       remove(os.path.join(directory, name))
+
+
+def write_tfrecords(path, records):
+  """Writes the serialized records to the TFRecord file `path`, atomically.
+
+  Returns:
+    The number of records written.
+  """
+  tf = importlib.import_module("tensorflow.compat.v1")
+  count = 0
+  with atomic_path(path) as tmp:
+    with tf.io.TFRecordWriter(tmp) as writer:
+      for record in records:
+        writer.write(record)
+        count += 1
+  return count

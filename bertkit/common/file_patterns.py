@@ -19,6 +19,7 @@ import os
 
 from bertkit.common import atomic_io
 from bertkit.common import errors
+from bertkit.common import option_fields
 
 
 def split_file_list(value, flag_name):
@@ -238,3 +239,26 @@ def split_file(data_dir, split, names):
       return path
   raise errors.UserError("--data_dir %s has no %s file (%s)" % (
       data_dir, split, " or ".join(names)))
+
+
+def check_paths(options):
+  """Refuses a path option naming a local file or directory that is not
+  there (option_fields.FILE, DIRECTORY).
+
+  The programs call it before importing TensorFlow, so a mistyped path is
+  refused at once; a URL is checked when it is read (tf.io.gfile).
+
+  Args:
+    options: a program's options.
+
+  Raises:
+    UserError: "--NAME PATH: no such file" or "--NAME PATH is not a
+      directory" for the first one missing.
+  """
+  for name, path, kind in option_fields.paths(options):
+    if kind == option_fields.DIRECTORY:
+      if not (atomic_io.gfile().isdir(path) if atomic_io.is_url(path)
+              else os.path.isdir(path)):
+        raise errors.UserError("--%s %s is not a directory" % (name, path))
+    elif not atomic_io.is_url(path) and not os.path.isfile(path):
+      raise errors.UserError("--%s %s: no such file" % (name, path))

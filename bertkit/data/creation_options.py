@@ -12,73 +12,99 @@ import dataclasses
 from typing import Optional
 
 from bertkit.common import errors
-from bertkit.common import options as common_options
+from bertkit.common import option_fields
+from bertkit.common.option_fields import (AT_LEAST_ONE, POSITIVE, REQUIRED,
+                                          option)
 from bertkit.data import corpus_input
 from bertkit.data import pretraining_instances
+from bertkit.data import shared_options
 
-@dataclasses.dataclass(frozen=True)
-class CreationOptions:
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CreationOptions(shared_options.CorpusFormat, shared_options.MaskingRate):
   """One run of create_pretraining_data, as its flags ask (checked).
 
-  Defaults are the flags' defaults. Building one checks every value
-  (`check`): an instance is always usable.
-
-  Attributes:
-    input_file: comma-separated files, globs, directories (sharded mode) or
-      URLs.
-    vocab_file: the WordPiece vocab.
-    output_file: faithful mode: comma-separated output files; sharded mode:
-      the shards' prefix (without `output_dir`).
-    input_format: "auto" (by file name), "text", "jsonl" or "parquet".
-    text_field: the JSON field / Parquet column holding a document.
-    do_lower_case: lower-case the text (uncased models).
-    tokenizer_backend: "fast" or "python" (same tokens).
-    max_seq_length: tokens per instance, [CLS] and [SEP]s included.
-    masked_lm_prob: fraction of an instance's tokens to mask.
-    max_predictions_per_seq: cap on masked tokens per instance.
-    do_whole_word_mask: mask all wordpieces of a word together.
-    random_seed: faithful mode: the seed of the one `random.Random` behind
-      every choice; sharded mode: the base of every shard's seed.
-    dupe_factor: passes over the documents, each masked differently; None:
-      `num_passes` picks by `masking`.
-    masking: pretraining_instances.STATIC or DYNAMIC.
-    next_sentence_prediction: segment pairs with next-sentence labels, or
-      RoBERTa's FULL-SENTENCES.
-    short_seq_prob: chance a document aims for a random shorter length.
-    pack_sequences: pack the instances into rows of max_seq_length.
-    max_sequences_per_pack: with pack_sequences, the most sequences a row.
-    num_workers: sharded mode's local worker processes (None: one per core).
-    dask_scheduler: tcp://HOST:PORT of a Dask scheduler, or None.
-    output_dir: sharded mode's directory for part-SSSSS-of-NNNNN.tfrecord.
-    shard_size_mb: the largest input size of a shard, in MB (1e6 bytes).
-    resume: sharded mode: skip shards whose output file exists.
+  Building one checks every value (`check`): an instance is always usable.
   """
-  input_file: str
-  vocab_file: str
-  output_file: Optional[str] = None
-  input_format: str = "auto"
-  text_field: str = corpus_input.DEFAULT_TEXT_FIELD
-  do_lower_case: bool = True
-  tokenizer_backend: str = "fast"
-  max_seq_length: int = 128
-  masked_lm_prob: float = common_options.MASKED_LM_PROB
-  max_predictions_per_seq: int = common_options.MAX_PREDICTIONS_PER_SEQ
-  do_whole_word_mask: bool = False
-  random_seed: int = 12345
-  dupe_factor: Optional[int] = None
-  masking: str = pretraining_instances.STATIC
-  next_sentence_prediction: bool = True
-  short_seq_prob: float = 0.1
-  pack_sequences: bool = False
-  max_sequences_per_pack: int = common_options.ranged(
-      3, **common_options.AT_LEAST_ONE)
-  num_workers: Optional[int] = common_options.ranged(
-      None, **common_options.AT_LEAST_ONE)
-  dask_scheduler: Optional[str] = None
-  output_dir: Optional[str] = None
-  shard_size_mb: float = common_options.ranged(16.0,
-                                               **common_options.POSITIVE)
-  resume: bool = True
+  input_file: str = option(
+      REQUIRED, "Input raw text file (or comma-separated list of files). "
+      "Each item may be a glob, a directory (sharded mode) or a URL fsspec "
+      "serves (s3://, gs://, hdfs://, ... with the matching fsspec package "
+      "installed).")
+  vocab_file: str = option(REQUIRED, "The WordPiece vocab.txt of the model "
+                           "the records are for.")
+  output_file: Optional[str] = option(
+      None, "Output TF example file (or comma-separated list of files); "
+      "sharded mode: the shards' prefix.", unset="none: sharded mode's "
+      "part-SSSSS-of-NNNNN.tfrecord in --output_dir")
+  do_lower_case: bool = option(
+      True, "Lower-case and strip accents: True for uncased models, False "
+      "for cased ones. The vocab, the records and the model must agree.")
+  tokenizer_backend: str = option(
+      "fast", "fast: bertkit/data/fast_tokenization.py. python: "
+      "tokenization.py (upstream's code). Same tokens, so the same records.",
+      choices=("fast", "python"))
+  max_seq_length: int = option(128, "Sequence length S: tokens per instance, "
+                               "[CLS] and [SEP]s included.")
+  random_seed: int = option(12345, "Random seed for data generation: "
+                            "faithful mode's one random.Random; sharded "
+                            "mode's base of every shard's seed.")
+  dupe_factor: Optional[int] = option(
+      None, "Number of times to duplicate the input data (with different "
+      "masks).", unset="10 (upstream's) with --masking=static, 1 with "
+      "--masking=dynamic")
+  masking: str = option(
+      pretraining_instances.STATIC, "static: upstream's records, masks "
+      "drawn here once per record. dynamic: records without masks "
+      "(input_ids, input_mask, segment_ids, next_sentence_labels), of the "
+      "same token pairs; run_pretraining.py draws new masks every epoch.",
+      choices=pretraining_instances.MASKING_CHOICES)
+  next_sentence_prediction: bool = option(
+      True, "true: upstream's segment pairs with next-sentence labels. "
+      "false: RoBERTa's FULL-SENTENCES: each record is one segment of "
+      "consecutive sentences filling --max_seq_length, across documents (an "
+      "extra [SEP] between two), without the next_sentence_labels feature; "
+      "run_pretraining.py then trains the masked LM alone. --short_seq_prob "
+      "does not apply to it.")
+  short_seq_prob: float = option(
+      0.1, "Probability of creating sequences which are shorter than the "
+      "maximum length.")
+  pack_sequences: bool = option(
+      False, "Pack the instances into rows of --max_seq_length, at most "
+      "--max_sequences_per_pack to a row (bertkit/data/packing.py: "
+      "shortest-pack-first histogram packing), so that training computes "
+      "little padding. The records then also say which sequence each token "
+      "belongs to, its position in it, and each sequence's [CLS] index and "
+      "next-sentence label; run_pretraining.py recognises them. With "
+      "--masking=dynamic the rows hold no masks and run_pretraining.py "
+      "draws each sequence's masks.")
+  max_sequences_per_pack: int = option(
+      3, "With --pack_sequences: the most sequences in one row.",
+      **AT_LEAST_ONE)
+  num_workers: Optional[int] = option(
+      None, "Sharded mode (see bertkit/data/sharded_mode.py): number of local "
+      "worker processes.", unset="one per core when --output_dir is given",
+      **AT_LEAST_ONE)
+  dask_scheduler: Optional[str] = option(
+      None, "Sharded mode on a Dask cluster: the scheduler's address, "
+      "tcp://HOST:PORT (as `dask scheduler` prints it). Its workers must "
+      "import this repository, read --input_file and write the output "
+      "directory at the same paths.", unset="no Dask cluster")
+  output_dir: Optional[str] = option(
+      None, "Sharded mode: directory for the shard files "
+      "part-SSSSS-of-NNNNN.tfrecord (created if missing). Without it, "
+      "--output_file is the shards' prefix.", unset="faithful mode, unless "
+      "--num_workers or --dask_scheduler")
+  shard_size_mb: float = option(
+      16.0, "Sharded mode: the largest input MB of a shard. Shards are "
+      "planned from the corpus size (about 32 of them, none under 0.25 MB); "
+      "small files are packed together, larger ones split at document "
+      "boundaries. Worker memory grows with the shard size; next-sentence "
+      "negatives come from the same shard.", **POSITIVE)
+  resume: bool = option(
+      True, "Sharded mode: skip shards whose output file already exists "
+      "(files get their final name only once complete). --noresume rewrites "
+      "every shard.")
 
   def __post_init__(self):
     check(self)
@@ -129,7 +155,7 @@ def check(options):
   """
   # Every float finite (NaN fails every comparison, inf passes "> 0"), and
   # the ranges written beside the fields.
-  common_options.check_fields(options)
+  option_fields.check_fields(options)
   pretraining_instances.validate_params(options.params, options.num_passes)
   if options.pack_sequences and not options.next_sentence_prediction:
     raise errors.UserError(

@@ -11,9 +11,12 @@ mistakes refused, before TensorFlow is imported.
 """
 
 import dataclasses
+import os
 import re
 from typing import Optional
 
+from bertkit.common import atomic_io
+from bertkit.common import file_patterns
 from bertkit.common.errors import UserError
 from bertkit.data import corpus_input
 
@@ -73,3 +76,33 @@ def read_examples(files, text_field):
         "--input_file %s holds no lines; expected one text (or 'text_a ||| "
         "text_b') per line" % ",".join(f.path for f in files))
   return examples
+
+
+def check_output_file(output_file):
+  """Refuses an --output_file whose directory does not exist, or that is a
+  directory, before anything is computed (URLs are checked when written)."""
+  if atomic_io.is_url(output_file):
+    return
+  directory = os.path.dirname(os.path.abspath(output_file))
+  if not os.path.isdir(directory):
+    raise UserError("--output_file %s: the directory %s does not exist" % (
+        output_file, directory))
+  if os.path.isdir(output_file):
+    raise UserError("--output_file %s is a directory; expected a file name"
+                    % output_file)
+
+
+def read_checked(opts):
+  """What extract_features checks and reads before TensorFlow is imported:
+  the files its options name, the output's directory, then every example.
+
+  Args:
+    opts: the FeatureExtractionOptions.
+
+  Returns:
+    The Examples of --input_file, in order.
+  """
+  file_patterns.check_paths(opts)
+  check_output_file(opts.output_file)
+  return read_examples(corpus_input.expand_corpus(corpus_input.Corpus(
+      opts.input_file, opts.input_format, opts.text_field)), opts.text_field)

@@ -40,9 +40,11 @@ MAX_SEQ_LENGTH = 8192
 REQUIRED_VOCAB_TOKENS = (tokenization.CLS_TOKEN, tokenization.SEP_TOKEN,
                          tokenization.MASK_TOKEN, tokenization.UNK_TOKEN)
 
-# create_pretraining_data.py --masking (common/options.py).
-STATIC = options.STATIC
-DYNAMIC = options.DYNAMIC
+# create_pretraining_data.py --masking: masks frozen into the records
+# (upstream), or none written and drawn in run_pretraining.py's input
+# pipeline, every epoch.
+STATIC = "static"
+DYNAMIC = "dynamic"
 MASKING_CHOICES = (STATIC, DYNAMIC)
 
 # Records logged in full at the start of the output, as upstream does.

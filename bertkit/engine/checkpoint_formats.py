@@ -26,36 +26,25 @@ from absl import logging
 import numpy as np
 import tensorflow.compat.v1 as tf
 
+from bertkit.common import heads
 from bertkit.common.errors import UserError
 import modeling
 
-PRETRAINING = "pretraining"
-# Pretrained without next-sentence prediction: the masked-LM head alone.
-MASKED_LM = "masked_lm"
-CLASSIFIER = "classifier"
-SQUAD = "squad"
-# run_ner's head over every token, run_swag's one score per choice.
-TOKEN_CLASSIFICATION = "token_classification"
-MULTIPLE_CHOICE = "multiple_choice"
-# Their variables (bertkit/tasks/ner/task.py, swag/task.py):
-# scoped, so that neither is taken for the sentence classifier's top-level
-# output_weights.
-HEAD_VARIABLES = {TOKEN_CLASSIFICATION: "cls/token_classification/output_",
-                  MULTIPLE_CHOICE: "cls/multiple_choice/output_"}
+# The heads (common/heads.py) by name, as this module's tables and
+# export_checkpoint.py speak of them.
+PRETRAINING = heads.PRETRAINING.name
+MASKED_LM = heads.MASKED_LM.name
+CLASSIFIER = heads.CLASSIFIER.name
+SQUAD = heads.SQUAD.name
+TOKEN_CLASSIFICATION = heads.TOKEN_CLASSIFICATION.name
+MULTIPLE_CHOICE = heads.MULTIPLE_CHOICE.name
+ENCODER = heads.ENCODER.name
 # The heads whose outputs are named classes (labels.txt, id2label).
-LABELLED_HEADS = (CLASSIFIER, TOKEN_CLASSIFICATION)
-# No head: the encoder and its pooler (a Hugging Face BertModel, e.g. a
-# sentence-transformers model).
-ENCODER = "encoder"
-
+LABELLED_HEADS = tuple(head.name for head in heads.HEADS if head.labelled)
 # Hugging Face's class for each head.
-HF_ARCHITECTURES = {PRETRAINING: "BertForPreTraining",
-                    MASKED_LM: "BertForMaskedLM",
-                    CLASSIFIER: "BertForSequenceClassification",
-                    SQUAD: "BertForQuestionAnswering",
-                    TOKEN_CLASSIFICATION: "BertForTokenClassification",
-                    MULTIPLE_CHOICE: "BertForMultipleChoice",
-                    ENCODER: "BertModel"}
+HF_ARCHITECTURES = {head.name: head.hf_architecture for head in heads.HEADS}
+# Hugging Face calls the layer of these heads "classifier", whichever it is.
+_HF_CLASSIFIER_LAYERS = (CLASSIFIER, TOKEN_CLASSIFICATION, MULTIPLE_CHOICE)
 
 HF_CONFIG = "config.json"
 HF_WEIGHTS = "model.safetensors"
@@ -166,27 +155,22 @@ def _head_weights(config, head, num_labels):
   if head == PRETRAINING:
     # Our [2, H] and [C, H] output weights are used as matmul(x, w^T):
     # already torch's [out, in] layout.
-    table += [("cls/seq_relationship/output_weights",
-               "cls.seq_relationship.weight", [2, h], False),
-              ("cls/seq_relationship/output_bias",
-               "cls.seq_relationship.bias", [2], False)]
-  elif head == CLASSIFIER:
-    table += [("output_weights", "classifier.weight", [num_labels, h], False),
-              ("output_bias", "classifier.bias", [num_labels], False)]
+    weights, bias = heads.PRETRAINING.variables[:2]
+    table += [(weights, "cls.seq_relationship.weight", [2, h], False),
+              (bias, "cls.seq_relationship.bias", [2], False)]
   elif head == SQUAD:
     # [2, H]: row 0 gives the start logits, row 1 the end logits, as in
     # qa_outputs (a Linear(H, 2)) split into start and end.
-    table += [("cls/squad/output_weights", "qa_outputs.weight", [2, h],
-               False),
-              ("cls/squad/output_bias", "qa_outputs.bias", [2], False)]
-  elif head in HEAD_VARIABLES:
-    # BertForTokenClassification's classifier is a Linear(H, C),
-    # BertForMultipleChoice's a Linear(H, 1).
-    outputs = num_labels if head == TOKEN_CLASSIFICATION else 1
-    table += [(HEAD_VARIABLES[head] + "weights", "classifier.weight",
-               [outputs, h], False),
-              (HEAD_VARIABLES[head] + "bias", "classifier.bias", [outputs],
-               False)]
+    weights, bias = heads.SQUAD.variables
+    table += [(weights, "qa_outputs.weight", [2, h], False),
+              (bias, "qa_outputs.bias", [2], False)]
+  elif head in _HF_CLASSIFIER_LAYERS:
+    # BertForSequenceClassification's and BertForTokenClassification's
+    # classifier is a Linear(H, C), BertForMultipleChoice's a Linear(H, 1).
+    outputs = 1 if head == MULTIPLE_CHOICE else num_labels
+    weights, bias = heads.BY_NAME[head].variables
+    table += [(weights, "classifier.weight", [outputs, h], False),
+              (bias, "classifier.bias", [outputs], False)]
   return table
 
 
@@ -204,27 +188,21 @@ def detect_head(checkpoint_shapes):
   Raises:
     UserError: no head and no BERT encoder is there.
   """
-  if "cls/seq_relationship/output_weights" in checkpoint_shapes:
-    return PRETRAINING, None
-  if "cls/squad/output_weights" in checkpoint_shapes:
-    return SQUAD, None
-  for head, prefix in HEAD_VARIABLES.items():
-    if prefix + "weights" in checkpoint_shapes:
-      return head, (int(checkpoint_shapes[prefix + "weights"][0])
-                    if head == TOKEN_CLASSIFICATION else None)
-  if "output_weights" in checkpoint_shapes:
-    return CLASSIFIER, int(checkpoint_shapes["output_weights"][0])
-  if "cls/predictions/output_bias" in checkpoint_shapes:
-    return MASKED_LM, None
-  if "bert/embeddings/word_embeddings" in checkpoint_shapes:
-    return ENCODER, None
-  raise UserError("the checkpoint has no pretraining head "
-                  "(cls/seq_relationship/output_weights or "
-                  "cls/predictions/output_bias), run_classifier "
-                  "head (output_weights), run_squad head "
-                  "(cls/squad/output_weights), run_ner or run_swag head "
-                  "(cls/token_classification/..., cls/multiple_choice/...); "
-                  "it is not a model of this toolkit")
+  head = heads.detect(checkpoint_shapes)
+  if head is None:
+    scope = lambda head: head.variables[0].rsplit("/", 1)[0] + "/..."
+    raise UserError(
+        "the checkpoint has no pretraining head (%s or %s), run_classifier "
+        "head (%s), run_squad head (%s), run_ner or run_swag head (%s, %s); "
+        "it is not a model of this toolkit" % (
+            heads.PRETRAINING.variables[0], heads.MASKED_LM.variables[0],
+            heads.CLASSIFIER.variables[0], heads.SQUAD.variables[0],
+            scope(heads.TOKEN_CLASSIFICATION),
+            scope(heads.MULTIPLE_CHOICE)))
+  num_labels = None
+  if head in (heads.CLASSIFIER, heads.TOKEN_CLASSIFICATION):
+    num_labels = int(checkpoint_shapes[head.variables[0]][0])
+  return head.name, num_labels
 
 
 def model_weights(checkpoint, table):
@@ -440,8 +418,9 @@ def read_hf_weights(hf_dir):
   # Hugging Face names every classifier's layer "classifier": the class the
   # config names says whose it is (ours are scoped apart).
   architecture = (config.get("architectures") or [None])[0]
-  classifier = {HF_ARCHITECTURES[head]: head for head in HEAD_VARIABLES}.get(
-      architecture, CLASSIFIER)
+  classifier = {HF_ARCHITECTURES[head]: head
+                for head in _HF_CLASSIFIER_LAYERS}.get(architecture,
+                                                       CLASSIFIER)
   by_hf_name = {}
   for head in (PRETRAINING, classifier, SQUAD):
     for tf_name, hf_name, _, transpose in weight_table(shape_config, head,

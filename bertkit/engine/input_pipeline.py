@@ -688,15 +688,14 @@ def classifier_feature_spec(seq_length):
   }
 
 
-def classifier_input_fn_builder(input_file, seq_length, is_training,
-                                drop_remainder, global_batch_size,
-                                num_replicas=1, shuffle_seed=None,
-                                feature_spec=None):
-  """Returns an Estimator input_fn over one file of classifier records.
+def records_input_fn(input_file, feature_spec, is_training, drop_remainder,
+                     global_batch_size, num_replicas=1, shuffle_seed=None):
+  """Returns an Estimator input_fn over the records of a fine-tuning task.
 
   Args:
-    input_file: TFRecord path written by run_classifier.py.
-    seq_length: S.
+    input_file: the TFRecord file(s) the task wrote.
+    feature_spec: the records' parsing spec (classifier_feature_spec, or
+      the task's own).
     is_training: repeat forever and shuffle (buffer of 100, as upstream) if
       True; one ordered pass if False, so predictions line up with the file.
     drop_remainder: drop a last partial batch. Eval and predict files are
@@ -705,17 +704,13 @@ def classifier_input_fn_builder(input_file, seq_length, is_training,
     num_replicas: replicas in sync; the dataset yields per-replica batches.
     shuffle_seed: op seed of the training shuffle; None leaves it to the
       graph-level seed (--tf_random_seed), deterministic when that is set.
-    feature_spec: the records' parsing spec if they are not the classifier's
-      (run_squad.py's, squad_task.feature_spec).
 
   Returns:
-    input_fn(params, input_context=None) -> tf.data.Dataset of feature dicts:
-    int32 input_ids / input_mask / segment_ids [B, S], label_ids and
-    is_real_example [B] (or what feature_spec names), B = per-replica batch.
+    input_fn(params, input_context=None) -> tf.data.Dataset of the
+    feature dicts feature_spec names, int64 features as int32; [B, ...],
+    B = per-replica batch.
   """
   per_replica_batch = global_batch_size // num_replicas
-  if feature_spec is None:
-    feature_spec = classifier_feature_spec(seq_length)
 
   def input_fn(params=None, input_context=None):
     del params
@@ -735,15 +730,15 @@ def classifier_input_fn_builder(input_file, seq_length, is_training,
   return input_fn
 
 
-def records_input_fn_maker(seq_length, feature_spec):
+def records_input_fn_maker(feature_spec):
   """The runner's make_input_fn over fine-tuning records of `feature_spec`:
   shuffled and repeated for training, one ordered pass otherwise
-  (classifier_input_fn_builder)."""
+  (records_input_fn)."""
 
   def make_input_fn(files, mode, global_batch_size, num_replicas):
     is_training = mode == tf.estimator.ModeKeys.TRAIN
-    return classifier_input_fn_builder(
-        files, seq_length, is_training=is_training,
+    return records_input_fn(
+        files, feature_spec, is_training=is_training,
         drop_remainder=is_training, global_batch_size=global_batch_size,
-        num_replicas=num_replicas, feature_spec=feature_spec)
+        num_replicas=num_replicas)
   return make_input_fn

@@ -315,7 +315,7 @@ def resolve(checkpoint=None, bert_config_file=None, vocab_file=None,
     bert_config_file: --bert_config_file, or None.
     vocab_file: --vocab_file, or None.
     do_lower_case: --do_lower_case when given explicitly, None when not
-      (shared_flags.given).
+      (options.ModelFiles).
     flag: the name of the checkpoint flag, for messages.
     output_dir: a training program's --output_dir, or None: when it holds
       a description (a resumed run), the model must be the one described.

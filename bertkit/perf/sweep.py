@@ -63,32 +63,6 @@ class Cell:
   replicas: int
 
 
-@dataclasses.dataclass(frozen=True)
-class SweepOptions:
-  """What every cell of a sweep shares, as the benchmark's flags give it.
-
-  Attributes:
-    output_dir: where the cells' directories (cells/<name>) go, and
-      synthetic records (data/).
-    input_file: the pretraining records of every cell (comma-separated
-      globs), or None: synthetic records of each cell's shape.
-    max_predictions_per_seq: masked positions per sequence (P).
-    num_train_steps: training steps of each cell.
-    throughput_warmup_steps: leading steps of each cell left out of its
-      figure.
-    num_synthetic_records: synthetic records of each shape.
-    cell_timeout_seconds: a cell running longer is stopped and marked
-      failed.
-  """
-  output_dir: str
-  input_file: Optional[str]
-  max_predictions_per_seq: int
-  num_train_steps: int
-  throughput_warmup_steps: int
-  num_synthetic_records: int
-  cell_timeout_seconds: int
-
-
 def expand_cells(strategies, config_files, seq_lengths, xla, precisions,
                  per_replica_batches, replicas):
   """The Cartesian product of the axes, in the order given, as Cells."""
@@ -344,7 +318,7 @@ def _measure(row, cell, config_path, input_file, device, options):
     config_path: absolute path of its bert_config.json.
     input_file: its records.
     device: "gpu" or "cpu".
-    options: the SweepOptions.
+    options: the benchmark_options.BenchmarkOptions.
   """
   cell_dir = os.path.join(options.output_dir, "cells", cell_name(cell))
   row["cell_dir"] = cell_dir
@@ -379,7 +353,7 @@ def run_sweep(cells, device, options):
   Args:
     cells: the Cells.
     device: "gpu" or "cpu".
-    options: SweepOptions. Without an input_file, each shape's synthetic
+    options: the BenchmarkOptions. Without an input_file, each shape's synthetic
       records are written once under output_dir/data.
 
   Returns:

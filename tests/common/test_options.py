@@ -9,7 +9,12 @@ import typing
 
 import pytest
 
+from bertkit.common import option_fields
 from bertkit.common import options
+from bertkit.tasks.classification.options import ClassifierOptions
+from bertkit.tasks.pretraining.options import PretrainingOptions
+from bertkit.tasks.squad.options import SquadOptions
+from bertkit.tasks.pretraining import options as pretraining_options
 from bertkit.common.errors import UserError
 from conftest import REPO_ROOT
 
@@ -20,12 +25,12 @@ VALID = {
     options.PrecisionOptions: options.PrecisionOptions(),
     options.OptimizerOptions: options.OptimizerOptions(),
     options.RunOptions: RUN,
-    options.PretrainingOptions: options.PretrainingOptions(
+    PretrainingOptions: PretrainingOptions(
         run=RUN, input_file="train.tfrecord", do_train=True),
-    options.ClassifierOptions: options.ClassifierOptions(
+    ClassifierOptions: ClassifierOptions(
         run=RUN, do_train=True, vocab_file="vocab.txt", data_dir="glue/MRPC",
         task_name="mrpc"),
-    options.SquadOptions: options.SquadOptions(
+    SquadOptions: SquadOptions(
         run=RUN, do_train=True, vocab_file="vocab.txt",
         train_file="train.json"),
 }
@@ -58,19 +63,19 @@ def test_every_float_option_refuses_non_finite_values(cls, name, value):
 
 
 @pytest.mark.parametrize("cls,changes,message", [
-    (options.PretrainingOptions, dict(max_eval_steps=0),
+    (PretrainingOptions, dict(max_eval_steps=0),
      "--max_eval_steps must be >= 1, got 0"),
-    (options.PretrainingOptions, dict(train_time_budget_hours=0.0),
+    (PretrainingOptions, dict(train_time_budget_hours=0.0),
      "--train_time_budget_hours must be > 0, got 0.0"),
-    (options.PretrainingOptions, dict(target_masked_lm_accuracy=1.5),
+    (PretrainingOptions, dict(target_masked_lm_accuracy=1.5),
      "--target_masked_lm_accuracy=1.5 is out of range; expected 0 < "
      "target_masked_lm_accuracy <= 1"),
-    (options.PretrainingOptions, dict(train_time_budget_hours=1.0,
+    (PretrainingOptions, dict(train_time_budget_hours=1.0,
                                       num_warmup_steps=10),
      "--num_warmup_steps counts steps but --train_time_budget_hours runs "
      "the schedule over training time; give the warm-up as "
      "--warmup_proportion of the budget"),
-    (options.PretrainingOptions, dict(init_distribution="uniform"),
+    (PretrainingOptions, dict(init_distribution="uniform"),
      "--init_distribution=uniform is not one of truncated_normal, normal"),
     (options.OptimizerOptions, dict(adam_beta_2=1.0),
      "--adam_beta_2=1.0 is out of range; expected 0 <= adam_beta_2 < 1"),
@@ -85,11 +90,11 @@ def test_every_float_option_refuses_non_finite_values(cls, name, value):
      "--profile_steps needs 1 <= A <= B, got 5,2"),
     (options.DistributionOptions, dict(cpu_replicas=2, num_gpus=1),
      "--cpu_replicas cannot be combined with --num_gpus or --multi_gpu"),
-    (options.ClassifierOptions, dict(max_seq_length=2),
+    (ClassifierOptions, dict(max_seq_length=2),
      "--max_seq_length must be >= 3, got 2"),
-    (options.ClassifierOptions, dict(num_train_epochs=0.0),
+    (ClassifierOptions, dict(num_train_epochs=0.0),
      "--num_train_epochs must be > 0, got 0.0"),
-    (options.SquadOptions, dict(warmup_proportion=1.5),
+    (SquadOptions, dict(warmup_proportion=1.5),
      "--warmup_proportion=1.5 is out of range; expected 0 <= "
      "warmup_proportion <= 1"),
 ])
@@ -100,7 +105,7 @@ def test_a_value_out_of_range_names_its_flag(cls, changes, message):
 
 
 def test_build_fills_nested_options_from_one_mapping():
-  built = options.build(options.PretrainingOptions, {
+  built = option_fields.build(PretrainingOptions, {
       "output_dir": "out", "input_file": "a.tfrecord", "do_train": True,
       "learning_rate": 1e-3, "cpu_replicas": 2, "use_xla": True,
       "num_train_steps": 7, "unrelated_flag": 1}, num_warmup_steps=3)
@@ -112,12 +117,12 @@ def test_build_fills_nested_options_from_one_mapping():
 
 
 def test_warm_up_comes_from_steps_then_proportion_then_upstream():
-  base = VALID[options.PretrainingOptions]
+  base = VALID[PretrainingOptions]
   assert dataclasses.replace(base, num_train_steps=200,
                              warmup_proportion=0.1).warmup_steps == 20
   assert dataclasses.replace(base, num_train_steps=200, num_warmup_steps=5,
                              warmup_proportion=0.1).warmup_steps == 5
-  assert base.warmup_steps == options.UPSTREAM_WARMUP_STEPS
+  assert base.warmup_steps == pretraining_options.UPSTREAM_WARMUP_STEPS
 
 
 def test_options_are_frozen():
@@ -125,9 +130,9 @@ def test_options_are_frozen():
     RUN.train_batch_size = 0
 
 
-# The modules that define flags, and so may read absl's flag object.
-FLAG_MODULES = {"bertkit/common/shared_flags.py",
-                "bertkit/common/training_flags.py",
+# The modules that make and parse flags, and so may touch absl's flags.
+FLAG_MODULES = {"bertkit/common/option_flags.py",
+                "bertkit/common/programs.py",
                 "bertkit/common/errors.py", "bertkit/common/flag_parsing.py"}
 
 
@@ -146,6 +151,18 @@ def test_only_the_flag_modules_of_the_package_read_absl_flags():
   assert readers == []
 
 
+def test_no_program_reads_absl_flags_past_its_options():
+  """Every program is its options and a function of them: none reads
+  absl's FLAGS."""
+  readers = []
+  for name in sorted(os.listdir(REPO_ROOT)):
+    if name.endswith(".py"):
+      with open(os.path.join(REPO_ROOT, name), encoding="utf-8") as f:
+        if re.search(r"\bFLAGS\b|flags\.DEFINE", f.read()):
+          readers.append(name)
+  assert readers == []
+
+
 @pytest.mark.parametrize("changes,message", [
     (dict(num_workers=0), "--num_workers must be >= 1, got 0"),
     (dict(shard_size_mb=0.0), "--shard_size_mb must be > 0, got 0.0"),
@@ -157,5 +174,6 @@ def test_only_the_flag_modules_of_the_package_read_absl_flags():
 def test_data_creation_ranges_are_written_once_too(changes, message):
   from bertkit.data import creation_options
   with pytest.raises(UserError) as e:
-    creation_options.CreationOptions("in.txt", "vocab.txt", **changes)
+    creation_options.CreationOptions(input_file="in.txt",
+                                     vocab_file="vocab.txt", **changes)
   assert str(e.value) == message

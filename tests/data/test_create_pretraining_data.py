@@ -815,7 +815,10 @@ def test_bad_input_vocab_without_special_tokens(tmp_path):
     ("dupe_factor", 0),
 ])
 def test_bad_input_flag_out_of_range(tmp_path, flag, value):
-  assert_refused(tmp_path, "--%s=%s" % (flag, value), **{flag: value})
+  # The masking rate's options are run_pretraining's too, with its message.
+  named = ("--%s must be >= 1, got %s" if flag == "max_predictions_per_seq"
+           else "--%s=%s")
+  assert_refused(tmp_path, named % (flag, value), **{flag: value})
 
 
 @pytest.mark.parametrize("flag,value", [
@@ -838,9 +841,9 @@ def test_program_prints_a_bad_flag_as_one_error_line(tmp_path):
 
 
 def test_option_defaults_are_the_masked_lm_defaults():
-  # The program's flags take their defaults from CreationOptions, but for
-  # the flags shared_flags defines.
-  defaults = creation_options.CreationOptions("in.txt", "vocab.txt")
+  # The program's flags are made from CreationOptions' fields.
+  defaults = creation_options.CreationOptions(input_file="in.txt",
+                                              vocab_file="vocab.txt")
   assert defaults.masked_lm_prob == options.MASKED_LM_PROB
   assert (defaults.max_predictions_per_seq ==
           options.MAX_PREDICTIONS_PER_SEQ)

@@ -18,6 +18,7 @@ from bertkit.data import packing
 from bertkit.data import pretraining_records
 from bertkit.engine import dynamic_masking
 from bertkit.engine import input_pipeline
+from bertkit.tasks.pretraining import trainer as pretraining_trainer
 import run_pretraining
 import tokenization
 from conftest import REPO_ROOT, expect_user_error, tiny_bert_config
@@ -390,8 +391,8 @@ def test_masking_choice_and_its_errors(data):
   vocab_file = str(data["dir"] / "vocab.txt")
 
   def choose(masking, kind, vocab=vocab_file, prob=0.15):
-    return run_pretraining.masking_for_records(masking, kind, vocab, SEQ,
-                                               PREDS, prob, False)
+    return pretraining_trainer.masking_for_records(masking, kind, vocab,
+                                                   SEQ, PREDS, prob, False)
 
   assert choose("auto", MASKED) is None
   assert choose("static", MASKED) is None
@@ -407,7 +408,7 @@ def test_masking_choice_and_its_errors(data):
     choose("auto", UNMASKED, prob=0.5)
   with pytest.raises(UserError, match="--vocab_file is required"):
     choose("dynamic", MASKED, vocab=None)
-  assert "unmasked" in run_pretraining.describe_masking(
+  assert "unmasked" in pretraining_trainer.describe_masking(
       UNMASKED, choose("auto", UNMASKED))
 
 

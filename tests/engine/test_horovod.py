@@ -221,8 +221,9 @@ PROBE = textwrap.dedent("""\
              "dtype16": sess.run(sum16).dtype.name,
              "broadcast": sess.run(var).tolist()}
       context = training_setup.input_context(types.SimpleNamespace(plan=plan))
-      batches = input_pipeline.classifier_input_fn_builder(
-          %(records)r, 4, is_training=False, drop_remainder=False,
+      batches = input_pipeline.records_input_fn(
+          %(records)r, input_pipeline.classifier_feature_spec(4),
+          is_training=False, drop_remainder=False,
           global_batch_size=2)(input_context=context)
       labels = tf.data.make_one_shot_iterator(batches).get_next()["label_ids"]
       out["record_shard"] = [context.num_input_pipelines,

@@ -162,8 +162,9 @@ def test_input_pipelines_run_without_the_autotuning_thread(corpus_run_dir):
       [str(corpus_run_dir / "records.tfrecord")],
       input_pipeline.PretrainingInput(SEQ, PREDS),
       is_training=True, global_batch_size=8, num_replicas=1)
-  classifier = input_pipeline.classifier_input_fn_builder(
-      str(corpus_run_dir / "records.tfrecord"), SEQ, is_training=True,
+  classifier = input_pipeline.records_input_fn(
+      str(corpus_run_dir / "records.tfrecord"),
+      input_pipeline.classifier_feature_spec(SEQ), is_training=True,
       drop_remainder=True, global_batch_size=8)
   extraction = feature_extraction.input_fn_builder(
       [feature_extraction.Feature(0, ["[CLS]", "[SEP]"], [101, 102], [1, 1],

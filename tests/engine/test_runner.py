@@ -1,11 +1,12 @@
 """The task runner (runner.py): what the programs may and may not do, and
 what the runner does for every task.
 
-The programs describe their task (runner.Task) and hand it to the runner;
-the acceptance rules of issue 28 are read from their source: no program
+The programs describe their task (runner.Task) and hand it to the runner,
+through the two modules that run a training program: pretraining's trainer
+and the fine-tuning driver. Their rules are read from the source: neither
 imports the optimizer, the throughput hook, the step contract or the engine
-set-up, none registers step metrics itself, and each main makes at most 3
-calls into the runner.
+set-up, neither registers step metrics itself, and each `run` makes at most
+3 calls into the runner.
 """
 
 import ast
@@ -19,7 +20,10 @@ from bertkit.common import options
 from bertkit.engine import runner
 from conftest import REPO_ROOT
 
-PROGRAMS = ("run_pretraining.py", "run_classifier.py", "run_squad.py")
+# What runs a training program: run_pretraining.py's, and every
+# fine-tuning program's.
+PROGRAMS = ("bertkit/tasks/pretraining/trainer.py",
+            "bertkit/tasks/fine_tuning/driver.py")
 # What only the runner may reach: the optimizer, the speed measurement, the
 # step contract and the engine set-up.
 RUNNER_ONLY = {"optimization", "optimizers", "throughput", "train_step",

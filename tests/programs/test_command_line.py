@@ -30,9 +30,9 @@ PROGRAMS = {
     "benchmark.py": [],
 }
 
-# bertkit.perf, which benchmark.py imports before parsing its flags, imports
-# TensorFlow.
-IMPORTS_TENSORFLOW_FIRST = {"benchmark.py"}
+# Programs that import TensorFlow before parsing their flags: none (every
+# program's options are TensorFlow-free).
+IMPORTS_TENSORFLOW_FIRST = set()
 
 
 # Runs PROGRAM up to absl's app.run, then prints as JSON, for every flag it

@@ -192,7 +192,7 @@ def test_use_xla_compiles_on_cpu_and_trains_the_same_model(strategy_runs,
   out = workdir / "xla"
   result = run_ok(pretrain_args(workdir, out, "--use_xla"),
                   env={"TF_CPP_MIN_LOG_LEVEL": "0"})
-  # Without --tf_xla_cpu_global_jit (training_flags.allow_xla_on_cpu) the
+  # Without --tf_xla_cpu_global_jit (programs.allow_xla_on_cpu) the
   # session's jit level is ignored on CPU and nothing is compiled.
   assert "Compiled cluster using XLA" in result.stderr
   plain = load_checkpoint(str(strategy_runs["one_device"][0]))

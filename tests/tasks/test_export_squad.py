@@ -18,7 +18,7 @@ import transformers
 
 from bertkit.engine import checkpoint_formats
 import export_checkpoint
-from bertkit.tasks.squad import task as squad_task
+from bertkit.tasks.squad import model as squad_model
 import modeling
 from conftest import REPO_ROOT, program_in_process
 from bertkit.common.errors import UserError
@@ -46,7 +46,7 @@ def squad(tmp_path_factory):
 
 def predict_features(run_dir, count=12):
   """The first `count` records of run_squad's eval.tf_record."""
-  spec = squad_task.feature_spec(SEQ, False)
+  spec = squad_model.feature_spec(SEQ, False)
   rows = []
   for record in tf.io.tf_record_iterator(str(run_dir / "eval.tf_record")):
     example = tf.train.Example.FromString(record)
@@ -61,7 +61,7 @@ def our_logits(squad_dir, batch):
   """start/end logits of the fine-tuned checkpoint, by modeling.py."""
   config = modeling.BertConfig.from_json_file(str(squad_dir / "tiny.json"))
   with tf.Graph().as_default(), tf.Session() as sess:
-    start, end = squad_task.create_model(
+    start, end = squad_model.create_model(
         config, False, tf.constant(batch["input_ids"]),
         tf.constant(batch["input_mask"]), tf.constant(batch["segment_ids"]))
     tf.train.Saver(tf.trainable_variables()).restore(
@@ -72,7 +72,7 @@ def our_logits(squad_dir, batch):
 def test_weight_table_lists_exactly_the_squad_variables():
   config = modeling.BertConfig.from_dict(tiny_config())
   with tf.Graph().as_default():
-    squad_task.build_squad_variables(config)
+    squad_model.build_squad_variables(config)
     built = {v.op.name: v.shape.as_list() for v in tf.trainable_variables()}
   table = checkpoint_formats.weight_table(config, checkpoint_formats.SQUAD)
   assert {name: shape for name, _, shape, _ in table} == built

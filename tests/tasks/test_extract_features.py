@@ -14,6 +14,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from bertkit.common import options
+from bertkit.tasks.features.options import FeatureExtractionOptions
 from bertkit.common.errors import UserError
 from bertkit.data import extraction_input as xi
 from bertkit.tasks.features import extraction as fx
@@ -88,7 +89,7 @@ def extract(model, output, *extra, input_file=None):
   # Later flags win, as on a command line.
   by_name = {a.split("=")[0]: a for a in args}
   return run_in_process(extract_features.run, options_from_args(
-      options.FeatureExtractionOptions, list(by_name.values())))
+      FeatureExtractionOptions, list(by_name.values())))
 
 
 def read_lines(path):
@@ -343,7 +344,7 @@ def test_layers_out_of_range_or_not_integers_are_refused(model, tmp_path,
 def test_pooling_refuses_an_unknown_rule_a_bad_suffix_and_several_layers(
     model, tmp_path):
   assert refusal(model, tmp_path, "--pooling=median") == (
-      "--pooling=median is not one of cls, mean, max, model")
+      "flag --pooling=median: value should be one of <cls|mean|max|model>")
   assert refusal(model, tmp_path, "--pooling=mean", "--layers=-1",
                  output="vectors.txt") == (
       "--output_file %s: with --pooling the sentence vectors are written as "

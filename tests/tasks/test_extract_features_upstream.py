@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from bertkit.common import options
+from bertkit.tasks.features.options import FeatureExtractionOptions
 import extract_features
 from conftest import (RUN_AND_REPORT_TENSORFLOW, expect_user_error,
                       options_from_args, pretrain_in_process, run_in_process,
@@ -73,7 +74,7 @@ def test_our_json_lines_equal_upstreams_programs(pretrained, tmp_path, extra):
   theirs, ours = tmp_path / "upstream.jsonl", tmp_path / "ours.jsonl"
   run_ok([UPSTREAM] + common_args(pretrained, theirs, *extra))
   run_in_process(extract_features.run, options_from_args(
-      options.FeatureExtractionOptions,
+      FeatureExtractionOptions,
       common_args(pretrained, ours, *extra)))
   expected, actual = read_lines(theirs), read_lines(ours)
   assert len(expected) == len(actual) == len(MORE_LINES)

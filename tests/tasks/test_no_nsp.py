@@ -455,8 +455,8 @@ def test_program_trains_the_masked_lm_and_exports_a_bert_for_masked_lm(
 
 
 def test_masked_no_nsp_records_keep_their_masks():
-  import run_pretraining  # pylint: disable=g-import-not-at-top
+  from bertkit.tasks.pretraining import trainer  # pylint: disable=g-import-not-at-top
   for masking in ("auto", "static"):
-    assert run_pretraining.masking_for_records(
+    assert trainer.masking_for_records(
         masking, pretraining_records.MASKED_NO_NSP, None, 32, 5, 0.15,
         False) is None

@@ -18,6 +18,7 @@ from bertkit.engine import training_setup
 from bertkit.tasks.classification import task as classifier
 from bertkit.tasks.classification import data as classifier_data
 from bertkit.tasks.classification import features as classifier_features
+from bertkit.tasks.classification import outputs as classifier_outputs
 import modeling
 import tokenization
 from conftest import (REPO_ROOT, program_in_process, read_eval_results,
@@ -244,7 +245,7 @@ def test_rerank_reads_ids_and_ranks_each_query_by_score():
   assert train[0].text_a == "when does the bakery open"
   test = processor.get_test_examples(data_dir)
   scores = [0.2, 0.9, 0.2, 0.1, 0.7]
-  assert classifier.rank_passages(test, scores) == [
+  assert classifier_outputs.rank_passages(test, scores) == [
       ("q4", "p8", 0.9, 1), ("q4", "p7", 0.2, 2), ("q4", "p9", 0.2, 3),
       ("q5", "p11", 0.7, 1), ("q5", "p10", 0.1, 2)]
 
@@ -350,8 +351,9 @@ def write_records(tmp_path, num_examples, seq=6):
 def test_records_round_trip_through_the_input_fn(tmp_path, graph):
   path = write_records(tmp_path, 10)
   assert os.listdir(str(tmp_path)) == ["records.tf_record"]
-  input_fn = input_pipeline.classifier_input_fn_builder(
-      path, 6, is_training=False, drop_remainder=True, global_batch_size=4)
+  input_fn = input_pipeline.records_input_fn(
+      path, input_pipeline.classifier_feature_spec(6), is_training=False,
+      drop_remainder=True, global_batch_size=4)
   batch = tf.data.make_one_shot_iterator(input_fn()).get_next()
   rows = []
   with tf.Session() as sess:
@@ -376,9 +378,9 @@ def test_records_round_trip_through_the_input_fn(tmp_path, graph):
 
 def test_training_input_is_batched_per_replica(tmp_path, graph):
   path = write_records(tmp_path, 10)
-  input_fn = input_pipeline.classifier_input_fn_builder(
-      path, 6, is_training=True, drop_remainder=True, global_batch_size=8,
-      num_replicas=2)
+  input_fn = input_pipeline.records_input_fn(
+      path, input_pipeline.classifier_feature_spec(6), is_training=True,
+      drop_remainder=True, global_batch_size=8, num_replicas=2)
   dataset = input_fn()
   assert dataset.element_spec["input_ids"].shape.as_list() == [4, 6]
   assert dataset.element_spec["label_ids"].shape.as_list() == [4]
@@ -393,9 +395,9 @@ def test_record_shards_split_the_training_file_between_ranks(tmp_path, graph):
   path = write_records(tmp_path, 10)  # 12 records: 10 real, 2 padding
   seen = {}
   for index in (0, 1):
-    input_fn = input_pipeline.classifier_input_fn_builder(
-        path, 6, is_training=True, drop_remainder=True, global_batch_size=2,
-        shuffle_seed=7)
+    input_fn = input_pipeline.records_input_fn(
+        path, input_pipeline.classifier_feature_spec(6), is_training=True,
+        drop_remainder=True, global_batch_size=2, shuffle_seed=7)
     # What the runner hands each horovod rank (training_setup.input_context).
     context = tf.distribute.InputContext(
         num_input_pipelines=2, input_pipeline_id=index, num_replicas_in_sync=2)

@@ -12,13 +12,14 @@ import tensorflow.compat.v1 as tf
 import modeling
 import run_squad
 from bertkit.tasks.squad import data as squad_data
-from bertkit.tasks.squad import records as squad_io
 from bertkit.tasks.squad import task as squad_task
+from bertkit.tasks.squad import model as squad_model
 import tokenization
 from conftest import (REPO_ROOT, expect_user_error, program_in_process,
                       read_eval_results, run_ok, run_program)
 from test_run_classifier import save_pretrained_checkpoint
 from bertkit.common import options
+from bertkit.tasks.squad.options import SquadOptions
 from bertkit.common.errors import UserError
 
 DATA = os.path.join(REPO_ROOT, "tests", "fixtures", "squad")
@@ -83,7 +84,7 @@ def squad_args(workdir, output_dir, *extra):
 def test_head_variables_have_upstreams_names_and_shapes():
   config = modeling.BertConfig.from_dict(tiny_config())
   with tf.Graph().as_default():
-    squad_task.build_squad_variables(config)
+    squad_model.build_squad_variables(config)
     shapes = {v.op.name: v.shape.as_list() for v in tf.trainable_variables()}
   assert shapes["cls/squad/output_weights"] == [2, 64]
   assert shapes["cls/squad/output_bias"] == [2]
@@ -105,9 +106,9 @@ def test_logits_and_loss_are_upstreams_formula():
     with tf.variable_scope(tf.get_variable_scope(), reuse=tf.AUTO_REUSE):
       sequence = modeling.BertModel(config, False, ids, mask, segments,
                                     scope="bert").get_sequence_output()
-      start_logits, end_logits = squad_task.create_model(config, False, ids,
+      start_logits, end_logits = squad_model.create_model(config, False, ids,
                                                          mask, segments)
-    loss = squad_task.span_loss(start_logits, end_logits, starts, ends)
+    loss = squad_model.span_loss(start_logits, end_logits, starts, ends)
     sess.run(tf.global_variables_initializer())
     values = sess.run({"start": start_logits, "end": end_logits,
                        "loss": loss, "sequence": sequence,
@@ -132,9 +133,9 @@ def test_records_round_trip_through_the_input_fn(tmp_path):
   features = list(squad_data.convert_examples_to_features(
       examples[:3], tokenizer, SEQ, STRIDE, QUERY, True))
   path = str(tmp_path / "train.tf_record")
-  assert squad_io.write_features(path, features, True) == len(features)
+  assert squad_task.write_features(path, features, True) == len(features)
   with tf.Graph().as_default(), tf.Session() as sess:
-    dataset = squad_io.input_fn_builder(path, SEQ, 4, True)()
+    dataset = squad_task.input_fn_builder(path, SEQ, 4, True)()
     batch = sess.run(tf.data.make_one_shot_iterator(dataset).get_next())
   assert sorted(batch) == ["end_positions", "input_ids", "input_mask",
                            "segment_ids", "start_positions", "unique_ids"]
@@ -149,7 +150,7 @@ def test_records_round_trip_through_the_input_fn(tmp_path):
 def one_training_step(init_checkpoint, features, num_accumulation_steps):
   """(loss, weights) after one update of run_squad's model_fn."""
   config = modeling.BertConfig.from_dict(tiny_config())
-  model_fn = squad_task.model_fn_builder(
+  model_fn = squad_model.model_fn_builder(
       config, init_checkpoint, 1e-3, 10, 0, None, num_accumulation_steps)
   with tf.Graph().as_default(), tf.Session() as sess:
     spec = model_fn({k: tf.constant(v) for k, v in features.items()}, None,
@@ -163,7 +164,7 @@ def test_accumulation_splits_the_batch_into_equal_shares(tmp_path):
   """K=2 micro-batches: the loss of the whole batch and the same update."""
   config = modeling.BertConfig.from_dict(tiny_config())
   with tf.Graph().as_default(), tf.Session() as sess:
-    squad_task.build_squad_variables(config)
+    squad_model.build_squad_variables(config)
     sess.run(tf.global_variables_initializer())
     checkpoint = tf.train.Saver().save(sess, str(tmp_path / "init"))
   tokenizer = tokenization.FullTokenizer(VOCAB, True)
@@ -198,7 +199,7 @@ def test_accumulation_splits_the_batch_into_equal_shares(tmp_path):
 ])
 def test_window_flags_leave_room_and_overlap(seq, query, stride, message):
   def squad_options(seq, query, stride):
-    return options.SquadOptions(
+    return SquadOptions(
         run=options.RunOptions(output_dir="out"), do_train=True,
         train_file="train.json", vocab_file="vocab.txt", max_seq_length=seq,
         max_query_length=query, doc_stride=stride)

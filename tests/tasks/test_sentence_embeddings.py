@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from bertkit.common import options
+from bertkit.tasks.features.options import FeatureExtractionOptions
 from bertkit.tasks.features import pooling as sentence_pooling
 import extract_features
 from conftest import REPO_ROOT, options_from_args, run_in_process
@@ -84,7 +85,7 @@ def our_vectors(input_file, output, *extra):
   args = ["--input_file=%s" % input_file, "--output_file=%s" % output,
           "--init_checkpoint=%s" % HF_DIR, "--batch_size=16"] + list(extra)
   result = run_in_process(extract_features.run, options_from_args(
-      options.FeatureExtractionOptions, args))
+      FeatureExtractionOptions, args))
   return np.load(output), result
 
 

@@ -113,11 +113,10 @@ def file_based_convert_examples_to_features(examples, label_list,
                                             max_seq_length, tokenizer,
                                             output_file):
   """Writes the features of `examples` to a TFRecord file, atomically."""
-  with atomic_io.atomic_path(output_file) as tmp:
-    with tf.io.TFRecordWriter(tmp) as writer:
-      for ex_index, example in enumerate(examples):
-        writer.write(serialize_features(convert_single_example(
-            ex_index, example, label_list, max_seq_length, tokenizer)))
+  atomic_io.write_tfrecords(output_file, (
+      serialize_features(convert_single_example(
+          ex_index, example, label_list, max_seq_length, tokenizer))
+      for ex_index, example in enumerate(examples)))
 
 
 def pad_to_batches(examples, batch_size):

@@ -145,10 +145,7 @@ def write_packed_features(path, features, max_seq_length,
   """
   rows, report = pack_features(features, max_seq_length,
                                max_sequences_per_pack, batch_size, shuffle)
-  with atomic_io.atomic_path(path) as tmp:
-    with tf.io.TFRecordWriter(tmp) as writer:
-      for row in rows:
-        writer.write(serialize_row(row))
+  atomic_io.write_tfrecords(path, (serialize_row(row) for row in rows))
   logging.info("%s: %s", os.path.basename(path), packing.describe(report))
   return len(rows)
 

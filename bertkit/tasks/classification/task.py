@@ -10,19 +10,25 @@ the squared error (Hugging Face's num_labels=1). Packed rows
 reads is made by classification/features.py.
 """
 
-import collections
+import dataclasses
 import functools
-import os
+from typing import Optional
 
-import numpy as np
+from absl import logging
 import tensorflow.compat.v1 as tf
 
-from bertkit.common import atomic_io
+from bertkit.common import heads
+from bertkit.common.errors import UserError
 from bertkit.engine import distribution
 from bertkit.engine import input_pipeline
 from bertkit.engine import runner
+from bertkit.tasks.classification import data as classifier_data
 from bertkit.tasks.classification import features as classifier_features
+from bertkit.tasks.classification import outputs as classifier_outputs
 from bertkit.tasks.classification import packing as classifier_packing
+from bertkit.tasks.classification import registry as task_registry
+from bertkit.tasks.fine_tuning import driver
+from bertkit.tasks.glue import task_outputs as glue_task_outputs
 import modeling
 
 
@@ -65,10 +71,11 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids,
   if cls_positions is not None:
     output_layer = tf.reshape(output_layer, [-1, hidden_size])
   # Top-level names, as upstream: classifier checkpoints stay interchangeable.
+  weights_name, bias_name = heads.CLASSIFIER.variables
   output_weights = tf.get_variable(
-      "output_weights", [num_labels, hidden_size],
+      weights_name, [num_labels, hidden_size],
       initializer=modeling.create_initializer(bert_config.initializer_range))
-  output_bias = tf.get_variable("output_bias", [num_labels],
+  output_bias = tf.get_variable(bias_name, [num_labels],
                                 initializer=tf.zeros_initializer())
   with tf.variable_scope("loss"):
     if is_training:
@@ -198,27 +205,6 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
       num_accumulation_steps)
 
 
-LABELS_FILE = "labels.txt"
-
-
-def write_labels(output_dir, label_list):
-  """labels.txt: the class names in output order, one a line.
-
-  export_checkpoint.py reads it to name the exported classifier's classes.
-  """
-  with atomic_io.atomic_open(os.path.join(output_dir, LABELS_FILE)) as f:
-    f.write("".join(label + "\n" for label in label_list))
-
-
-def read_labels(checkpoint_dir):
-  """The labels.txt a run_classifier output_dir holds, or None."""
-  path = os.path.join(checkpoint_dir, LABELS_FILE)
-  if not tf.io.gfile.exists(path):
-    return None
-  with tf.io.gfile.GFile(path) as f:
-    return f.read().splitlines()
-
-
 def write_inputs(is_chief, output_dir, examples, label_list, tokenizer,
                  max_seq_length, eval_batch_size, predict_batch_size,
                  max_sequences_per_pack=None):
@@ -242,130 +228,163 @@ def write_inputs(is_chief, output_dir, examples, label_list, tokenizer,
     `examples`.
   """
   if is_chief:
-    write_labels(output_dir, label_list)
+    driver.write_labels(output_dir, label_list)
   files, counts = {}, {}
   for split in sorted(examples, key=lambda s: s != "dev"):
-    if split == "train":
-      name, batch_size = "train", None
-    elif split.startswith("dev"):
-      name, batch_size = "eval", eval_batch_size
-    else:
-      name, batch_size = "predict", predict_batch_size
-    if split not in ("train", "dev", "test"):
-      name += "_" + split
+    batch_size = None if split == "train" else (
+        eval_batch_size if split.startswith("dev") else predict_batch_size)
     path, counts[split] = classifier_features.write_features(
-        os.path.join(output_dir, "%s.tf_record" % name), examples[split],
+        driver.record_file(output_dir, split), examples[split],
         label_list, max_seq_length, tokenizer, batch_size,
         max_sequences_per_pack)
     files[split] = [path]
   return files, counts
 
 
-def packed_feature_spec(max_seq_length, max_sequences_per_pack):
-  """The records' parsing spec for packed rows; None (the classifier's own)
-  without packing."""
-  if not max_sequences_per_pack:
-    return None
-  return classifier_packing.feature_spec(max_seq_length,
-                                         max_sequences_per_pack)
+def feature_spec(max_seq_length, max_sequences_per_pack=None,
+                 regression=False):
+  """The records' parsing spec: packed rows of up to max_sequences_per_pack
+  examples when given; float scores as labels with `regression`."""
+  if max_sequences_per_pack:
+    return classifier_packing.feature_spec(max_seq_length,
+                                           max_sequences_per_pack)
+  spec = input_pipeline.classifier_feature_spec(max_seq_length)
+  if regression:
+    spec["label_ids"] = tf.FixedLenFeature([], tf.float32)
+  return spec
 
 
 def input_fn_maker(max_seq_length, max_sequences_per_pack=None,
                    regression=False):
-  """The runner's make_input_fn over classifier records (packed rows of up
-  to max_sequences_per_pack examples when given; float scores as labels
-  with `regression`)."""
-  spec = packed_feature_spec(max_seq_length, max_sequences_per_pack)
-  if regression:
-    spec = input_pipeline.classifier_feature_spec(max_seq_length)
-    spec["label_ids"] = tf.FixedLenFeature([], tf.float32)
-
-  def make_input_fn(files, mode, global_batch_size, num_replicas):
-    is_training = mode == tf.estimator.ModeKeys.TRAIN
-    return input_pipeline.classifier_input_fn_builder(
-        files, max_seq_length, is_training=is_training,
-        drop_remainder=is_training, global_batch_size=global_batch_size,
-        num_replicas=num_replicas, feature_spec=spec)
-  return make_input_fn
+  """The runner's make_input_fn over classifier records (feature_spec)."""
+  return input_pipeline.records_input_fn_maker(feature_spec(
+      max_seq_length, max_sequences_per_pack, regression))
 
 
-def write_test_results(path, probabilities):
-  """test_results.tsv: one line of tab-separated class probabilities each
-  (a regression task's: its score)."""
-  with atomic_io.atomic_open(path, "w") as writer:
-    for row in probabilities:
-      writer.write("\t".join(str(p) for p in np.atleast_1d(row)) + "\n")
+@dataclasses.dataclass(frozen=True)
+class ClassifierInputs:
+  """What a run reads.
 
-
-def rank_passages(examples, scores):
-  """Orders scored query/passage examples for ranked_results.tsv.
-
-  Args:
-    examples: RankingExamples in file order.
-    scores: P(relevant) of each example.
-
-  Returns:
-    [(query_id, passage_id, score, rank)]: queries in order of first
-    appearance; within one, passages by descending score (stable), rank 1..n.
-  """
-  by_query = collections.OrderedDict()
-  for example, score in zip(examples, scores):
-    by_query.setdefault(example.query_id, []).append(
-        (example.passage_id, score))
-  rows = []
-  for query_id, passages in by_query.items():
-    ordered = sorted(passages, key=lambda p: -p[1])
-    rows.extend((query_id, passage_id, score, rank)
-                for rank, (passage_id, score) in enumerate(ordered, 1))
-  return rows
-
-
-def write_ranked_results(path, examples, scores):
-  """ranked_results.tsv: header, then query_id, passage_id, score, rank."""
-  with atomic_io.atomic_open(path, "w") as writer:
-    writer.write("query_id\tpassage_id\tscore\trank\n")
-    for query_id, passage_id, score, rank in rank_passages(examples, scores):
-      writer.write("%s\t%s\t%s\t%d\n" % (query_id, passage_id, score, rank))
-
-
-def outputs_in_input_order(predictions, num_examples, packed):
-  """The model's output for each real example, in input order.
-
-  Args:
-    predictions: Estimator.predict's dicts of one record file, in order
-      (those past the examples are padding).
-    num_examples: the number of real examples.
-    packed: the records are packed rows (classification/packing.py).
-
-  Returns:
-    list of num_examples class probability vectors [C] (a regression
-    task's: its float score).
-  """
-  if packed:
-    return classifier_packing.predictions_in_input_order(predictions,
-                                                         num_examples)
-  key = "predictions" if "predictions" in predictions[0] else "probabilities"
-  return [p[key] for p in predictions[:num_examples]]
-
-
-def write_predictions(output_dir, examples, label_list, is_ranking, packed,
-                      predictions):
-  """test_results.tsv (and ranked_results.tsv) from the predict outputs.
-
-  Args:
-    output_dir: where the results go.
-    examples: the test InputExamples.
+  Attributes:
     label_list: the task's labels.
-    is_ranking: also write ranked_results.tsv (the rerank task).
-    packed: the predictions are of packed rows (probabilities [N, C] and
-      example_index [N] each).
-    predictions: the prediction dicts, in file order; those past the
-      examples are padding.
+    examples: {split: InputExamples} of the splits its stages need
+      ("train", "dev", "test", and a GLUE task's further sets).
+    glue_task: the registry name of a GLUE task, else None.
   """
-  probabilities = outputs_in_input_order(predictions, len(examples), packed)
-  write_test_results(os.path.join(output_dir, "test_results.tsv"),
-                     probabilities)
-  if is_ranking:
-    write_ranked_results(
-        os.path.join(output_dir, "ranked_results.tsv"), examples,
-        [float(p[label_list.index("1")]) for p in probabilities])
+  label_list: list
+  examples: dict
+  glue_task: Optional[str]
+
+
+def glue_task(task_name):
+  """The registry name of --task_name when it is a GLUE task, else None."""
+  task = task_registry.get(task_name)
+  return task.name if task.is_glue else None
+
+
+def wanted_splits(opts):
+  """The processor splits the --do_* options read: train, dev and test, and
+  the further dev and test sets of a GLUE task (MNLI's mismatched)."""
+  glue = (task_registry.get(opts.task_name) if glue_task(opts.task_name)
+          else None)
+  splits = ["train"] if opts.do_train else []
+  if opts.do_eval:
+    # ax has no dev set: reading "dev" refuses --do_eval with one line.
+    dev_sets = [split for _, split in glue.dev_sets] if glue else []
+    splits += dev_sets or ["dev"]
+  if opts.do_predict:
+    splits += [split for _, split in glue.test_sets] if glue else ["test"]
+  return splits
+
+
+def read_split(processor, split, data_dir):
+  """The InputExamples of one split of --data_dir."""
+  read = {"train": processor.get_train_examples,
+          "dev": processor.get_dev_examples,
+          "test": processor.get_test_examples}.get(split)
+  if read is None:
+    return processor.get_split_examples(data_dir, split)
+  return read(data_dir)
+
+
+class ClassifierTask(driver.FineTuningTask):
+  """Sentence (pair) classification and regression: GLUE, XNLI, any tsv,
+  query/passage re-ranking (run_classifier.py's docstring). A GLUE task adds
+  its metrics, results and submission files (glue/task_outputs.py)."""
+  head = heads.CLASSIFIER
+
+  def read(self, opts):
+    processor = classifier_data.make_processor(
+        opts.task_name, opts.data_dir, classifier_data.TsvOptions(
+            opts.text_a_column, opts.label_column, opts.text_b_column,
+            opts.tsv_has_header, opts.labels))
+    examples = {split: read_split(processor, split, opts.data_dir)
+                for split in wanted_splits(opts)}
+    label_list = processor.get_labels()
+    if opts.pack_sequences and classifier_data.is_regression(label_list):
+      raise UserError("--pack_sequences is for classification; task %s "
+                      "regresses" % opts.task_name)
+    logging.info("Task %s, labels %s", opts.task_name, label_list)
+    return ClassifierInputs(label_list, examples, glue_task(opts.task_name))
+
+  def runner_task(self, bert_config, inputs):
+    return classifier_task(bert_config, len(inputs.label_list))
+
+  def write_records(self, opts, inputs, tokenizer, is_chief):
+    per_pack = opts.max_sequences_per_pack if opts.pack_sequences else None
+    files, counts = write_inputs(
+        is_chief, opts.run.output_dir, inputs.examples, inputs.label_list,
+        tokenizer, opts.max_seq_length, opts.eval_batch_size,
+        opts.predict_batch_size, per_pack)
+    glue_run = inputs.glue_task and glue_task_outputs.GlueRun(
+        inputs.glue_task, inputs.label_list, inputs.examples, files, counts,
+        per_pack is not None)
+    if glue_run and is_chief:
+      glue_run.remove_stale_results(opts.run.output_dir)
+    train = len(inputs.examples.get("train", ()))
+    return driver.Records(
+        files, counts.get("train", 0), "%d examples%s" % (
+            train, " in %d packed rows" % counts["train"] if per_pack and
+            train else ""), glue_run)
+
+  def input_fn_maker(self, opts, inputs):
+    return input_fn_maker(
+        opts.max_seq_length,
+        opts.max_sequences_per_pack if opts.pack_sequences else None,
+        classifier_data.is_regression(inputs.label_list))
+
+  def evaluation(self, opts, inputs, records):
+    return runner.EvalStage(
+        files=records.files.get("dev"), batch_size=opts.eval_batch_size,
+        message="***** Eval: %d examples, batch %d *****" % (
+            len(inputs.examples.get("dev", ())), opts.eval_batch_size))
+
+  def prediction(self, opts, inputs, records, model):
+    """The test set; a GLUE task's dev and test sets (glue_task_outputs)."""
+    glue_run = records.details
+    if glue_run is None:
+      return runner.PredictStage(
+          files=records.files.get("test"),
+          batch_size=opts.predict_batch_size,
+          message="***** Predict: %d examples, batch %d *****" % (
+              len(inputs.examples.get("test", ())), opts.predict_batch_size),
+          use_predictions=functools.partial(
+              classifier_outputs.write_predictions, opts.run.output_dir,
+              inputs.examples.get("test"), inputs.label_list,
+              opts.task_name.lower() == "rerank", opts.pack_sequences))
+    return runner.PredictStage(
+        files=glue_run.prediction_files() or None,
+        batch_size=opts.predict_batch_size,
+        message="***** Predict: %d dev and %d test examples, batch %d *****"
+        % (sum(len(s.examples) for s in glue_run.dev_sets),
+           sum(len(s.examples) for s in glue_run.test_sets),
+           opts.predict_batch_size),
+        use_predictions=functools.partial(glue_run.use_predictions,
+                                          opts.run.output_dir))
+
+  def finish(self, opts, inputs, records, is_chief):
+    if records.details is not None and is_chief:
+      records.details.write_results(opts.run.output_dir)
+
+
+TASK = ClassifierTask()

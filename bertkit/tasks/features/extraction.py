@@ -7,7 +7,8 @@ token of the longer text until it fits S - 3 ([CLS], [SEP], [SEP]), a single
 text is cut to S - 2. The tokens written are those the model saw, [CLS] and
 [SEP] included; each value is round(float(x), 6).
 
-The model runs through the task runner (engine/runner.py) as a Task whose
+`run` resolves and checks the model, and the model runs through the task
+runner (engine/runner.py) as a Task whose
 predictions are the requested encoder layers [B, S, H], or one pooled vector
 [B, H] (features/pooling.py); `runner.predictions` yields them in the order
 it is given, on one device or on every replica of the run's strategy. Each
@@ -22,6 +23,7 @@ max_seq_length), H = hidden size.
 import collections
 import dataclasses
 import json
+import tempfile
 import time
 from typing import List, Optional
 
@@ -30,11 +32,24 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 from bertkit.common import atomic_io
+from bertkit.common import options
 from bertkit.common.errors import UserError
+from bertkit.engine import distribution
 from bertkit.engine import input_pipeline
+from bertkit.engine import run_directory
 from bertkit.engine import runner
+from bertkit.tasks.features import options as feature_options
 from bertkit.tasks.features import pooling as sentence_pooling
 import modeling
+import tokenization
+
+# Upstream's --max_seq_length default, for models that do not say theirs.
+UPSTREAM_MAX_SEQ_LENGTH = 128
+# Sentence vectors: batches sorted by length within windows of this many.
+SORT_WINDOW_BATCHES = 64
+# Strategies of one process: the replicas share this process's batches.
+ONE_PROCESS_STRATEGIES = ("one_device", "mirrored", "central_storage")
+
 
 FEATURE_NAMES = ("unique_ids", "input_ids", "input_mask", "segment_ids")
 # Seconds between progress lines.
@@ -296,3 +311,118 @@ def write_embeddings(path, pairs, num_lines, hidden_size, progress):
     progress.add()
   with atomic_io.atomic_open(path, "wb") as f:
     np.save(f, vectors)
+
+
+def sentence_output(opts, model):
+  """(rule, normalize) of --pooling and --normalize, the defaults taken
+  from a sentence-transformers directory's ModelPooling `model` (or None)."""
+  rule = opts.pooling
+  if rule == feature_options.POOLING_FROM_MODEL:
+    if model is None:
+      raise UserError(
+          "--pooling=model takes the pooling of a sentence-transformers "
+          "directory (modules.json), but --init_checkpoint %s is none; pass "
+          "--pooling=%s" % (opts.init_checkpoint,
+                            "|".join(feature_options.POOLING_RULES)))
+    if model.unsupported:
+      raise UserError(model.unsupported)
+    rule = model.rule
+  normalize = opts.normalize
+  if normalize is None:
+    normalize = bool(model and model.normalize)
+  return rule, normalize
+
+
+def model_inputs(opts, model):
+  """(run_directory.Model, max_seq_length), each checked against the model.
+
+  The config, vocab and casing are the flags', or what the --init_checkpoint
+  directory says (run_directory.resolve: a training output directory,
+  Google's or a Hugging Face directory).
+  """
+  resolved = run_directory.resolve(opts.init_checkpoint,
+                                   opts.bert_config_file, opts.vocab_file,
+                                   opts.do_lower_case)
+  max_seq_length = (opts.max_seq_length or (model and model.max_seq_length)
+                    or UPSTREAM_MAX_SEQ_LENGTH)
+  modeling.check_seq_length_fits(resolved.bert_config, max_seq_length)
+  tokenization.check_vocab_fits_config(resolved.require_vocab(),
+                                       resolved.bert_config.vocab_size)
+  return resolved, max_seq_length
+
+
+def check_distribution(opts):
+  """Refuses strategies of several processes and a batch the replicas do
+  not share evenly."""
+  plan = distribution.plan(
+      opts.distribution, len(tf.config.list_physical_devices("GPU")))
+  if plan.name not in ONE_PROCESS_STRATEGIES or plan.num_workers > 1:
+    raise UserError(
+        "extract_features predicts in one process; --distribution_strategy="
+        "%s needs several. Use %s (with --cpu_replicas or --num_gpus)" % (
+            plan.name, ", ".join(ONE_PROCESS_STRATEGIES)))
+  if opts.batch_size % plan.num_replicas:
+    raise UserError("--batch_size=%d must divide by the %d replicas (%s)" % (
+        opts.batch_size, plan.num_replicas, plan.name))
+
+
+def describe(output, num_lines, seq_length):
+  """The log line saying what this run computes."""
+  if output.pooling is None:
+    what = "token features of layers %s" % ",".join(
+        map(str, output.layer_indexes))
+  else:
+    what = "%s pooling of layer %d%s" % (
+        output.pooling, output.layer_indexes[0],
+        ", normalised" if output.normalize else "")
+  return "%d lines, max_seq_length %d, %s" % (num_lines, seq_length, what)
+
+
+def predict_and_write(opts, prepared, features, output, hidden_size):
+  """Predicts `features` with the prepared run and writes --output_file."""
+  # Sorting by length within windows saves padding; token features are
+  # large, so they keep the input order (windows of one line).
+  order = batch_order(features, 1 if output.pooling is None else
+                         opts.batch_size * SORT_WINDOW_BATCHES)
+  pairs = in_input_order(runner.predictions(
+      prepared, input_fn_builder(features, order, opts.batch_size)),
+                            features, order)
+  progress = Progress(len(features))
+  if output.pooling is None:
+    write_token_features(opts.output_file, pairs, output.layer_indexes,
+                            progress)
+  else:
+    write_embeddings(opts.output_file, pairs, len(features), hidden_size,
+                        progress)
+
+
+def run(opts, examples):
+  """Writes the features or sentence vectors `opts` ask for.
+
+  Args:
+    opts: a FeatureExtractionOptions.
+    examples: the input's extraction_input.Examples (read_checked).
+  """
+  model = sentence_pooling.model_pooling(opts.init_checkpoint)
+  rule, normalize = sentence_output(opts, model) if opts.pooling else (
+      None, False)
+  resolved, seq_length = model_inputs(opts, model)
+  bert_config = resolved.bert_config
+  check_layers(opts.layer_indexes, bert_config.num_hidden_layers)
+  check_distribution(opts)
+  tokenizer = tokenization.FullTokenizer(resolved.vocab_file,
+                                         resolved.do_lower_case)
+  features = [convert_example(e, seq_length, tokenizer) for e in examples]
+  output = Output(opts.layer_indexes, rule, normalize)
+  logging.info("%s", describe(output, len(features), seq_length))
+  # The runner's model_dir: prediction writes nothing there that is kept.
+  with tempfile.TemporaryDirectory(prefix="extract-features-") as scratch:
+    prepared = runner.prepare(
+        options.RunOptions(output_dir=scratch,
+                           init_checkpoint=opts.init_checkpoint,
+                           train_batch_size=opts.batch_size,
+                           distribution=opts.distribution),
+        extraction_task(bert_config, output), resolved)
+    predict_and_write(opts, prepared, features, output,
+                      bert_config.hidden_size)
+  logging.info("wrote %s", opts.output_file)

@@ -1,10 +1,207 @@
 # coding=utf-8
-"""What the fine-tuning programs (run_classifier.py, run_squad.py) share."""
+"""The one driver of every fine-tuning program: run_classifier.py (and
+run_glue.py through it), run_squad.py, run_ner.py, run_swag.py.
 
+A task describes itself once, as a `FineTuningTask` (its folder's task.py):
+its head, how it reads its files, the runner.Task it trains, the records it
+writes, its input function, its evaluation and what it does with its
+predictions. A program checks what needs no TensorFlow (`check_inputs`),
+then hands its task and options to `run`, which holds the rules every task
+follows, once:
+
+  * the named files and directories exist (before TensorFlow is imported);
+  * the model's config, vocab and casing fit the options (run_directory);
+  * every input is read and checked before anything is written;
+  * evaluating or predicting without --do_train needs weights holding the
+    task's head: a checkpoint in --output_dir, else --init_checkpoint
+    (chance-level figures that look real are refused);
+  * the training steps, as upstream counts them, and one line saying so;
+  * the engine, the output directory's description, train / evaluate /
+    predict (engine/runner.py).
+
+This module imports TensorFlow only inside `run`, after `check_inputs`.
+"""
+
+import dataclasses
+import os
+from typing import Any, Dict, List
+
+from absl import logging
+
+from bertkit.common import atomic_io
+from bertkit.common import file_patterns
+from bertkit.common import heads
 from bertkit.common.errors import UserError
-from bertkit.engine import run_directory
-import modeling
-import tokenization
+
+
+@dataclasses.dataclass(frozen=True)
+class Records:
+  """The records a task wrote for a run.
+
+  Attributes:
+    files: {split: [record file]}: "train" is trained on; the task's
+      evaluation and prediction read the others.
+    train_count: the number the training steps are counted from (upstream's
+      examples, which for some tasks are not the records).
+    train_description: what is trained on, for the log ("120 sentences in
+      131 windows").
+    details: what else the task's later stages need of the writing (the
+      windows of each split, the records' counts).
+  """
+  files: Dict[str, List[str]]
+  train_count: int = 0
+  train_description: str = ""
+  details: Any = None
+
+
+class FineTuningTask:
+  """What one fine-tuning task tells the driver; its folder's task.py makes
+  the one instance (`TASK`) its program hands to `run`.
+
+  Methods receive the run's options (the task's options dataclass) and what
+  earlier methods returned; none keeps state.
+
+  Attributes:
+    head: the common.heads.Head it trains.
+  """
+  head = None
+
+  def read(self, opts):
+    """Reads and checks every input file the --do_* options need.
+
+    Returns:
+      The task's inputs (examples of each split, labels, ...).
+
+    Raises:
+      UserError: a file is bad or missing.
+    """
+    raise NotImplementedError
+
+  def runner_task(self, bert_config, inputs):
+    """The runner.Task of the model with this task's head."""
+    raise NotImplementedError
+
+  def write_records(self, opts, inputs, tokenizer, is_chief):
+    """Writes the records of each split read (and, on the chief, what else
+    the output directory keeps, e.g. labels.txt); returns the Records."""
+    raise NotImplementedError
+
+  def input_fn_maker(self, opts, inputs):
+    """The runner's make_input_fn over the records."""
+    raise NotImplementedError
+
+  def evaluation(self, opts, inputs, records):
+    """The runner.EvalStage of the dev set; none by default (tasks that
+    score their dev set from predictions)."""
+    del opts, inputs, records
+    from bertkit.engine import runner  # pylint: disable=g-import-not-at-top
+    return runner.EvalStage()
+
+  def prediction(self, opts, inputs, records, model):
+    """The runner.PredictStage: what is predicted and what becomes of it."""
+    raise NotImplementedError
+
+  def finish(self, opts, inputs, records, is_chief):
+    """After the run: what is written from all of its results."""
+
+
+# The class names of a labelled head, in output order, one a line, in the
+# output directory of the run that trained it (export_checkpoint.py names the
+# exported model's classes from it).
+LABELS_FILE = "labels.txt"
+
+
+def write_labels(output_dir, label_list):
+  """Writes labels.txt into output_dir."""
+  with atomic_io.atomic_open(os.path.join(output_dir, LABELS_FILE)) as f:
+    f.write("".join(label + "\n" for label in label_list))
+
+
+def read_labels(directory):
+  """The labels.txt a training output directory holds, or None."""
+  path = os.path.join(directory, LABELS_FILE)
+  if not atomic_io.exists(path):
+    return None
+  with atomic_io.open_file(path, "r") as f:
+    return f.read().splitlines()
+
+
+def record_file(output_dir, split):
+  """The records' file of a split in --output_dir, as upstream names them:
+  train.tf_record, eval.tf_record (dev), predict.tf_record (test), and
+  eval_X / predict_X.tf_record of a further dev or test set X."""
+  names = {"train": "train", "dev": "eval", "test": "predict"}
+  name = names.get(split) or "%s_%s" % (
+      "eval" if split.startswith("dev") else "predict", split)
+  return os.path.join(output_dir, name + ".tf_record")
+
+
+def stage_splits(opts):
+  """The splits --do_train, --do_eval and --do_predict read, in that order:
+  train, dev, test."""
+  return [split for split, stage in (("train", "do_train"),
+                                     ("dev", "do_eval"),
+                                     ("test", "do_predict"))
+          if getattr(opts, stage, False)]
+
+
+def predict_dev_and_test(opts, records, described, use_predictions):
+  """The runner.PredictStage of a task that scores its dev and test sets
+  from one prediction pass over both (NER, SWAG), at --predict_batch_size.
+
+  Args:
+    opts: the run's options.
+    records: the task's Records.
+    described: {split: what it holds, for the log ("12 examples")}.
+    use_predictions: the stage's use_predictions (on the chief).
+  """
+  from bertkit.engine import runner  # pylint: disable=g-import-not-at-top
+  predicted = [split for split in ("dev", "test") if split in records.files]
+  return runner.PredictStage(
+      files=[f for split in predicted for f in records.files[split]] or None,
+      batch_size=opts.predict_batch_size,
+      message="***** Predict: %s, batch %d *****" % (
+          ", ".join("%s %s" % (split, described[split])
+                    for split in predicted), opts.predict_batch_size),
+      use_predictions=use_predictions)
+
+
+def check_inputs(opts):
+  """The checks of a fine-tuning run that need no TensorFlow: the files and
+  directories its options name (option_fields.FILE, DIRECTORY)."""
+  file_patterns.check_paths(opts)
+
+
+def run(task, opts):
+  """Fine-tunes, evaluates and predicts `task` as `opts` say.
+
+  Args:
+    task: the task's FineTuningTask.
+    opts: its options (a fine_tuning.options.FineTuningOptions).
+
+  Raises:
+    UserError: an input, option or model that does not fit.
+    errors.TrainingFailed, errors.TrainingStopped: see runner.run.
+  """
+  check_inputs(opts)
+  # pylint: disable=g-import-not-at-top
+  from bertkit.engine import distribution
+  from bertkit.engine import runner
+  import tokenization
+  distribution.use_slurm_cluster(opts.run.distribution)  # before the strategy
+  model = load_checked_model(opts)
+  inputs = task.read(opts)
+  check_weights_hold_head(opts, task.head)
+  prepared = runner.prepare(opts.run, task.runner_task(model.bert_config,
+                                                       inputs), model)
+  records = task.write_records(opts, inputs, tokenization.FullTokenizer(
+      model.vocab_file, model.do_lower_case), prepared.setup.is_chief)
+  runner.run(prepared, task.input_fn_maker(opts, inputs),
+             training_schedule(opts, records),
+             train_files=records.files.get("train"),
+             evaluation=task.evaluation(opts, inputs, records),
+             prediction=task.prediction(opts, inputs, records, model))
+  task.finish(opts, inputs, records, prepared.setup.is_chief)
 
 
 def load_checked_model(opts):
@@ -14,9 +211,6 @@ def load_checked_model(opts):
   Its config, vocab and casing are the flags', or what the --init_checkpoint
   directory (or the --output_dir resumed) says (run_directory.resolve).
 
-  Args:
-    opts: an options.FineTuningOptions (or a subclass).
-
   Returns:
     A run_directory.Model whose vocab_file is set.
 
@@ -24,6 +218,10 @@ def load_checked_model(opts):
     UserError: no config or vocab anywhere, a flag that disagrees with the
       directory, or a sequence length or vocab the model cannot take.
   """
+  # pylint: disable=g-import-not-at-top
+  from bertkit.engine import run_directory
+  import modeling
+  import tokenization
   model = run_directory.resolve(
       opts.run.init_checkpoint, opts.bert_config_file, opts.vocab_file,
       opts.do_lower_case, output_dir=opts.run.output_dir)
@@ -33,16 +231,63 @@ def load_checked_model(opts):
   return model
 
 
-def train_steps(num_examples, train_batch_size, num_train_epochs,
-                warmup_proportion):
-  """(num_train_steps, num_warmup_steps), as upstream computes them.
+def check_weights_hold_head(opts, head):
+  """Evaluating or predicting without training needs weights with `head`.
+
+  Those weights are --output_dir's latest checkpoint when it has one (the
+  Estimator restores it), else --init_checkpoint's (upstream predicts from
+  a fine-tuned --init_checkpoint; run_glue.py's AX from MNLI's). Without
+  the head, the head's variables would be drawn at random and the figures
+  would be chance that looks like a result.
+
+  Raises:
+    UserError: there are no such weights, or they lack the head; the line
+      names the checkpoint and the variables missing.
+  """
+  if opts.do_train:
+    return
+  # pylint: disable=g-import-not-at-top
+  import tensorflow.compat.v1 as tf
+  from bertkit.engine import checkpoints
+  stages = opts.evaluation_stages
+  path = shown = tf.train.latest_checkpoint(opts.run.output_dir)
+  if not path and opts.run.init_checkpoint:
+    path = checkpoints.resolve_init_checkpoint(opts.run.init_checkpoint)
+    shown = "--init_checkpoint %s" % opts.run.init_checkpoint
+  if not path:
+    raise UserError("%s without --do_train need%s a fine-tuned checkpoint in "
+                    "--output_dir %s; there is none" % (
+                        stages, "" if "/" in stages else "s",
+                        opts.run.output_dir))
+  missing = heads.missing_variables(
+      head, dict(tf.train.list_variables(path)))
+  if missing:
+    raise UserError(
+        "%s without --do_train: %s has no %s head (%s %s missing), so its "
+        "figures would be chance; fine-tune it with %s --do_train first" % (
+            stages, shown, head.name, ", ".join(missing),
+            "is" if len(missing) == 1 else "are", head.program))
+
+
+def training_schedule(opts, records):
+  """The runner.Schedule of a fine-tuning run: upstream's steps and
+  warm-up, logged; none without --do_train.
 
   Raises:
     UserError: the examples make no whole step.
   """
-  num_train_steps = int(num_examples / train_batch_size * num_train_epochs)
+  from bertkit.engine import runner  # pylint: disable=g-import-not-at-top
+  if not opts.do_train:
+    return runner.Schedule(0, 0)
+  num_train_steps = int(records.train_count / opts.run.train_batch_size *
+                        opts.num_train_epochs)
   if num_train_steps < 1:
     raise UserError("%d training examples at --train_batch_size=%d for "
-                    "--num_train_epochs=%s make no whole step" %
-                    (num_examples, train_batch_size, num_train_epochs))
-  return num_train_steps, int(num_train_steps * warmup_proportion)
+                    "--num_train_epochs=%s make no whole step" % (
+                        records.train_count, opts.run.train_batch_size,
+                        opts.num_train_epochs))
+  logging.info("***** Training: %s, global batch %d, %d steps *****",
+               records.train_description, opts.run.train_batch_size,
+               num_train_steps)
+  return runner.Schedule(num_train_steps,
+                         int(num_train_steps * opts.warmup_proportion))

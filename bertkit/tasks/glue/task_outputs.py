@@ -35,7 +35,7 @@ from sklearn import metrics as sk_metrics
 import tensorflow.compat.v1 as tf
 
 from bertkit.common import atomic_io
-from bertkit.tasks.classification import task as classifier
+from bertkit.tasks.classification import outputs as classifier_outputs
 from bertkit.tasks.classification import data as classifier_data
 from bertkit.tasks.classification import registry as task_registry
 
@@ -209,7 +209,7 @@ class GlueRun(object):
     for number, part in enumerate(self.dev_sets + self.test_sets):
       chunk = predictions[start:start + part.num_records]
       start += part.num_records
-      outputs = classifier.outputs_in_input_order(
+      outputs = classifier_outputs.outputs_in_input_order(
           chunk, len(part.examples), self.packed)
       if number < len(self.dev_sets):
         self.dev_results[part.name] = dev_metrics(
@@ -218,8 +218,8 @@ class GlueRun(object):
       results_name = "test_results.tsv"
       if part.split != "test":
         results_name = "test_results_%s.tsv" % part.split
-      classifier.write_test_results(os.path.join(output_dir, results_name),
-                                    outputs)
+      classifier_outputs.write_test_results(
+          os.path.join(output_dir, results_name), outputs)
       submission_dir = os.path.join(output_dir, task_registry.SUBMISSION_DIR)
       tf.io.gfile.makedirs(submission_dir)
       write_submission(os.path.join(submission_dir, part.name),

@@ -15,25 +15,27 @@ Shape notation: B = batch, S = sequence length, H = hidden size,
 C = number of labels.
 """
 
+import dataclasses
 import functools
 import json
 import os
 import random
 
+from absl import logging
 import numpy as np
 import tensorflow.compat.v1 as tf
 
 from bertkit.common import atomic_io
-from bertkit.engine import checkpoint_formats
+from bertkit.common import heads
+from bertkit.common.errors import UserError
 from bertkit.engine import distribution
 from bertkit.engine import input_pipeline
 from bertkit.engine import runner
+from bertkit.tasks.fine_tuning import driver
 from bertkit.tasks.ner import data as ner_data
 import modeling
 
-_HEAD = checkpoint_formats.HEAD_VARIABLES[
-    checkpoint_formats.TOKEN_CLASSIFICATION]
-OUTPUT_WEIGHTS, OUTPUT_BIAS = _HEAD + "weights", _HEAD + "bias"
+OUTPUT_WEIGHTS, OUTPUT_BIAS = heads.TOKEN_CLASSIFICATION.variables
 # Training windows are written shuffled (the input pipeline's buffer of 100
 # would keep a document's sentences together), the same order every run.
 TRAIN_SHUFFLE_SEED = 12345
@@ -167,11 +169,9 @@ def window_record(window, sentence, label_list, tokenizer, seq_length):
 def write_records(path, sentences, windows, label_list, tokenizer,
                   seq_length):
   """Writes the windows' records to `path` (atomically)."""
-  with atomic_io.atomic_path(path) as tmp:
-    with tf.io.TFRecordWriter(tmp) as writer:
-      for window in windows:
-        writer.write(window_record(window, sentences[window.sentence],
-                                   label_list, tokenizer, seq_length))
+  atomic_io.write_tfrecords(path, (
+      window_record(window, sentences[window.sentence], label_list,
+                    tokenizer, seq_length) for window in windows))
 
 
 def write_inputs(output_dir, sentences, label_list, tokenizer, seq_length):
@@ -187,14 +187,13 @@ def write_inputs(output_dir, sentences, label_list, tokenizer, seq_length):
   Returns:
     ({split: [record file]}, {split: windows in file order}).
   """
-  names = {"train": "train", "dev": "eval", "test": "predict"}
   files, windows = {}, {}
   for split, split_sentences in sentences.items():
     windows[split] = ner_data.windows_of(split_sentences, tokenizer,
                                          seq_length)
     if split == "train":
       random.Random(TRAIN_SHUFFLE_SEED).shuffle(windows[split])
-    path = os.path.join(output_dir, "%s.tf_record" % names[split])
+    path = driver.record_file(output_dir, split)
     write_records(path, split_sentences, windows[split], label_list,
                   tokenizer, seq_length)
     files[split] = [path]
@@ -203,8 +202,7 @@ def write_inputs(output_dir, sentences, label_list, tokenizer, seq_length):
 
 def input_fn_maker(seq_length):
   """The runner's make_input_fn over the records."""
-  return input_pipeline.records_input_fn_maker(seq_length,
-                                               feature_spec(seq_length))
+  return input_pipeline.records_input_fn_maker(feature_spec(seq_length))
 
 
 def token_figures(sentences, windows, predictions, label_list):
@@ -266,3 +264,75 @@ def use_predictions(output_dir, sentences, windows, label_list, predictions):
     json.dump(splits, f, indent=2, sort_keys=True)
     f.write("\n")
   return flat
+
+
+@dataclasses.dataclass(frozen=True)
+class NerInputs:
+  """What a run reads: {split: Sentences} of the splits its stages need,
+  and the labels."""
+  sentences: dict
+  label_list: list
+
+
+def label_list_of(opts, sentences):
+  """The run's labels: --labels, train's, or the trained model's.
+
+  Raises:
+    UserError: none of them is there, or a tag read is not among them.
+  """
+  if opts.labels:
+    labels = list(opts.labels)
+    ner_data.check_label_list(labels)
+  elif "train" in sentences:
+    labels = ner_data.labels_of(sentences["train"])
+  else:
+    labels = driver.read_labels(opts.run.output_dir)
+    if not labels:
+      raise UserError("without --do_train, give --labels or an --output_dir "
+                      "holding the labels.txt of a training run")
+  for split_sentences in sentences.values():
+    ner_data.check_labels(split_sentences, labels)
+  return labels
+
+
+class NerTask(driver.FineTuningTask):
+  """Named entities: CoNLL files in, a token classification head, the
+  CoNLL predictions and seqeval's figures out (run_ner.py's docstring)."""
+  head = heads.TOKEN_CLASSIFICATION
+
+  def read(self, opts):
+    sentences = {split: ner_data.read_sentences(
+        ner_data.split_path(opts.data_dir, split))
+                 for split in driver.stage_splits(opts)}
+    label_list = label_list_of(opts, sentences)
+    logging.info("Labels %s", label_list)
+    return NerInputs(sentences, label_list)
+
+  def runner_task(self, bert_config, inputs):
+    return token_classification_task(bert_config, len(inputs.label_list))
+
+  def write_records(self, opts, inputs, tokenizer, is_chief):
+    if is_chief:
+      driver.write_labels(opts.run.output_dir, inputs.label_list)
+    files, windows = write_inputs(opts.run.output_dir, inputs.sentences,
+                                  inputs.label_list, tokenizer,
+                                  opts.max_seq_length)
+    train = windows.get("train", ())
+    return driver.Records(
+        files, len(train), "%d sentences in %d windows" % (
+            len(inputs.sentences.get("train", ())), len(train)), windows)
+
+  def input_fn_maker(self, opts, inputs):
+    return input_fn_maker(opts.max_seq_length)
+
+  def prediction(self, opts, inputs, records, model):
+    windows = records.details
+    return driver.predict_dev_and_test(
+        opts, records, {split: "%d sentences in %d windows" % (
+            len(inputs.sentences[split]), len(windows[split]))
+                        for split in windows},
+        functools.partial(use_predictions, opts.run.output_dir,
+                          inputs.sentences, windows, inputs.label_list))
+
+
+TASK = NerTask()

@@ -1,161 +1,213 @@
 # coding=utf-8
-"""The SQuAD task's graph parts: the span head, its loss, its records, and
-the task the runner trains and predicts with.
+"""The SQuAD task: the records its model reads, the answers it gives, and its
+description for the fine-tuning driver (SquadTask).
 
-The head is upstream's: one dense layer `cls/squad/output_weights` [2, H],
-`cls/squad/output_bias` [2] over BERT's sequence output gives a start and an
-end logit per token. The loss is the mean over the batch of the start and
-end positions' cross-entropies, halved (upstream's (start + end) / 2).
+Before training or predicting, the examples' windows (squad/data.py) are
+written as TFRecords: train.tf_record, shuffled once as upstream does, and
+eval.tf_record in order, so that the predictions line up with the windows.
+After predicting, the windows' logits become predictions.json (and the
+n-best and null-odds files, squad/predictions.py), evaluated with the
+official script's figures when the file has gold answers.
 """
 
-import collections
+import dataclasses
+import functools
+import os
+import random
+from typing import Optional
 
+from absl import logging
 import tensorflow.compat.v1 as tf
 
-from bertkit.data import pretraining_records
+from bertkit.common import atomic_io
+from bertkit.common import heads
+from bertkit.common.errors import UserError
+from bertkit.engine import input_pipeline
 from bertkit.engine import runner
-import modeling
+from bertkit.tasks.fine_tuning import driver
+from bertkit.tasks.squad import data as squad_data
+from bertkit.tasks.squad import evaluation as squad_evaluation
+from bertkit.tasks.squad import model as squad_model
+from bertkit.tasks.squad import predictions as squad_predictions
 
-OUTPUT_WEIGHTS = "cls/squad/output_weights"
-OUTPUT_BIAS = "cls/squad/output_bias"
+# Upstream shuffles the training examples once with this seed before writing
+# them, so that the input_fn's small shuffle buffer suffices.
+TRAIN_SHUFFLE_SEED = 12345
 
 
-def create_model(bert_config, is_training, input_ids, input_mask,
-                 segment_ids, use_one_hot_embeddings=False):
-  """Start and end logits of every token.
-
-  Args:
-    bert_config: BertConfig.
-    is_training: enables dropout.
-    input_ids, input_mask, segment_ids: int32 [B, S].
-    use_one_hot_embeddings: see modeling.BertModel.
+def write_features(path, features, is_training):
+  """Writes the records of `features` to `path` atomically.
 
   Returns:
-    (start_logits, end_logits): float32 [B, S] each.
+    The number of records written.
   """
-  # An explicit scope: a second micro-batch's model reuses bert/..., not
-  # bert_1/...
-  model = modeling.BertModel(
-      config=bert_config, is_training=is_training, input_ids=input_ids,
-      input_mask=input_mask, token_type_ids=segment_ids,
-      use_one_hot_embeddings=use_one_hot_embeddings, scope="bert")
-  final_hidden = model.get_sequence_output()
-  batch_size, seq_length, hidden_size = modeling.get_shape_list(
-      final_hidden, expected_rank=3)
-  output_weights = tf.get_variable(
-      OUTPUT_WEIGHTS, [2, hidden_size],
-      initializer=tf.truncated_normal_initializer(stddev=0.02))
-  output_bias = tf.get_variable(OUTPUT_BIAS, [2],
-                                initializer=tf.zeros_initializer())
-  hidden = tf.reshape(final_hidden, [batch_size * seq_length, hidden_size])
-  logits = tf.nn.bias_add(
-      tf.matmul(hidden, output_weights, transpose_b=True), output_bias)
-  logits = tf.reshape(logits, [batch_size, seq_length, 2])
-  start_logits, end_logits = tf.unstack(logits, axis=2)
-  return start_logits, end_logits
+  return atomic_io.write_tfrecords(path, (
+      squad_model.serialize_feature(feature, is_training)
+      for feature in features))
 
 
-def span_loss(start_logits, end_logits, start_positions, end_positions):
-  """Upstream's loss: (mean start CE + mean end CE) / 2 over the batch.
-
-  Args:
-    start_logits, end_logits: [B, S].
-    start_positions, end_positions: int32 [B].
+def write_inputs(output_dir, train_examples, predict_examples, tokenizer,
+                 max_seq_length, doc_stride, max_query_length):
+  """Writes train.tf_record (shuffled, as upstream) and eval.tf_record.
 
   Returns:
-    A float32 scalar.
+    (train record files or None, their number of windows,
+     predict record files or None, the predict windows' InputFeatures).
   """
-  def cross_entropy(logits, positions):
-    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
-        labels=positions, logits=logits))
-  return (cross_entropy(start_logits, start_positions) +
-          cross_entropy(end_logits, end_positions)) / 2.0
+  train_files = predict_files = None
+  num_train_features, predict_features = 0, []
+  if train_examples:
+    random.Random(TRAIN_SHUFFLE_SEED).shuffle(train_examples)
+    train_files = [os.path.join(output_dir, "train.tf_record")]
+    num_train_features = write_features(
+        train_files[0], squad_data.convert_examples_to_features(
+            train_examples, tokenizer, max_seq_length, doc_stride,
+            max_query_length, is_training=True), is_training=True)
+  if predict_examples:
+    predict_features = list(squad_data.convert_examples_to_features(
+        predict_examples, tokenizer, max_seq_length, doc_stride,
+        max_query_length, is_training=False))
+    predict_files = [os.path.join(output_dir, "eval.tf_record")]
+    write_features(predict_files[0], predict_features, is_training=False)
+  return train_files, num_train_features, predict_files, predict_features
 
 
-def build_squad_variables(bert_config):
-  """Creates every trainable variable of the SQuAD model (B=1, S=2)."""
-  ids = tf.zeros([1, 2], tf.int32)
-  create_model(bert_config, False, ids, ids, ids)
-
-
-def feature_spec(seq_length, is_training):
-  """The tf.io parsing spec of the SQuAD records."""
-  spec = {
-      "unique_ids": tf.FixedLenFeature([], tf.int64),
-      "input_ids": tf.FixedLenFeature([seq_length], tf.int64),
-      "input_mask": tf.FixedLenFeature([seq_length], tf.int64),
-      "segment_ids": tf.FixedLenFeature([seq_length], tf.int64),
-  }
-  if is_training:
-    spec["start_positions"] = tf.FixedLenFeature([], tf.int64)
-    spec["end_positions"] = tf.FixedLenFeature([], tf.int64)
-  return spec
-
-
-def serialize_feature(feature, is_training):
-  """One squad_data.InputFeatures as upstream's FeatureWriter writes it."""
-  int_feature = pretraining_records.int_feature
-  features = collections.OrderedDict([
-      ("unique_ids", int_feature([feature.unique_id])),
-      ("input_ids", int_feature(feature.input_ids)),
-      ("input_mask", int_feature(feature.input_mask)),
-      ("segment_ids", int_feature(feature.segment_ids)),
-  ])
-  if is_training:
-    features["start_positions"] = int_feature([feature.start_position])
-    features["end_positions"] = int_feature([feature.end_position])
-    features["is_impossible"] = int_feature([int(feature.is_impossible)])
-  return tf.train.Example(features=tf.train.Features(
-      feature=features)).SerializeToString()
-
-
-def question_answering_task(bert_config):
-  """SQuAD as a runner.Task: upstream's span loss; its mean as the eval loss
-  (train_and_evaluate under a TF_CONFIG cluster); unique_ids [B] and
-  start_logits / end_logits [B, S] as predictions."""
-
-  def logits(features, is_training):
-    return create_model(bert_config, is_training, features["input_ids"],
-                        features["input_mask"], features["segment_ids"])
-
-  def loss(features, is_training):
-    start_logits, end_logits = logits(features, is_training)
-    return span_loss(start_logits, end_logits, features["start_positions"],
-                     features["end_positions"])
-
-  def eval_outputs(features):
-    mean_loss = loss(features, False)
-    return mean_loss, {"eval_loss": tf.metrics.mean(mean_loss)}
-
-  def predictions(features):
-    start_logits, end_logits = logits(features, False)
-    return {"unique_ids": features["unique_ids"],
-            "start_logits": start_logits, "end_logits": end_logits}
-
-  return runner.Task(
-      build_variables=lambda: build_squad_variables(bert_config),
-      train_loss_fns=runner.mean_loss_shares(
-          lambda features: loss(features, True)),
-      eval_outputs=eval_outputs, predictions=predictions)
-
-
-def model_fn_builder(bert_config, init_checkpoint, learning_rate,
-                     num_train_steps, num_warmup_steps, optimizer=None,
-                     num_accumulation_steps=1):
-  """Returns the Estimator model_fn for SQuAD (question_answering_task).
+def input_fn_builder(path, max_seq_length, batch_size, has_positions,
+                     is_training=False, num_replicas=1):
+  """An Estimator input_fn over SQuAD records.
 
   Args:
-    bert_config: BertConfig.
-    init_checkpoint: checkpoint (prefix or directory) to start from, or None.
-    learning_rate: peak learning rate.
-    num_train_steps: optimizer updates of the whole run.
-    num_warmup_steps: warm-up updates.
-    optimizer: the rest of the update, an options.OptimizerOptions (None:
-      upstream's).
-    num_accumulation_steps: micro-batches per update; each replica's batch
-      must divide by it.
+    path: the TFRecord file(s) (write_features).
+    max_seq_length: S.
+    batch_size: global batch.
+    has_positions: the records are training records (answer positions).
+    is_training: shuffle, repeat and drop a partial batch; else one ordered
+      pass (predictions line up with the features).
+    num_replicas: replicas in sync; the dataset yields per-replica batches.
   """
-  return runner.upstream_model_fn(
-      question_answering_task(bert_config), init_checkpoint,
-      learning_rate, num_train_steps, num_warmup_steps, optimizer,
-      num_accumulation_steps)
+  return input_pipeline.records_input_fn(
+      path, squad_model.feature_spec(max_seq_length, has_positions),
+      is_training=is_training, drop_remainder=is_training,
+      global_batch_size=batch_size, num_replicas=num_replicas)
+
+
+def input_fn_maker(max_seq_length):
+  """The runner's make_input_fn over SQuAD records: training records (with
+  answer positions) for TRAIN and EVAL, predict records for PREDICT."""
+  def make_input_fn(files, mode, global_batch_size, num_replicas):
+    return input_fn_builder(
+        files, max_seq_length, global_batch_size,
+        has_positions=mode != tf.estimator.ModeKeys.PREDICT,
+        is_training=mode == tf.estimator.ModeKeys.TRAIN,
+        num_replicas=num_replicas)
+  return make_input_fn
+
+
+def answers(examples, features, n_best_size, max_answer_length,
+            do_lower_case, version_2_with_negative, null_score_diff_threshold,
+            output_dir, predict_file, predictions):
+  """Writes the answers of the predict outputs; returns their evaluation.
+
+  Args:
+    examples, features: the predicted SquadExamples and their windows.
+    n_best_size, max_answer_length, do_lower_case, version_2_with_negative,
+    null_score_diff_threshold: the flags' values.
+    output_dir: where predictions.json (nbest, null_odds) go.
+    predict_file: the SQuAD json, evaluated when it has answers.
+    predictions: the runner's prediction dicts, one per window in order.
+
+  Returns:
+    The official evaluation's figures, or None without gold answers.
+  """
+  results = [squad_predictions.RawResult(
+      unique_id=int(p["unique_ids"]),
+      start_logits=[float(x) for x in p["start_logits"].flat],
+      end_logits=[float(x) for x in p["end_logits"].flat])
+             for p in predictions]
+  predicted, nbest, null_odds = squad_predictions.compute_predictions(
+      examples, features, results, n_best_size, max_answer_length,
+      do_lower_case, version_2_with_negative, null_score_diff_threshold)
+  paths = squad_predictions.write_predictions(
+      output_dir, predicted, nbest, null_odds, version_2_with_negative)
+  logging.info("Wrote %s", ", ".join(paths))
+  return evaluate(predict_file, predicted, null_odds, version_2_with_negative)
+
+
+def evaluate(predict_file, predictions, null_odds, version_2_with_negative):
+  """The official evaluation's figures, or None if there are no answers."""
+  dataset = squad_data.load_squad_json(predict_file)
+  if not squad_evaluation.has_answers(dataset):
+    return None
+  if version_2_with_negative:
+    return dict(squad_evaluation.evaluate_v2(dataset, predictions, null_odds))
+  return squad_evaluation.evaluate_v1(dataset, predictions)
+
+
+@dataclasses.dataclass(frozen=True)
+class SquadInputs:
+  """The questions a run reads: --train_file's (None without --do_train)
+  and --predict_file's (None without --do_predict)."""
+  train_examples: Optional[list]
+  predict_examples: Optional[list]
+
+
+class SquadTask(driver.FineTuningTask):
+  """SQuAD 1.1 and 2.0: windows over long contexts, a span head, the
+  answers and the official script's figures out (run_squad.py's
+  docstring)."""
+  head = heads.SQUAD
+
+  def read(self, opts):
+    # --verbose_logging: also the answers whose text could not be aligned
+    # back to the original words (squad/predictions.py's debug lines).
+    if opts.verbose_logging:
+      logging.set_verbosity(logging.DEBUG)
+    train_examples = predict_examples = None
+    if opts.do_train:
+      train_examples, _ = squad_data.read_squad_examples(
+          opts.train_file, True, opts.version_2_with_negative)
+      if not train_examples:
+        raise UserError("--train_file %s has no usable training question" %
+                        opts.train_file)
+    if opts.do_predict:
+      predict_examples, _ = squad_data.read_squad_examples(
+          opts.predict_file, False, opts.version_2_with_negative)
+      if not predict_examples:
+        raise UserError("--predict_file %s has no question" %
+                        opts.predict_file)
+    return SquadInputs(train_examples, predict_examples)
+
+  def runner_task(self, bert_config, inputs):
+    return squad_model.question_answering_task(bert_config)
+
+  def write_records(self, opts, inputs, tokenizer, is_chief):
+    train_files, num_train_windows, predict_files, predict_features = (
+        write_inputs(opts.run.output_dir, inputs.train_examples,
+                     inputs.predict_examples, tokenizer, opts.max_seq_length,
+                     opts.doc_stride, opts.max_query_length))
+    files = {"train": train_files, "test": predict_files}
+    questions = len(inputs.train_examples or ())
+    # Upstream counts the training steps in questions, not windows.
+    return driver.Records(
+        {split: f for split, f in files.items() if f}, questions,
+        "%d questions in %d windows" % (questions, num_train_windows),
+        predict_features)
+
+  def input_fn_maker(self, opts, inputs):
+    return input_fn_maker(opts.max_seq_length)
+
+  def prediction(self, opts, inputs, records, model):
+    features = records.details
+    return runner.PredictStage(
+        files=records.files.get("test"), batch_size=opts.predict_batch_size,
+        message="***** Predict: %d questions in %d windows, batch %d "
+        "*****" % (len(inputs.predict_examples or ()), len(features),
+                   opts.predict_batch_size),
+        use_predictions=functools.partial(
+            answers, inputs.predict_examples, features, opts.n_best_size,
+            opts.max_answer_length, model.do_lower_case,
+            opts.version_2_with_negative, opts.null_score_diff_threshold,
+            opts.run.output_dir, opts.predict_file))
+
+
+TASK = SquadTask()

@@ -12,20 +12,22 @@ logits; the loss is their softmax cross-entropy with the right choice.
 Shape notation: B = batch, C = choices, S = sequence length, H = hidden size.
 """
 
+import functools
 import os
 
 import numpy as np
 import tensorflow.compat.v1 as tf
 
 from bertkit.common import atomic_io
-from bertkit.engine import checkpoint_formats
+from bertkit.common import heads
+from bertkit.common.errors import UserError
 from bertkit.engine import input_pipeline
 from bertkit.engine import runner
+from bertkit.tasks.fine_tuning import driver
 from bertkit.tasks.swag import data as swag_data
 import modeling
 
-_HEAD = checkpoint_formats.HEAD_VARIABLES[checkpoint_formats.MULTIPLE_CHOICE]
-OUTPUT_WEIGHTS, OUTPUT_BIAS = _HEAD + "weights", _HEAD + "bias"
+OUTPUT_WEIGHTS, OUTPUT_BIAS = heads.MULTIPLE_CHOICE.variables
 SEQUENCE_FEATURES = ("input_ids", "input_mask", "segment_ids")
 # Each predicted split: its prefix in eval_results.txt and its probabilities
 # file.
@@ -139,22 +141,19 @@ def write_inputs(output_dir, examples, tokenizer, seq_length):
   Returns:
     {split: [record file]}.
   """
-  names = {"train": "train", "dev": "eval", "test": "predict"}
   files = {}
   for split, split_examples in examples.items():
-    path = os.path.join(output_dir, "%s.tf_record" % names[split])
-    with atomic_io.atomic_path(path) as tmp:
-      with tf.io.TFRecordWriter(tmp) as writer:
-        for example in split_examples:
-          writer.write(example_record(example, tokenizer, seq_length))
-    files[split] = [path]
+    files[split] = [driver.record_file(output_dir, split)]
+    atomic_io.write_tfrecords(files[split][0], (
+        example_record(example, tokenizer, seq_length)
+        for example in split_examples))
   return files
 
 
 def input_fn_maker(num_choices, seq_length):
   """The runner's make_input_fn over the records."""
   return input_pipeline.records_input_fn_maker(
-      seq_length, feature_spec(num_choices, seq_length))
+      feature_spec(num_choices, seq_length))
 
 
 def choice_figures(examples, logits):
@@ -195,3 +194,61 @@ def use_predictions(output_dir, examples, predictions):
     figures.update({"%s_%s" % (prefix, k): v for k, v in choice_figures(
         examples[split], [p["logits"] for p in chunk]).items()})
   return figures or None
+
+
+def read_splits(opts):
+  """{split: Examples} of the splits the --do_* options read.
+
+  Raises:
+    UserError: a file is bad or missing, train or dev has an unlabelled
+      example, or the splits' numbers of choices differ.
+  """
+  examples = {}
+  for split in driver.stage_splits(opts):
+    path = swag_data.split_path(opts.data_dir, split)
+    examples[split] = swag_data.read_examples(path)
+    if split != "test":
+      swag_data.check_labelled(examples[split], path)
+  counts = {split: len(e[0].endings) for split, e in examples.items()}
+  if len(set(counts.values())) > 1:
+    raise UserError("the splits have different numbers of choices: %s" %
+                    ", ".join("%s %d" % item for item in counts.items()))
+  return examples
+
+
+def num_choices(examples):
+  """C, the choices of every example of a run."""
+  return len(next(iter(examples.values()))[0].endings)
+
+
+class MultipleChoiceTask(driver.FineTuningTask):
+  """Multiple choice (SWAG): C endings per example, one score each, softmax
+  over them; the choice probabilities and accuracy out (run_swag.py's
+  docstring)."""
+  head = heads.MULTIPLE_CHOICE
+
+  def read(self, opts):
+    return read_splits(opts)
+
+  def runner_task(self, bert_config, inputs):
+    return multiple_choice_task(bert_config)
+
+  def write_records(self, opts, inputs, tokenizer, is_chief):
+    files = write_inputs(opts.run.output_dir, inputs, tokenizer,
+                         opts.max_seq_length)
+    train = inputs.get("train", ())
+    return driver.Records(files, len(train), "%d examples of %d choices" % (
+        len(train), num_choices(inputs)))
+
+  def input_fn_maker(self, opts, inputs):
+    return input_fn_maker(num_choices(inputs), opts.max_seq_length)
+
+  def prediction(self, opts, inputs, records, model):
+    return driver.predict_dev_and_test(
+        opts, records,
+        {split: "%d examples" % len(examples)
+         for split, examples in inputs.items()},
+        functools.partial(use_predictions, opts.run.output_dir, inputs))
+
+
+TASK = MultipleChoiceTask()

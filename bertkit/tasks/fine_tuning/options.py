@@ -1,0 +1,48 @@
+"""What every fine-tuning program is told besides its task's options."""
+
+import dataclasses
+
+from bertkit.common import option_fields
+from bertkit.common import options
+from bertkit.common.errors import UserError
+from bertkit.common.option_fields import (AT_LEAST_ONE, FRACTION, POSITIVE,
+                                          option)
+
+# The stages a fine-tuning program may have, in the order they run.
+STAGES = ("do_train", "do_eval", "do_predict")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FineTuningOptions(options.TrainingOptions):
+  """What the fine-tuning programs share (run_classifier, run_squad, run_ner,
+  run_swag); each task's options add its own. A task that evaluates its dev
+  set adds options.EvaluationOptions."""
+  max_seq_length: int = options.max_seq_length_option(128, low=3)
+  do_predict: bool = option(
+      False, "Whether to predict the test set (SQuAD: --predict_file, "
+      "evaluated too).")
+  predict_batch_size: int = option(options.UPSTREAM_EVAL_BATCH_SIZE,
+                                   "Total batch size for predict.",
+                                   **AT_LEAST_ONE)
+  num_train_epochs: float = option(3.0, "Epochs of training.", **POSITIVE)
+  warmup_proportion: float = option(
+      0.1, "Fraction of the training steps with linear warm-up.", **FRACTION)
+
+  def __post_init__(self):
+    if not any(getattr(self, stage) for stage in self.stages):
+      flags = ["--" + stage for stage in self.stages]
+      raise UserError("At least one of %s or %s must be True" % (
+          ", ".join(flags[:-1]), flags[-1]))
+    option_fields.check_fields(self)
+
+  @property
+  def stages(self):
+    """The --do_* options this program has."""
+    return tuple(stage for stage in STAGES if hasattr(self, stage))
+
+  @property
+  def evaluation_stages(self):
+    """The --do_* options besides --do_train, as a message names them
+    ("--do_eval/--do_predict")."""
+    return "/".join("--" + stage for stage in self.stages
+                    if stage != "do_train")
