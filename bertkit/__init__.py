@@ -5,7 +5,9 @@ run_classifier.py, run_glue.py, run_squad.py, run_ner.py, run_swag.py,
 export_checkpoint.py, create_vocab.py, extract_features.py, benchmark.py,
 two_phase.py) and upstream's three API modules (modeling.py, optimization.py,
 tokenization.py), importable as `import modeling` as with google-research/bert.
-Everything else lives here, one subpackage per concern:
+Everything else lives here: the model's kernels (kernels.py: the ops with
+hand-written gradients modeling builds BERT from), and one subpackage per
+concern:
 
   common   errors and the one-line error exit, atomic writes, console lines,
            input globs, the CPU kernel choice
@@ -25,8 +27,8 @@ Everything else lives here, one subpackage per concern:
   perf     the benchmark's FLOP model, sweep, probes and reports
 
 Rules (tests/common/test_layout.py enforces the first three):
-  1. Imports point down. Layers, lowest first: common; tokenization and
-     modeling; data; engine; tasks and optimization (upstream's names for
+  1. Imports point down. Layers, lowest first: common; tokenization,
+     modeling and kernels; data; engine; tasks and optimization (upstream's names for
      engine.optimizers); perf; programs. A module imports only from its own
      layer or a lower one, and never a program.
   2. `bertkit.common` and `bertkit.data` import no TensorFlow at import time

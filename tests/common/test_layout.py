@@ -21,7 +21,7 @@ API_MODULES = {"modeling", "optimization", "tokenization"}
 # optimization.py gives upstream's names to the engine's optimizers: above
 # the engine, so the package never imports it.
 LAYERS = {"bertkit.common": 0, "tokenization": 1, "modeling": 1,
-          "bertkit.data": 2, "bertkit.engine": 3, "optimization": 4,
+          "bertkit.kernels": 1, "bertkit.data": 2, "bertkit.engine": 3, "optimization": 4,
           "bertkit.tasks": 4, "bertkit.perf": 5}
 PROGRAM_LAYER = 6
 MAX_ROOT_FILES = 15
