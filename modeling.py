@@ -539,28 +539,45 @@ def layer_norm_and_dropout(input_tensor, dropout_prob, name=None):
 
 _INITIALIZERS = {options.TRUNCATED_NORMAL: tf.truncated_normal_initializer,
                  options.NORMAL: tf.random_normal_initializer}
-# What create_initializer draws from; see `init_distribution`.
-_init_distribution = [options.TRUNCATED_NORMAL]
+# The default graph's collection of `init_distribution` choices, innermost
+# last: the choice belongs to the graph being built, not to the process.
+_INIT_DISTRIBUTIONS = "bertkit_init_distributions"
 
 
 @contextlib.contextmanager
 def init_distribution(name):
   """Within it, create_initializer draws from `name`, one of
   options.INIT_DISTRIBUTIONS (run_pretraining.py --init_distribution, checked
-  by options.PretrainingOptions)."""
-  before = _init_distribution[0]
-  _init_distribution[0] = name
+  by options.PretrainingOptions).
+
+  The choice is held by the default graph (a graph collection, removed on
+  exit), so it reaches the initializers created in that graph while the
+  context is open, and nothing outside it.
+
+  Args:
+    name: one of options.INIT_DISTRIBUTIONS.
+
+  Yields:
+    None.
+  """
+  graph = tf.get_default_graph()
+  choices = graph.get_collection_ref(_INIT_DISTRIBUTIONS)
+  choices.append(name)
   try:
     yield
   finally:
-    _init_distribution[0] = before
+    choices.pop()
+    if not choices:
+      graph.clear_collection(_INIT_DISTRIBUTIONS)
 
 
 def create_initializer(initializer_range=0.02):
   """Returns upstream's truncated normal initializer, stddev
-  `initializer_range` (within `init_distribution(NORMAL)`, the untruncated
-  normal)."""
-  return _INITIALIZERS[_init_distribution[0]](stddev=initializer_range)
+  `initializer_range` (within `init_distribution(NORMAL)` in the default
+  graph, the untruncated normal)."""
+  choices = tf.get_collection(_INIT_DISTRIBUTIONS)
+  name = choices[-1] if choices else options.TRUNCATED_NORMAL
+  return _INITIALIZERS[name](stddev=initializer_range)
 
 
 def embedding_lookup(input_ids,

@@ -458,6 +458,26 @@ def test_sparse_softmax_cross_entropy_equals_tensorflows_fused_op(
                              atol=1e-6)
 
 
+def test_init_distribution_belongs_to_the_graph_being_built():
+  """The choice reaches the initializers of its own graph while the context
+  is open: not those of another graph, and none after it closes."""
+  with tf.Graph().as_default() as graph:
+    with modeling.init_distribution("normal"):
+      assert isinstance(modeling.create_initializer(),
+                        tf.random_normal_initializer)
+      with modeling.init_distribution("truncated_normal"):
+        assert isinstance(modeling.create_initializer(),
+                          tf.truncated_normal_initializer)
+      assert isinstance(modeling.create_initializer(),
+                        tf.random_normal_initializer)
+      with tf.Graph().as_default():
+        assert isinstance(modeling.create_initializer(),
+                          tf.truncated_normal_initializer)
+    assert isinstance(modeling.create_initializer(),
+                      tf.truncated_normal_initializer)
+    assert graph.get_all_collection_keys() == []
+
+
 def test_get_activation():
   assert modeling.get_activation("gelu") is modeling.gelu
   assert modeling.get_activation("GELU") is modeling.gelu
