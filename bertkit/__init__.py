@@ -26,18 +26,21 @@ concern:
            sentence pooling)
   perf     the benchmark's FLOP model, sweep, probes and reports
 
-Rules (tests/common/test_layout.py enforces the first three):
+Rules (tests/common/test_layout.py enforces them):
   1. Imports point down. Layers, lowest first: common; tokenization,
-     modeling and kernels; data; engine; tasks and optimization (upstream's names for
-     engine.optimizers); perf; programs. A module imports only from its own
-     layer or a lower one, and never a program.
+     modeling and kernels; data; engine; tasks and optimization (upstream's
+     names for engine.optimizers); perf; programs. A module imports only from
+     its own layer or a lower one, and never a program.
   2. `bertkit.common` and `bertkit.data` import no TensorFlow at import time
      (data creation and create_vocab start in well under a second and their
      worker processes stay small); where they need TensorFlow they import it
      inside the function that does.
   3. At most 15 Python files at the root, none of them a library module.
   4. Module-level state lives only in modules whose docstring says who writes
-     it and who reads it (engine.preemption's signal flag, engine.distribution's
-     process group, engine.horovod_engine's and engine.byteps_engine's
-     handles).
+     it and who reads it, in a paragraph beginning `Module state:`
+     (engine.preemption's signal flag, engine.distribution's process group,
+     engine.horovod_engine's and engine.byteps_engine's handles; the caches of
+     engine.checkpoint_formats, data.pretraining_records and
+     data.shard_task). State is a name a function rebinds through `global`,
+     or a container bound at import that a function changes.
 """

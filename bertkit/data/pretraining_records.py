@@ -9,6 +9,11 @@ features, which the tests check) and frames records as TFRecord files (byte-
 identical to `tf.io.TFRecordWriter`), computing the CRC32C checksums for a
 whole batch of records at once with numpy.
 
+Module state: two caches of this process, each written on first need and
+read from then on by the function that fills it: the encoded headers of each
+feature (`encode_example`) and the CRC32C tables (`_frame`). They are built
+once per worker process, which writes millions of records.
+
 Wire format reminders (protobuf): a length-delimited field is
 tag, varint(length), bytes; Example = {1: Features}; Features = {1: map
 entries}; entry = {1: key, 2: Feature}; Feature = {2: FloatList, 3:
@@ -24,17 +29,17 @@ import struct
 
 from bertkit.common import atomic_io
 
-# numpy (~20 MB) is imported by the first checksum: a process that only
-# plans work (create_pretraining_data's parent in sharded mode) skips it.
-np = None
-
 
 def load_numpy():
-  """Imports numpy now (it is otherwise imported by the first checksum)."""
-  global np
-  if np is None:
-    np = importlib.import_module("numpy")
-  return np
+  """Imports numpy now (it is otherwise imported by the first checksum).
+
+  numpy (~20 MB) is imported by the first checksum: a process that only
+  plans work (create_pretraining_data's parent in sharded mode) skips it.
+
+  Returns:
+    The numpy module.
+  """
+  return importlib.import_module("numpy")
 
 # ------------------------------------------------------- record schema ----
 # The one description of the pretraining records: what the writer
@@ -469,6 +474,7 @@ _CRC_MASK_DELTA = 0xA282EAD8
 
 
 def _crc32c_byte_table():
+  np = load_numpy()
   table = np.arange(256, dtype=np.uint32)
   for _ in range(8):
     table = np.where(table & 1, (table >> 1) ^ np.uint32(_CRC32C_POLY),
@@ -487,7 +493,7 @@ class _Crc32c(object):
   """
 
   def __init__(self):
-    load_numpy()
+    np = load_numpy()
     self._table = _crc32c_byte_table()
     # A step with data byte b is a zero-byte step of register ^ b, and
     # zero-byte steps are linear: four of them on a register x are
@@ -518,6 +524,7 @@ class _Crc32c(object):
     Returns:
       A uint32 array, one checksum per message.
     """
+    np = load_numpy()
     lengths = np.array([len(m) for m in messages], dtype=np.int64)
     width = -(-int(lengths.max()) // 4) * 4
     while len(self._padded_init) <= width:

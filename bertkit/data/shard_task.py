@@ -6,6 +6,11 @@ whole corpus, drawing from its own
 `random.Random(shard_plan.shard_seed(random_seed, shard_index))`, and writes
 the shard's file under a temporary name, renamed when complete. Workers
 never import TensorFlow: they stay small.
+
+Module state: a worker process's tools (its tokenizer) and the settings they
+were built for. `make_shard` builds them at its first task of a run
+(`_shard_tools`) and reads them at every later one: a worker is a process,
+which the engines hand tasks to, not objects.
 """
 
 import dataclasses
