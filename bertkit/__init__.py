@@ -15,8 +15,8 @@ concern:
            data creation, packing, the fast tokenizer
   engine   the training runner and what it is made of: set-up, the precision
            record, distribution, horovod and BytePS, hooks, throughput,
-           checkpoints and their formats, the input pipeline, dynamic
-           masking, the train step, preemption
+           checkpoints and their formats, the input pipeline and the checks
+           of its records, dynamic masking, the train step, preemption
   tasks    what the runner runs: pretraining (heads, losses, metrics), the
            classifier (data processors, features, head, outputs), the GLUE
            tasks and suite, SQuAD

@@ -45,6 +45,7 @@ from bertkit.engine import evaluation as held_out
 from bertkit.engine import input_pipeline
 from bertkit.engine import optimizers
 from bertkit.engine import preemption
+from bertkit.engine import record_checks
 from bertkit.engine import run_directory
 from bertkit.engine import throughput
 from bertkit.engine import train_step
@@ -582,8 +583,8 @@ def skip_corrupt_records(setup, input_files):
   """
   scratch = tempfile.mkdtemp(prefix="bert-clean-records-")
   atexit.register(shutil.rmtree, scratch, True)
-  files, skipped = input_pipeline.without_corrupt_records(input_files,
-                                                          scratch)
+  files, skipped = record_checks.without_corrupt_records(input_files,
+                                                         scratch)
   setup.extra_info["corrupt_records_skipped"] = len(skipped)
   if skipped:
     logging.warning("--skip_corrupt_records: skipped %d corrupt record(s): %s",
@@ -741,7 +742,7 @@ def _training_failure(error, setup, input_files):
         "command to resume every rank from the last checkpoint" % (
             setup.plan.name, setup.plan.name))
   if isinstance(error, tf.errors.DataLossError):
-    return errors.TrainingFailed(input_pipeline.corrupt_input_message(
+    return errors.TrainingFailed(record_checks.corrupt_input_message(
         input_files or [], reason))
   return error
 
