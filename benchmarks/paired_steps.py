@@ -3,7 +3,8 @@
 On a loaded machine two runs minutes apart differ by more than most single
 optimisations give. This builds one BERT pretraining step graph (the model
 and both heads of a checkout's bertkit/kernels.py, modeling.py and
-bertkit/tasks/pretraining.py, the update of its bertkit/engine/optimizers.py)
+bertkit/tasks/pretraining.py, the update of its bertkit/engine/optimizers.py
+and training_update.py)
 per CHECKOUT[:INTER_OP_THREADS] argument and runs their steps in turn
 (ABC ABC ..., reversed every other round), so that load changes hit all
 alike. Prints per variant the median step
@@ -39,11 +40,13 @@ from bertkit.tasks import pretraining  # noqa: F401
 
 # A checkout's modules loaded as its own, lowest first: each is bound under
 # its name while the later ones load. A module a checkout lacks (the
-# kernels before they left modeling.py) is skipped.
+# kernels before they left modeling.py, the train op before it left
+# optimizers.py) is skipped.
 CHECKOUT_MODULES = (
     ("bertkit.kernels", "bertkit/kernels.py"),
     ("modeling", "modeling.py"),
     ("bertkit.engine.optimizers", "bertkit/engine/optimizers.py"),
+    ("bertkit.engine.training_update", "bertkit/engine/training_update.py"),
     ("bertkit.tasks.pretraining", "bertkit/tasks/pretraining.py"),
 )
 
@@ -99,7 +102,7 @@ def load_checkout(checkout, index):
   this checkout's.
 
   Returns:
-    (the heads' module, the optimizers' module).
+    (the heads' module, the module of its `create_optimizer`).
   """
   def load(name, path):
     spec = importlib.util.spec_from_file_location(name, path)
@@ -111,17 +114,18 @@ def load_checkout(checkout, index):
   for name, path in checkout_files(checkout).items():
     with bound(modules):
       modules[name] = load("%s_%d" % (name.replace(".", "_"), index), path)
-  return (modules["bertkit.tasks.pretraining"],
-          modules["bertkit.engine.optimizers"])
+  update = (modules.get("bertkit.engine.training_update") or
+            modules["bertkit.engine.optimizers"])
+  return modules["bertkit.tasks.pretraining"], update
 
 
-def build_step(heads, optimizer, config_file, batch, seq_length,
+def build_step(heads, update, config_file, batch, seq_length,
                predictions):
   """Train op of one pretraining step on fixed random inputs; returns it.
 
   Args:
     heads: a checkout's pretraining heads module (see load_checkout).
-    optimizer: an optimizers module (see load_checkout).
+    update: the module of a checkout's create_optimizer (see load_checkout).
     config_file: bert_config.json.
     batch, seq_length, predictions: B, S and the masked positions P.
   """
@@ -144,7 +148,7 @@ def build_step(heads, optimizer, config_file, batch, seq_length,
   config = heads.modeling.BertConfig.from_json_file(config_file)
   (masked_lm_loss, _, _), (next_sentence_loss, _, _) = (
       heads.pretraining_model(config, features, is_training=True))
-  return optimizer.create_optimizer(
+  return update.create_optimizer(
       masked_lm_loss + next_sentence_loss, 1e-4, 1000, 10)
 
 
@@ -152,10 +156,10 @@ def main(args):
   sessions = []
   for index, variant in enumerate(args.variants):
     checkout, _, inter_op = variant.partition(":")
-    heads, optimizer = load_checkout(checkout, index)
+    heads, update = load_checkout(checkout, index)
     graph = tf.Graph()
     with graph.as_default():
-      train_op = build_step(heads, optimizer, args.bert_config_file,
+      train_op = build_step(heads, update, args.bert_config_file,
                             args.batch, args.seq_length, args.predictions)
       config = tf.ConfigProto()
       if inter_op:

@@ -52,6 +52,7 @@ from bertkit.engine import train_step
 from bertkit.engine import training_clock
 from bertkit.engine import training_hooks
 from bertkit.engine import training_setup
+from bertkit.engine import training_update
 
 TRAIN = tf.estimator.ModeKeys.TRAIN
 EVAL = tf.estimator.ModeKeys.EVAL
@@ -136,7 +137,7 @@ def model_fn_builder(task, init_checkpoint, optimizer, num_train_steps,
   """The Estimator model_fn of `task`.
 
   TRAIN: one update from the summed gradients of num_accumulation_steps
-  micro-batches (optimizers.create_accumulating_optimizer), handed to the
+  micro-batches (training_update.create_accumulating_optimizer), handed to the
   hooks through train_step.register_step_metrics; EVAL and PREDICT: the
   task's outputs on one unreplicated batch. Every mode starts from
   `init_checkpoint` when given.
@@ -161,7 +162,7 @@ def model_fn_builder(task, init_checkpoint, optimizer, num_train_steps,
     if mode == TRAIN:
       if task.batch_counts is not None:
         train_step.register_batch_counts(*task.batch_counts(features))
-      step = optimizers.create_accumulating_optimizer(
+      step = training_update.create_accumulating_optimizer(
           task.train_loss_fns(features, optimizer.num_accumulation_steps),
           optimizer.learning_rate, num_train_steps, num_warmup_steps,
           replicas=replicas, **optimizers.optimizer_arguments(optimizer),
@@ -407,7 +408,7 @@ def run(prepared, make_input_fn, schedule=Schedule(), train_files=None,
   clock = start_clock(setup, options.output_dir)
   run_arguments = {"precision": setup.precision}
   if schedule.time_budget_seconds:
-    run_arguments["time_budget"] = optimizers.TimeBudget(
+    run_arguments["time_budget"] = training_update.TimeBudget(
         schedule.time_budget_seconds, schedule.warmup_seconds, clock,
         setup.is_chief)
   estimator = make_estimator(model_fn_builder(
