@@ -14,9 +14,11 @@ concern:
   data     corpus reading, pretraining instances, TFRecord features, sharded
            data creation, packing, the fast tokenizer
   engine   the training runner and what it is made of: set-up, the precision
-           record, distribution, horovod and BytePS, hooks, throughput,
-           checkpoints and their formats, the input pipeline and the checks
-           of its records, dynamic masking, the train step, preemption
+           record, distribution and the cluster environment, horovod and
+           BytePS, hooks, throughput, checkpoints and their formats, the
+           input pipeline and the checks of its records, dynamic masking,
+           the optimizers and the training update, the train step,
+           preemption
   tasks    what the runner runs: pretraining (heads, losses, metrics), the
            classifier (data processors, features, head, outputs), the GLUE
            tasks and suite, SQuAD

@@ -40,6 +40,7 @@ from bertkit.common import errors
 from bertkit.common import options as run_options
 from bertkit.common.errors import UserError
 from bertkit.engine import checkpoints
+from bertkit.engine import cluster_environment
 from bertkit.engine import distribution
 from bertkit.engine import evaluation as held_out
 from bertkit.engine import input_pipeline
@@ -625,7 +626,7 @@ def task_name(plan):
   if group:
     return "rank-%d" % group.rank
   if plan.cluster:
-    return distribution.cluster_task()[0]
+    return cluster_environment.cluster_task()[0]
   return "local"
 
 
