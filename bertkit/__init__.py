@@ -11,8 +11,8 @@ concern:
 
   common   errors and the one-line error exit, atomic writes, console lines,
            input globs, the CPU kernel choice
-  data     corpus reading, pretraining instances, TFRecord features, sharded
-           data creation, packing, the fast tokenizer
+  data     corpus reading, pretraining instances, TFRecord features and
+           files, sharded data creation, packing, the fast tokenizer
   engine   the training runner and what it is made of: set-up, the precision
            record, distribution and the cluster environment, horovod and
            BytePS, hooks, throughput, checkpoints and their formats, the
@@ -42,7 +42,7 @@ Rules (tests/common/test_layout.py enforces them):
      it and who reads it, in a paragraph beginning `Module state:`
      (engine.preemption's signal flag, engine.distribution's process group,
      engine.horovod_engine's and engine.byteps_engine's handles; the caches of
-     engine.checkpoint_formats, data.pretraining_records and
-     data.shard_task). State is a name a function rebinds through `global`,
+     engine.checkpoint_formats, data.pretraining_records, data.tfrecord_files
+     and data.shard_task). State is a name a function rebinds through `global`,
      or a container bound at import that a function changes.
 """

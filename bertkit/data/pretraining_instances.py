@@ -28,6 +28,7 @@ from bertkit.common import options
 from bertkit.data import fast_tokenization
 from bertkit.data import packing
 from bertkit.data import pretraining_records
+from bertkit.data import tfrecord_files
 import tokenization
 
 # [CLS] + at least one token of A + [SEP] + at least one of B + [SEP].
@@ -530,7 +531,7 @@ def write_instances(documents, rng, vocab, params, dupe_factor, output_paths,
     # Entered first, so every file is complete before the first rename.
     tmp_paths = [stack.enter_context(atomic_io.atomic_path(path))
                  for path in output_paths]
-    scratch = pretraining_records.ScratchRecords(
+    scratch = tfrecord_files.ScratchRecords(
         _scratch_path(output_paths[0]))
     stack.callback(scratch.close)
     maker.make_records(documents, dupe_factor, scratch.append, report,
@@ -542,7 +543,7 @@ def write_instances(documents, rng, vocab, params, dupe_factor, output_paths,
         log_example(record)
     if max_sequences_per_pack is None:
       for k, tmp in enumerate(tmp_paths):
-        pretraining_records.write_tfrecord_file(
+        tfrecord_files.write_tfrecord_file(
             tmp, scratch.read_in_order(order[k::len(tmp_paths)]))
       return len(order)
     unmasked = params.masking == DYNAMIC
@@ -562,7 +563,7 @@ def write_instances(documents, rng, vocab, params, dupe_factor, output_paths,
                    "--max_predictions_per_seq=%d)",
                    packing.describe(packing_report), mask_width, mask_width)
     for k, tmp in enumerate(tmp_paths):
-      pretraining_records.write_tfrecord_file(tmp, rows[k::len(tmp_paths)])
+      tfrecord_files.write_tfrecord_file(tmp, rows[k::len(tmp_paths)])
   return len(rows)
 
 

@@ -19,8 +19,8 @@ from typing import Dict, Optional
 
 from bertkit.data import corpus_input
 from bertkit.data import pretraining_instances
-from bertkit.data import pretraining_records
 from bertkit.data import shard_plan
+from bertkit.data import tfrecord_files
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +75,7 @@ def _shard_tools(settings):
     text -> list of token codes (see pretraining_instances.make_encoder).
   """
   if _tools.get("settings") is not settings:
-    pretraining_records.load_numpy()
+    tfrecord_files.load_numpy()
     tokenizer = pretraining_instances.make_tokenizer(
         settings.vocab, settings.do_lower_case, settings.tokenizer_backend)
     codes = pretraining_instances.make_encoder(settings.vocab,

@@ -31,6 +31,7 @@ from bertkit.common import options
 from bertkit.data import creation_options
 from bertkit.data import pretraining_instances
 from bertkit.data import pretraining_records
+from bertkit.data import tfrecord_files
 import tokenization
 from conftest import run_program
 from conftest import REPO_ROOT
@@ -681,7 +682,7 @@ def test_interrupt_leaves_no_output(tmp_path, monkeypatch, stage):
     monkeypatch.setattr(pretraining_instances.Progress, "add",
                         interrupt_at_the_first_instance)
   else:
-    real_write = pretraining_records.write_tfrecord_file
+    real_write = tfrecord_files.write_tfrecord_file
     calls = []
 
     def interrupted_write(path, records):
@@ -692,7 +693,7 @@ def test_interrupt_leaves_no_output(tmp_path, monkeypatch, stage):
         raise KeyboardInterrupt()
       return real_write(path, records)
 
-    monkeypatch.setattr(pretraining_records, "write_tfrecord_file",
+    monkeypatch.setattr(tfrecord_files, "write_tfrecord_file",
                         interrupted_write)
   with pytest.raises(KeyboardInterrupt):
     run_in_process(tmp_path)

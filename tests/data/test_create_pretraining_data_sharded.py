@@ -40,6 +40,7 @@ from bertkit.data import pretraining_records
 from bertkit.data import shard_plan
 from bertkit.data import shard_task
 from bertkit.data import sharded_mode
+from bertkit.data import tfrecord_files
 import tokenization
 from conftest import REPO_ROOT
 from conftest import partial_files
@@ -228,7 +229,7 @@ def test_fast_tokenizer_equals_python_on_hazards_and_random_unicode(
 
 def test_tfrecord_chunks_equal_tf_record_writer(tmp_path, monkeypatch):
   # Small batches, so that batch boundaries are crossed too.
-  monkeypatch.setattr(pretraining_records, "_BATCH_BYTES", 5000)
+  monkeypatch.setattr(tfrecord_files, "_BATCH_BYTES", 5000)
   rng = random.Random(3)
   records = [bytes(rng.getrandbits(8) for _ in range(n))
              for n in [0, 1, 2, 3, 7, 8, 255, 256, 3000] +
@@ -237,7 +238,7 @@ def test_tfrecord_chunks_equal_tf_record_writer(tmp_path, monkeypatch):
   with tf.io.TFRecordWriter(expected) as writer:
     for record in records:
       writer.write(record)
-  got = b"".join(pretraining_records.tfrecord_chunks(iter(records)))
+  got = b"".join(tfrecord_files.tfrecord_chunks(iter(records)))
   assert got == read_bytes(expected)
   assert list(tf.io.tf_record_iterator(expected)) == records
 
@@ -672,7 +673,7 @@ def test_interrupt_while_writing_a_shard_leaves_no_file(tmp_path,
                                               2)
 
   calls = []
-  real_frame = pretraining_records._frame
+  real_frame = tfrecord_files._frame
 
   def interrupt_second_batch(records):
     calls.append(1)
@@ -680,8 +681,8 @@ def test_interrupt_while_writing_a_shard_leaves_no_file(tmp_path,
       raise KeyboardInterrupt()
     return real_frame(records)
 
-  monkeypatch.setattr(pretraining_records, "_BATCH_BYTES", 2000)
-  monkeypatch.setattr(pretraining_records, "_frame", interrupt_second_batch)
+  monkeypatch.setattr(tfrecord_files, "_BATCH_BYTES", 2000)
+  monkeypatch.setattr(tfrecord_files, "_frame", interrupt_second_batch)
   output = str(tmp_path / "out" / "part-00000-of-00001.tfrecord")
   os.mkdir(str(tmp_path / "out"))
   with pytest.raises(KeyboardInterrupt):
