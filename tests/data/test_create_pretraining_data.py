@@ -29,6 +29,7 @@ import create_pretraining_data as cpd
 from bertkit.common import errors
 from bertkit.common import options
 from bertkit.data import creation_options
+from bertkit.data import creation_progress
 from bertkit.data import pretraining_instances
 from bertkit.data import pretraining_records
 from bertkit.data import tfrecord_files
@@ -679,7 +680,7 @@ def test_interrupt_leaves_no_output(tmp_path, monkeypatch, stage):
       if num_instances:
         raise KeyboardInterrupt()
 
-    monkeypatch.setattr(pretraining_instances.Progress, "add",
+    monkeypatch.setattr(creation_progress.Progress, "add",
                         interrupt_at_the_first_instance)
   else:
     real_write = tfrecord_files.write_tfrecord_file

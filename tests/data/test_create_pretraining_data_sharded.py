@@ -33,6 +33,7 @@ from bertkit.data import corpus_input
 import create_pretraining_data as cpd
 from bertkit.common import errors
 from bertkit.data import creation_options
+from bertkit.data import creation_progress
 from bertkit.data import fast_tokenization
 from bertkit.data import local_workers
 from bertkit.data import pretraining_instances
@@ -871,7 +872,7 @@ def test_peak_memory_stays_flat_as_the_corpus_grows(tmp_path):
 def test_an_exception_in_a_worker_ends_the_run_with_its_traceback():
   settings = shard_task.ShardSettings(
       tokenization.load_vocab(CPD_VOCAB), True, "fast", None, 1, 1)
-  progress = pretraining_instances.Progress(sys.stderr, 1, num_shards=1)
+  progress = creation_progress.Progress(sys.stderr, 1, num_shards=1)
   tasks = [(0, (), "unused"), (1, (), "unused")]
   with pytest.raises(AttributeError) as raised:
     list(local_workers.run_local(settings, tasks, 2, progress))
