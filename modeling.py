@@ -16,6 +16,10 @@ Shape notation: B = batch size, S = sequence length (F = "from", T = "to"
 sequence in attention), H = hidden size, N = attention heads, D = H / N,
 I = intermediate size, V = vocabulary size.
 """
+# Size: upstream's API is one module (google-research/bert's modeling.py,
+# about 1000 lines): its users import BertConfig, BertModel and each of its
+# helpers from `modeling`, and read them in one file. What is not that API,
+# the kernels with hand-written gradients, is bertkit/kernels.py's.
 
 import collections
 import contextlib

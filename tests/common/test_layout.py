@@ -28,6 +28,9 @@ PROGRAM_LAYER = 6
 MAX_ROOT_FILES = 15
 MAX_FUNCTION_LINES = 80
 MAX_FUNCTION_PARAMETERS = 10
+# Lines of a module of the package or the root: one a newcomer can read
+# through to find a thing.
+MAX_MODULE_LINES = 600
 SIZE_REASON = "# Size:"
 # How a module's docstring declares its module-level state (rule 4).
 STATE_DECLARATION = "Module state:"
@@ -190,6 +193,64 @@ def test_long_functions_say_why():
             os.path.relpath(path, REPO_ROOT), node.lineno, node.name,
             length, count))
   assert unexplained == []
+
+
+def _module_header(source):
+  """The lines above a module's first statement after its docstring, the
+  docstring's own left out."""
+  body = ast.parse(source).body
+  lines = source.split("\n")
+  docstring = range(0)
+  if (body and isinstance(body[0], ast.Expr)
+      and isinstance(body[0].value, ast.Constant)
+      and isinstance(body[0].value.value, str)):
+    docstring = range(body[0].lineno - 1, body[0].end_lineno)
+    body = body[1:]
+  end = body[0].lineno - 1 if body else len(lines)
+  return [line for i, line in enumerate(lines[:end]) if i not in docstring]
+
+
+def _long_modules(source_files):
+  """One line per module over MAX_MODULE_LINES without a `# Size:` comment
+  in its header (above its first statement after the docstring)."""
+  unexplained = []
+  for path, _ in source_files:
+    with open(path) as f:
+      source = f.read()
+    length = len(source.splitlines())
+    if length > MAX_MODULE_LINES and not any(
+        line.strip().startswith(SIZE_REASON)
+        for line in _module_header(source)):
+      unexplained.append("%s (%d lines)" % (
+          os.path.relpath(path, REPO_ROOT), length))
+  return unexplained
+
+
+def test_long_modules_say_why():
+  """The package's modules and the root's (programs and upstream's API):
+  over 600 lines only with a `# Size:` comment giving the reason, between
+  the module docstring and the first statement."""
+  library = [(path, name) for path, name in _source_files()
+             if name is not None]
+  assert len(library) >= 90
+  assert _long_modules(library) == []
+
+
+@pytest.mark.parametrize("source,explained", [
+    ('"""Doc."""\n# Size: one thing, kept whole.\n\nimport os\n', True),
+    ('# coding=utf-8\n# Size: one thing.\n"""Doc."""\nimport os\n', True),
+    ('"""Doc.\n\n# Size: not a comment.\n"""\nimport os\n', False),
+    ('"""Doc."""\nimport os\n# Size: below the first statement.\n', False),
+    ('"""Doc."""\nimport os\n', False),
+])
+def test_a_long_module_is_explained_in_its_header_only(tmp_path, source,
+                                                       explained):
+  module = tmp_path / "m.py"
+  module.write_text(source + "X = 1\n" * MAX_MODULE_LINES)
+  assert _long_modules([(str(module), "m")]) == (
+      [] if explained else ["%s (%d lines)" % (
+          os.path.relpath(str(module), REPO_ROOT),
+          MAX_MODULE_LINES + len(source.splitlines()))])
 
 
 def _root_name(node):
