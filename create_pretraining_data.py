@@ -56,6 +56,7 @@ from bertkit.common import file_patterns
 from bertkit.common import programs
 from bertkit.data import corpus_input
 from bertkit.data import creation_options
+from bertkit.data import creation_progress
 from bertkit.data import pretraining_instances
 from bertkit.data import pretraining_records
 from bertkit.data import sharded_mode
@@ -185,8 +186,8 @@ def run_faithful_mode(options):
       vocab, options.do_lower_case, options.tokenizer_backend).tokenize_to_ids
   codes = pretraining_instances.make_encoder(vocab, params).token_codes
   input_bytes = sum(f.size for f in input_files)
-  progress = pretraining_instances.Progress(sys.stderr,
-                                            input_bytes * (1 + dupe_factor))
+  progress = creation_progress.Progress(sys.stderr,
+                                        input_bytes * (1 + dupe_factor))
   documents = read_corpus_documents(
       input_files, lambda text: [codes[i] for i in tokenize_to_ids(text)],
       progress.add, options.text_field)

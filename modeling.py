@@ -8,10 +8,18 @@ checkpoints (`bert/embeddings/...`, `bert/encoder/layer_K/...`,
 `bert/pooler/dense/...`), so those checkpoints load as `--init_checkpoint` and
 checkpoints written here load in code expecting Google's.
 
+The ops with hand-written gradients the model is built from (the GELU's,
+layer norm's, the dense layers' weight gradient) are bertkit/kernels.py's;
+this module keeps upstream's API and what it builds.
+
 Shape notation: B = batch size, S = sequence length (F = "from", T = "to"
 sequence in attention), H = hidden size, N = attention heads, D = H / N,
 I = intermediate size, V = vocabulary size.
 """
+# Size: upstream's API is one module (google-research/bert's modeling.py,
+# about 1000 lines): its users import BertConfig, BertModel and each of its
+# helpers from `modeling`, and read them in one file. What is not that API,
+# the kernels with hand-written gradients, is bertkit/kernels.py's.
 
 import collections
 import contextlib
@@ -22,6 +30,7 @@ import re
 
 import tensorflow.compat.v1 as tf
 
+from bertkit import kernels
 from bertkit.common import errors
 from bertkit.common import options
 
@@ -31,9 +40,6 @@ REQUIRED_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers",
 _POSITIVE_INT_FIELDS = REQUIRED_FIELDS + ("max_position_embeddings",
                                           "type_vocab_size")
 _PROBABILITY_FIELDS = ("hidden_dropout_prob", "attention_probs_dropout_prob")
-
-# Same epsilon as tf.contrib.layers.layer_norm, which Google's models used.
-LAYER_NORM_EPSILON = 1e-12
 
 
 class BertConfig(object):
@@ -369,12 +375,12 @@ def gelu(x):
 
   gelu(x) = 0.5 x (1 + tanh(z)), z = sqrt(2 / pi) (x + 0.044715 x^3); see
   https://arxiv.org/abs/1606.08415. Hugging Face calls it "gelu_new".
-  Computed as x * sigmoid(2 z), the same function since
-  0.5 (1 + tanh(z)) = sigmoid(2 z), with 2 z = x (a + b x^2): 6 elementwise
-  ops where upstream's form takes 9 (benchmarks/gelu_speed.py). The values
-  agree with upstream's form to 1e-6 over [-8, 8] (an ulp of x); for
-  x < -1 the sigmoid form is the closer of the two to the function, because
-  upstream's 1 + tanh(z) cancels there in float32.
+  Computed as x * sigmoid(2 z) with its derivative written out
+  (kernels.tanh_gelu): the same function, in 6 elementwise ops where
+  upstream's form takes 9. The values agree with upstream's form to 1e-6
+  over [-8, 8] (an ulp of x); for x < -1 the sigmoid form is the closer of
+  the two to the function, because upstream's 1 + tanh(z) cancels there in
+  float32.
 
   Args:
     x: float Tensor.
@@ -382,9 +388,7 @@ def gelu(x):
   Returns:
     `x` with the activation applied.
   """
-  square = x * x
-  cdf = tf.sigmoid(x * (_GELU_LINEAR + _GELU_CUBIC * square))
-  return _with_gradient(_GELU_GRADIENT, x * cdf, [x, square, cdf])
+  return kernels.tanh_gelu(x)
 
 
 def gelu_exact(x):
@@ -401,57 +405,6 @@ def gelu_exact(x):
     `x` with the activation applied.
   """
   return 0.5 * x * (1.0 + tf.math.erf(x * math.sqrt(0.5)))
-
-
-# 2 z = x (_GELU_LINEAR + _GELU_CUBIC x^2), z the tanh GELU's argument.
-_GELU_LINEAR = 2.0 * math.sqrt(2.0 / math.pi)
-_GELU_CUBIC = _GELU_LINEAR * 0.044715
-# Gradient registry names, one per loaded copy of this module
-# (benchmarks/paired_steps.py loads several checkouts' modeling.py at once).
-_GELU_GRADIENT = __name__ + "/tanh_gelu"
-_LAYER_NORM_GRADIENT = __name__ + "/layer_norm"
-_DENSE_GRADIENT = __name__ + "/dense"
-_CROSS_ENTROPY_GRADIENT = __name__ + "/sparse_softmax_cross_entropy"
-
-
-def _with_gradient(gradient_name, output, saved):
-  """`output` whose gradient is the function registered as `gradient_name`.
-
-  What tf.custom_gradient does, without its by-products: custom_gradient
-  also runs an Identity of each result through its search for variables,
-  and those ops are left in the graph with no reader. Here `output` and the
-  forward tensors the gradient reuses go through one IdentityN whose
-  gradient is overridden; the gradient gets `saved` back as the op's inputs
-  1.. and returns None for `output` so that autodiff does not also
-  differentiate the forward ops.
-
-  Args:
-    gradient_name: a name registered with tf.RegisterGradient.
-    output: the forward result.
-    saved: Tensors the gradient needs; the first ones are the inputs that
-      receive gradients, in the order the gradient function returns them.
-
-  Returns:
-    A Tensor equal to `output`.
-  """
-  graph = tf.get_default_graph()
-  with graph.gradient_override_map({"IdentityN": gradient_name}):
-    return tf.identity_n([output] + list(saved))[0]
-
-
-@tf.RegisterGradient(_GELU_GRADIENT)
-def _tanh_gelu_gradient(op, dy, *unused_dsaved):
-  """`gelu`'s derivative written out.
-
-  With s = sigmoid(u) the forward's cdf and u = x (a + b x^2), the gradient
-  is dy * (s + x s (1 - s) (a + 3 b x^2)), reusing the forward's x * x and
-  s: 8 elementwise ops on the [B*S, I] activations (each a full pass over
-  memory on a CPU, a kernel launch on a GPU).
-  """
-  _, x, square, cdf = op.inputs
-  slope = _GELU_LINEAR + (3.0 * _GELU_CUBIC) * square
-  dx = dy * (cdf + x * (cdf - cdf * cdf) * slope)
-  return [None, dx, None, None]
 
 
 # Activation names accepted in bert_config.json's "hidden_act".
@@ -562,7 +515,8 @@ def layer_norm(input_tensor, name=None):
 
   Creates variables `<name or LayerNorm>/beta` (zeros) and `.../gamma` (ones)
   of shape [H]. The arithmetic is contrib's: moments, then one fused scale
-  and shift, so outputs match Google's checkpoints' training code exactly.
+  and shift, so outputs match Google's checkpoints' training code exactly
+  (kernels.normalize, its gradient in closed form).
 
   Args:
     input_tensor: float Tensor [..., H] with H statically known.
@@ -578,160 +532,8 @@ def layer_norm(input_tensor, name=None):
                            initializer=tf.zeros_initializer())
     gamma = tf.get_variable("gamma", width, dtype=dtype,
                             initializer=tf.ones_initializer())
-    return _normalize(input_tensor, tf.convert_to_tensor(beta),
-                      tf.convert_to_tensor(gamma))
-
-
-def _normalize(x, beta, gamma):
-  """`layer_norm`'s arithmetic on [..., H]: contrib's moments, then
-  batch_normalization, with the gradient `_layer_norm_gradient`."""
-  mean, variance = tf.nn.moments(x, [x.shape.ndims - 1], keep_dims=True)
-  y = tf.nn.batch_normalization(x, mean, variance, offset=beta, scale=gamma,
-                                variance_epsilon=LAYER_NORM_EPSILON)
-  return _with_gradient(_LAYER_NORM_GRADIENT, y,
-                        [x, beta, gamma, mean, variance])
-
-
-@tf.RegisterGradient(_LAYER_NORM_GRADIENT)
-def _layer_norm_gradient(op, dy, *unused_dsaved):
-  """The closed form of layer norm's gradient.
-
-  With xhat = (x - mean) * r, r = 1 / sqrt(variance + epsilon) and
-  g = dy * gamma:
-
-    dx = r * (g - mean_H(g) - xhat * mean_H(g * xhat))
-    dgamma = sum(dy * xhat),  dbeta = sum(dy)  (over every axis but H)
-
-  Forward and backward run 18 ops (after grappler) where autodiff of
-  moments and batch_normalization runs 29: its Tile/Reshape broadcasts and
-  the variance's path back through the mean become two row means.
-  """
-  _, x, _, gamma, mean, variance = op.inputs
-  axis = x.shape.ndims - 1
-  rstd = tf.rsqrt(variance + LAYER_NORM_EPSILON)
-  xhat = (x - mean) * rstd
-  batch_axes = list(range(axis))
-  dbeta = tf.reduce_sum(dy, batch_axes)
-  dgamma = tf.reduce_sum(dy * xhat, batch_axes)
-  g = dy * gamma
-  dx = rstd * (g - tf.reduce_mean(g, axis, keepdims=True) -
-               xhat * tf.reduce_mean(g * xhat, axis, keepdims=True))
-  return [None, dx, dbeta, dgamma, None, None]
-
-
-def _blocked_weight_gradient():
-  """Context in which a dense layer's MatMul gets `_dense_gradient`."""
-  return tf.get_default_graph().gradient_override_map(
-      {"MatMul": _DENSE_GRADIENT})
-
-
-# The weight gradient of a layer whose narrow side is at most
-# _NARROW_SIDE and whose wide side is at least _WIDE_RATIO times that is
-# computed in WEIGHT_GRADIENT_BLOCK_WIDTH-wide blocks of the wide side.
-_NARROW_SIDE = 256
-_WIDE_RATIO = 4
-WEIGHT_GRADIENT_BLOCK_WIDTH = 128
-
-
-@tf.RegisterGradient(_DENSE_GRADIENT)
-def _dense_gradient(op, dy):
-  """A dense layer's x [M, in] @ w [in, out] gradients, dw in blocks.
-
-  dx = dy w^T as autodiff computes it. dw = x^T dy is the same sum, but for
-  BERT-mini's feed-forward layers (in x out = 256 x 1024 or 1024 x 256,
-  M = B*S = 4096) it is computed in 128-column blocks of the wide side and
-  concatenated: TensorFlow 2.15's oneDNN GEMM on an AVX2 CPU runs that one
-  long-K product at 65-80 GFLOP/s and the blocks at 99-117 (NumPy's
-  a.T @ b: 121); a training step is 3-5 % faster. At BERT-base's shapes
-  (768 x 3072) the single product is the faster one (158-169 against
-  117-124), so layers with a narrow side above 256 keep it. Each block is
-  an exact slice of the product, so only float32 rounding may differ
-  (benchmarks/weight_gradient_gemm.py times both forms on any CPU).
-
-  Args:
-    op: the forward MatMul (no transposes).
-    dy: float Tensor [M, out].
-
-  Returns:
-    [dx [M, in], dw [in, out]].
-  """
-  x, w = op.inputs
-  dx = tf.matmul(dy, w, transpose_b=True)
-  fan_in, fan_out = w.shape.as_list()
-  narrow, wide = min(fan_in, fan_out), max(fan_in, fan_out)
-  if narrow > _NARROW_SIDE or wide < _WIDE_RATIO * narrow:
-    return [dx, tf.matmul(x, dy, transpose_a=True)]
-  return [dx, blocked_weight_gradient(x, dy, WEIGHT_GRADIENT_BLOCK_WIDTH)]
-
-
-def blocked_weight_gradient(x, dy, width):
-  """x^T dy computed in `width`-column blocks of its wider side.
-
-  Args:
-    x: float Tensor [M, in], a dense layer's input.
-    dy: float Tensor [M, out], the gradient of its output.
-    width: columns per block (the last block takes the remainder).
-
-  Returns:
-    float Tensor [in, out], equal to tf.matmul(x, dy, transpose_a=True).
-  """
-  fan_in, fan_out = x.shape.as_list()[1], dy.shape.as_list()[1]
-  wide = max(fan_in, fan_out)
-  blocks = [width] * (wide // width)
-  if wide % width:
-    blocks.append(wide % width)
-  if fan_out >= fan_in:
-    return tf.concat([tf.matmul(x, part, transpose_a=True)
-                      for part in tf.split(dy, blocks, axis=1)], axis=1)
-  return tf.concat([tf.matmul(part, dy, transpose_a=True)
-                    for part in tf.split(x, blocks, axis=1)], axis=0)
-
-
-def sparse_softmax_cross_entropy(labels, logits):
-  """-log softmax(logits)[label] of each row, from oneDNN's softmax.
-
-  The value and gradient of tf.nn.sparse_softmax_cross_entropy_with_logits,
-  computed another way: that fused op makes its passes over [N, V] with
-  Eigen on one core, 80 ms forward and backward for the masked-LM head's
-  [640, 30522] logits (BERT-mini, batch 32) on a 2-core AVX2 CPU, where this
-  takes 26. (A BERT-mini step gains 1-2 %, BERT-tiny's 5 %: other ops used
-  the second core while the fused op ran.)
-
-  The softmax comes from oneDNN. Its largest probability is
-  exp(0) / sum_j exp(l_j - max l), so log-sum-exp = max l - log(max
-  probability); that probability is at least 1 / V, so its log cannot
-  underflow where log(probability of the label) could. The gradient,
-  (softmax - onehot(label)) * dloss, reuses the forward's probabilities.
-  Under the bfloat16 rewrite the softmax, like the logits it reads, is
-  computed in bfloat16 (the fused op, on the rewrite's deny list, would be
-  float32). In a check (640 rows, 3000 classes) that moved the mean loss by
-  3e-4 relative from the fused op's; computing the logits in bfloat16 had
-  moved it by 1.4e-3 from float32's.
-
-  Args:
-    labels: int32 or int64 Tensor [N], each in [0, V).
-    logits: float Tensor [N, V].
-
-  Returns:
-    float Tensor [N], the loss of each row.
-  """
-  probs = tf.nn.softmax(logits)
-  log_sum_exp = (tf.reduce_max(logits, axis=-1) -
-                 tf.log(tf.reduce_max(probs, axis=-1)))
-  loss = log_sum_exp - tf.gather(logits, labels, batch_dims=1)
-  return _with_gradient(_CROSS_ENTROPY_GRADIENT, loss,
-                        [logits, probs, labels])
-
-
-@tf.RegisterGradient(_CROSS_ENTROPY_GRADIENT)
-def _sparse_softmax_cross_entropy_gradient(op, dloss, *unused_dsaved):
-  """(softmax - onehot(label)) * dloss of `sparse_softmax_cross_entropy`."""
-  _, _, probs, labels = op.inputs
-  rows = tf.range(tf.shape(labels, out_type=labels.dtype)[0])
-  label_cells = tf.stack([rows, labels], axis=1)
-  dlogits = tf.tensor_scatter_nd_sub(probs * dloss[:, None], label_cells,
-                                     dloss)
-  return [None, dlogits, None, None]
+    return kernels.normalize(input_tensor, tf.convert_to_tensor(beta),
+                             tf.convert_to_tensor(gamma))
 
 
 def layer_norm_and_dropout(input_tensor, dropout_prob, name=None):
@@ -741,28 +543,45 @@ def layer_norm_and_dropout(input_tensor, dropout_prob, name=None):
 
 _INITIALIZERS = {options.TRUNCATED_NORMAL: tf.truncated_normal_initializer,
                  options.NORMAL: tf.random_normal_initializer}
-# What create_initializer draws from; see `init_distribution`.
-_init_distribution = [options.TRUNCATED_NORMAL]
+# The default graph's collection of `init_distribution` choices, innermost
+# last: the choice belongs to the graph being built, not to the process.
+_INIT_DISTRIBUTIONS = "bertkit_init_distributions"
 
 
 @contextlib.contextmanager
 def init_distribution(name):
   """Within it, create_initializer draws from `name`, one of
   options.INIT_DISTRIBUTIONS (run_pretraining.py --init_distribution, checked
-  by options.PretrainingOptions)."""
-  before = _init_distribution[0]
-  _init_distribution[0] = name
+  by options.PretrainingOptions).
+
+  The choice is held by the default graph (a graph collection, removed on
+  exit), so it reaches the initializers created in that graph while the
+  context is open, and nothing outside it.
+
+  Args:
+    name: one of options.INIT_DISTRIBUTIONS.
+
+  Yields:
+    None.
+  """
+  graph = tf.get_default_graph()
+  choices = graph.get_collection_ref(_INIT_DISTRIBUTIONS)
+  choices.append(name)
   try:
     yield
   finally:
-    _init_distribution[0] = before
+    choices.pop()
+    if not choices:
+      graph.clear_collection(_INIT_DISTRIBUTIONS)
 
 
 def create_initializer(initializer_range=0.02):
   """Returns upstream's truncated normal initializer, stddev
-  `initializer_range` (within `init_distribution(NORMAL)`, the untruncated
-  normal)."""
-  return _INITIALIZERS[_init_distribution[0]](stddev=initializer_range)
+  `initializer_range` (within `init_distribution(NORMAL)` in the default
+  graph, the untruncated normal)."""
+  choices = tf.get_collection(_INIT_DISTRIBUTIONS)
+  name = choices[-1] if choices else options.TRUNCATED_NORMAL
+  return _INITIALIZERS[name](stddev=initializer_range)
 
 
 def embedding_lookup(input_ids,
@@ -1041,14 +860,14 @@ def _fused_projections(input_2d, width, activations, initializer):
     (query, key, value), each [B*S, width].
   """
   input_width = input_2d.shape[-1]
-  kernels, biases = [], []
+  weights, biases = [], []
   for name in ("query", "key", "value"):
     with tf.variable_scope(name):
-      kernels.append(tf.get_variable("kernel", [input_width, width],
+      weights.append(tf.get_variable("kernel", [input_width, width],
                                      initializer=initializer))
       biases.append(tf.get_variable("bias", [width],
                                     initializer=tf.zeros_initializer()))
-  fused = tf.nn.bias_add(tf.matmul(input_2d, tf.concat(kernels, axis=1)),
+  fused = tf.nn.bias_add(tf.matmul(input_2d, tf.concat(weights, axis=1)),
                          tf.concat(biases, axis=0))
   outputs = tf.split(fused, 3, axis=1)
   return [act(x) if act else x for x, act in zip(outputs, activations)]
@@ -1133,7 +952,7 @@ def transformer_model(input_tensor,
           attention_output = _project_add_and_norm(
               attention_output, layer_input, hidden_size, hidden_dropout_prob,
               initializer_range)
-      with tf.variable_scope("intermediate"), _blocked_weight_gradient():
+      with tf.variable_scope("intermediate"), kernels.blocked_dense_gradient():
         intermediate_output = tf.layers.dense(
             attention_output,
             intermediate_size,
@@ -1165,7 +984,7 @@ def _project_add_and_norm(input_tensor, residual, hidden_size, dropout_prob,
   Returns:
     float Tensor [B*S, H].
   """
-  with _blocked_weight_gradient():
+  with kernels.blocked_dense_gradient():
     output = tf.layers.dense(
         input_tensor, hidden_size,
         kernel_initializer=create_initializer(initializer_range))

@@ -38,6 +38,7 @@ from bertkit.common import options
 from bertkit.data import pretraining_instances
 from bertkit.engine import dynamic_masking
 from bertkit.engine import input_pipeline
+from bertkit.engine import record_checks
 
 
 def dataset_iterator(path, kind, masking, args, batch):
@@ -62,8 +63,8 @@ def rule_figures(args, masking, vocab):
   if args.max_sequences:
     originals = originals[:args.max_sequences]
   batch = 64
-  num_read = 2 * len(input_pipeline.record_frames(path))
-  kind, _ = input_pipeline.check_pretraining_records(
+  num_read = 2 * len(record_checks.record_frames(path))
+  kind, _ = record_checks.check_pretraining_records(
       [path], args.max_seq_length, args.max_predictions_per_seq)
   specials = {vocab["[CLS]"], vocab["[SEP]"]}
   counts = {"[MASK]": 0, "kept": 0, "random id": 0}
@@ -126,9 +127,9 @@ def examples_per_sec(path, kind, masking, args):
 
 
 def speed_figures(args, masking):
-  static_kind, _ = input_pipeline.check_pretraining_records(
+  static_kind, _ = record_checks.check_pretraining_records(
       [args.static], args.max_seq_length, args.max_predictions_per_seq)
-  unmasked_kind, _ = input_pipeline.check_pretraining_records(
+  unmasked_kind, _ = record_checks.check_pretraining_records(
       [args.unmasked], args.max_seq_length, args.max_predictions_per_seq)
   static, drawn, ratios = [], [], []
   for round_index in range(args.rounds):

@@ -30,6 +30,7 @@ cpu_kernels.prefer_onednn()
 import numpy as np
 import tensorflow.compat.v1 as tf
 
+from bertkit import kernels
 from bertkit.perf import profiles
 import modeling
 
@@ -44,7 +45,7 @@ def upstream_gelu(x):
   square = x * x
   t = tf.tanh(_SCALE * (x + _CUBIC * (square * x)))
   cdf = 0.5 * (1.0 + t)
-  return modeling._with_gradient(  # pylint: disable=protected-access
+  return kernels.with_gradient(
       _UPSTREAM_GRADIENT, x * cdf, [x, square, t, cdf])
 
 

@@ -2,11 +2,12 @@
 
 On a loaded machine two runs minutes apart differ by more than most single
 optimisations give. This builds one BERT pretraining step graph (the model
-and both heads of a checkout's modeling.py and bertkit/tasks/pretraining/task.py,
-the update of its bertkit/engine/optimizers.py) per
-CHECKOUT[:INTER_OP_THREADS] argument and
-runs their steps in turn (ABC ABC ..., reversed every other round), so that
-load changes hit all alike. Prints per variant the median step
+and both heads of a checkout's bertkit/kernels.py, modeling.py and
+bertkit/tasks/pretraining/task.py, the update of its
+bertkit/engine/optimizers.py and training_update.py)
+per CHECKOUT[:INTER_OP_THREADS] argument and runs their steps in turn
+(ABC ABC ..., reversed every other round), so that load changes hit all
+alike. Prints per variant the median step
 time and the median of its per-round speed-ups against the first variant, by
 wall clock and by process CPU time.
 
@@ -17,6 +18,7 @@ Example (what a commit gave):
 """
 
 import argparse
+import contextlib
 import importlib.util
 import os
 import statistics
@@ -31,43 +33,77 @@ sys.path.insert(0, REPO_ROOT)
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 # Imported before any checkout loads: what a checkout's heads import besides
-# modeling (the runner, checkpoints, ...) is then ours already, built on our
-# modeling rather than on the checkout's, bound only while its heads load.
-from bertkit.tasks.pretraining import task as pretraining  # noqa: F401
+# CHECKOUT_MODULES (the runner, checkpoints, ...) is then ours already, built
+# on our modeling rather than on the checkout's, bound only while they load.
+from bertkit.tasks.pretraining import task  # noqa: F401
+
+
+# A checkout's modules loaded as its own, lowest first: each is bound under
+# its name while the later ones load. A module a checkout lacks (the
+# kernels before they left modeling.py, the train op before it left
+# optimizers.py, the heads before the task folders) is skipped.
+HEADS = ("bertkit.tasks.pretraining.task", "bertkit.tasks.pretraining")
+CHECKOUT_MODULES = (
+    ("bertkit.kernels", "bertkit/kernels.py"),
+    ("modeling", "modeling.py"),
+    ("bertkit.engine.optimizers", "bertkit/engine/optimizers.py"),
+    ("bertkit.engine.training_update", "bertkit/engine/training_update.py"),
+    (HEADS[0], "bertkit/tasks/pretraining/task.py"),
+    (HEADS[1], "bertkit/tasks/pretraining.py"),
+)
 
 
 def checkout_files(checkout):
-  """The heads' and the optimizers' files of `checkout`.
+  """{module name: path} of the modules of `checkout` that it has.
 
   Raises:
     SystemExit: `checkout` predates the bertkit layout; its modules import
       each other by their old top-level names, which this process does not
       have.
   """
-  # Checkouts from before the task folders kept the heads in
-  # bertkit/tasks/pretraining.py.
-  heads = [path for path in (
-      os.path.join(checkout, "bertkit", "tasks", "pretraining", "task.py"),
-      os.path.join(checkout, "bertkit", "tasks", "pretraining.py"))
-           if os.path.exists(path)]
-  optimizers = os.path.join(checkout, "bertkit", "engine", "optimizers.py")
-  if not (heads and os.path.exists(optimizers)):
+  files = {name: os.path.join(checkout, *path.split("/"))
+           for name, path in CHECKOUT_MODULES}
+  files = {name: path for name, path in files.items() if os.path.exists(path)}
+  if not (set(HEADS) & set(files) and "bertkit.engine.optimizers" in files):
     raise SystemExit("error: %s has no bertkit/tasks/pretraining/task.py and "
                      "bertkit/engine/optimizers.py: compare checkouts of the "
                      "bertkit layout" % checkout)
-  return heads[0], optimizers
+  return files
+
+
+@contextlib.contextmanager
+def bound(modules):
+  """Within it, importing a name of `modules` ({name: module}) gives its
+  module: sys.modules and the parent package's attribute point there."""
+  saved = []
+  for name, module in modules.items():
+    parent, _, child = name.rpartition(".")
+    package = sys.modules[parent] if parent else None
+    saved.append((name, sys.modules.get(name), package, child,
+                  getattr(package, child, None)))
+    sys.modules[name] = module
+    if package is not None:
+      setattr(package, child, module)
+  try:
+    yield
+  finally:
+    for name, module, package, child, attribute in reversed(saved):
+      sys.modules[name] = module
+      if package is not None:
+        setattr(package, child, attribute)
 
 
 def load_checkout(checkout, index):
-  """The pretraining heads of `checkout` built on `checkout`/modeling.py, and
-  `checkout`'s optimizers.
+  """The pretraining heads of `checkout` and its optimizers, built on its own
+  kernels and modeling.py.
 
-  The three are loaded as modules of their own; the heads' `import modeling`
-  picks up the checkout's while they load, the other imports of all three
-  are this checkout's.
+  Each of CHECKOUT_MODULES is loaded as a module of its own (its gradient
+  registry names, which follow __name__, its own too); while one loads, its
+  imports of the earlier ones pick up the checkout's. Every other import is
+  this checkout's.
 
   Returns:
-    (the heads' module, the optimizers' module).
+    (the heads' module, the module of its `create_optimizer`).
   """
   def load(name, path):
     spec = importlib.util.spec_from_file_location(name, path)
@@ -75,24 +111,23 @@ def load_checkout(checkout, index):
     spec.loader.exec_module(module)
     return module
 
-  heads, optimizers = checkout_files(checkout)
-  optimizer = load("optimizers_%d" % index, optimizers)
-  ours = sys.modules["modeling"]
-  sys.modules["modeling"] = load("modeling_%d" % index,
-                                 os.path.join(checkout, "modeling.py"))
-  try:
-    return load("pretraining_heads_%d" % index, heads), optimizer
-  finally:
-    sys.modules["modeling"] = ours
+  modules = {}
+  for name, path in checkout_files(checkout).items():
+    with bound(modules):
+      modules[name] = load("%s_%d" % (name.replace(".", "_"), index), path)
+  update = (modules.get("bertkit.engine.training_update") or
+            modules["bertkit.engine.optimizers"])
+  heads = modules.get(HEADS[0]) or modules[HEADS[1]]
+  return heads, update
 
 
-def build_step(heads, optimizer, config_file, batch, seq_length,
+def build_step(heads, update, config_file, batch, seq_length,
                predictions):
   """Train op of one pretraining step on fixed random inputs; returns it.
 
   Args:
     heads: a checkout's pretraining heads module (see load_checkout).
-    optimizer: an optimizers module (see load_checkout).
+    update: the module of a checkout's create_optimizer (see load_checkout).
     config_file: bert_config.json.
     batch, seq_length, predictions: B, S and the masked positions P.
   """
@@ -115,7 +150,7 @@ def build_step(heads, optimizer, config_file, batch, seq_length,
   config = heads.modeling.BertConfig.from_json_file(config_file)
   (masked_lm_loss, _, _), (next_sentence_loss, _, _) = (
       heads.pretraining_model(config, features, is_training=True))
-  return optimizer.create_optimizer(
+  return update.create_optimizer(
       masked_lm_loss + next_sentence_loss, 1e-4, 1000, 10)
 
 
@@ -123,10 +158,10 @@ def main(args):
   sessions = []
   for index, variant in enumerate(args.variants):
     checkout, _, inter_op = variant.partition(":")
-    heads, optimizer = load_checkout(checkout, index)
+    heads, update = load_checkout(checkout, index)
     graph = tf.Graph()
     with graph.as_default():
-      train_op = build_step(heads, optimizer, args.bert_config_file,
+      train_op = build_step(heads, update, args.bert_config_file,
                             args.batch, args.seq_length, args.predictions)
       config = tf.ConfigProto()
       if inter_op:

@@ -1,12 +1,12 @@
 """GFLOP/s of a dense layer's weight gradient x^T dy, one product or in blocks.
 
-`modeling._dense_gradient` computes x^T dy in 128-column blocks of the wide
-side when the narrow side is at most 256 and the wide side at least 4 times
-that, because TensorFlow's oneDNN GEMM runs BERT-mini's feed-forward shapes
-faster that way on the CPU it was measured on. This times both forms at the
-shapes of BERT-mini (M = B*S = 32 x 128) and BERT-base (4 x 512), interleaved
-in one session (ABAB..., reversed every other round), so that the rule can be
-checked on another CPU:
+The dense layers' gradient of bertkit/kernels.py computes x^T dy in
+128-column blocks of the wide side when the narrow side is at most 256 and
+the wide side at least 4 times that, because TensorFlow's oneDNN GEMM runs
+BERT-mini's feed-forward shapes faster that way on the CPU it was measured
+on. This times both forms at the shapes of BERT-mini (M = B*S = 32 x 128)
+and BERT-base (4 x 512), interleaved in one session (ABAB..., reversed every
+other round), so that the rule can be checked on another CPU:
 
   python benchmarks/weight_gradient_gemm.py --rounds=9
   TF_ENABLE_ONEDNN_OPTS=0 python benchmarks/weight_gradient_gemm.py  # Eigen
@@ -27,9 +27,9 @@ cpu_kernels.prefer_onednn()
 import numpy as np
 import tensorflow.compat.v1 as tf
 
+from bertkit import kernels
 from bertkit.engine import training_setup
 from bertkit.perf import profiles
-import modeling
 
 # (M, fan_in, fan_out): BERT-mini's QKV, attention output, intermediate and
 # output layers at batch 32, seq 128; BERT-base's at batch 4, seq 512.
@@ -45,10 +45,10 @@ def build(shapes):
   for m, fan_in, fan_out in shapes:
     x = tf.Variable(rng.standard_normal((m, fan_in), dtype=np.float32))
     dy = tf.Variable(rng.standard_normal((m, fan_out), dtype=np.float32))
-    width = modeling.WEIGHT_GRADIENT_BLOCK_WIDTH
+    width = kernels.WEIGHT_GRADIENT_BLOCK_WIDTH
     forms = {"one product": tf.matmul(x, dy, transpose_a=True),
              "blocks of %d" % width:
-                 modeling.blocked_weight_gradient(x, dy, width)}
+                 kernels.blocked_weight_gradient(x, dy, width)}
     for form, product in forms.items():
       # Fetch one element: the product runs whole, the copy out does not.
       fetches[(m, fan_in, fan_out, form)] = product[0, 0]

@@ -108,7 +108,7 @@ def run_dask(settings, tasks, client, address, progress):
     client: the `distributed.Client` (`connect_dask`; closed by the
       caller).
     address: the scheduler, tcp://HOST:PORT, for the messages.
-    progress: a `pretraining_instances.Progress`.
+    progress: a `creation_progress.Progress`.
 
   Yields:
     The `shard_task.ShardResult`s, in completion order.

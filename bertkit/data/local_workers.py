@@ -158,7 +158,7 @@ def run_local(settings, tasks, num_workers, progress):
     settings: the `shard_task.ShardSettings`.
     tasks: (shard index, pieces, output path) tuples.
     num_workers: worker processes.
-    progress: a `pretraining_instances.Progress`.
+    progress: a `creation_progress.Progress`.
 
   Yields:
     The `shard_task.ShardResult`s, in completion order.

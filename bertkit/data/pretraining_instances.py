@@ -17,7 +17,6 @@ import contextlib
 import dataclasses
 import os
 import tempfile
-import time
 import uuid
 
 from absl import logging
@@ -28,6 +27,7 @@ from bertkit.common import options
 from bertkit.data import fast_tokenization
 from bertkit.data import packing
 from bertkit.data import pretraining_records
+from bertkit.data import tfrecord_files
 import tokenization
 
 # [CLS] + at least one token of A + [SEP] + at least one of B + [SEP].
@@ -50,8 +50,6 @@ MASKING_CHOICES = (STATIC, DYNAMIC)
 # Records logged in full at the start of the output, as upstream does.
 NUM_EXAMPLES_TO_LOG = 20
 
-# Seconds between progress lines when stderr is not a terminal.
-LOG_INTERVAL_SECONDS = 30.0
 
 @dataclasses.dataclass(frozen=True)
 class InstanceParams:
@@ -270,8 +268,8 @@ class InstanceMaker(object):
       dupe_factor: passes over the documents.
       sink: called with each serialized tf.train.Example.
       report: called as report(work, num_instances) after each document.
-      pass_work: the work units (see `Progress`) one pass stands for,
-        spread over its documents.
+      pass_work: the work units (see creation_progress.Progress) one pass
+        stands for, spread over its documents.
 
     Returns:
       The number of records.
@@ -487,8 +485,6 @@ class InstanceMaker(object):
     return positions
 
 
-
-
 def _scratch_path(output_path):
   """Where the unshuffled records wait: next to a local output."""
   if atomic_io.is_url(output_path):
@@ -517,7 +513,8 @@ def write_instances(documents, rng, vocab, params, dupe_factor, output_paths,
     dupe_factor: passes over the documents.
     output_paths: final paths (local or URL); the i-th record goes to file
       i % len(output_paths).
-    report: called as report(work, num_instances) (see `Progress`).
+    report: called as report(work, num_instances) (see
+      creation_progress.Progress).
     pass_work: work units of one pass over the documents.
     log_example: if given, called with each of the first
       NUM_EXAMPLES_TO_LOG records in write order.
@@ -532,7 +529,7 @@ def write_instances(documents, rng, vocab, params, dupe_factor, output_paths,
     # Entered first, so every file is complete before the first rename.
     tmp_paths = [stack.enter_context(atomic_io.atomic_path(path))
                  for path in output_paths]
-    scratch = pretraining_records.ScratchRecords(
+    scratch = tfrecord_files.ScratchRecords(
         _scratch_path(output_paths[0]))
     stack.callback(scratch.close)
     maker.make_records(documents, dupe_factor, scratch.append, report,
@@ -544,7 +541,7 @@ def write_instances(documents, rng, vocab, params, dupe_factor, output_paths,
         log_example(record)
     if max_sequences_per_pack is None:
       for k, tmp in enumerate(tmp_paths):
-        pretraining_records.write_tfrecord_file(
+        tfrecord_files.write_tfrecord_file(
             tmp, scratch.read_in_order(order[k::len(tmp_paths)]))
       return len(order)
     unmasked = params.masking == DYNAMIC
@@ -564,80 +561,5 @@ def write_instances(documents, rng, vocab, params, dupe_factor, output_paths,
                    "--max_predictions_per_seq=%d)",
                    packing.describe(packing_report), mask_width, mask_width)
     for k, tmp in enumerate(tmp_paths):
-      pretraining_records.write_tfrecord_file(tmp, rows[k::len(tmp_paths)])
+      tfrecord_files.write_tfrecord_file(tmp, rows[k::len(tmp_paths)])
   return len(rows)
-
-
-class Progress(object):
-  """Progress of a run: a bar on a terminal, a log line now and then otherwise.
-
-  Work is counted in units of input bytes: reading a byte is one unit, and
-  each --dupe_factor pass over a text's documents is as many units as the
-  text has bytes, so the whole run is bytes x (1 + dupe_factor) units and
-  the ETA follows from the rate so far.
-
-  Args:
-    stream: where the bar is drawn (stderr).
-    total_work: units of the whole run.
-    num_shards: shards of the run (0: faithful mode, no shard count shown).
-  """
-
-  def __init__(self, stream, total_work, num_shards=0):
-    self._stream = stream
-    self._is_tty = stream.isatty()
-    self._total_work = max(total_work, 1)
-    self._num_shards = num_shards
-    self._work = 0
-    self._instances = 0
-    self._shards_done = 0
-    self._start = time.monotonic()
-    self._last_shown = self._start
-
-  @property
-  def instances(self):
-    return self._instances
-
-  def add(self, work, num_instances):
-    self._work += work
-    self._instances += num_instances
-    self._show(force=False)
-
-  def shard_done(self):
-    self._shards_done += 1
-    self._show(force=False)
-
-  def line(self):
-    """The progress numbers: done %, instances, instances/s, ETA."""
-    elapsed = max(time.monotonic() - self._start, 1e-9)
-    fraction = min(self._work / self._total_work, 1.0)
-    if fraction > 0:
-      eta = "%d:%02d" % divmod(int(elapsed * (1 - fraction) / fraction), 60)
-    else:
-      eta = "?"
-    shards = ("shards %d/%d | " % (self._shards_done, self._num_shards)
-              if self._num_shards else "")
-    return ("%s%3.0f%% | %d instances | %.0f instances/s | elapsed %d:%02d | "
-            "ETA %s" % (shards, 100 * fraction, self._instances,
-                        self._instances / elapsed,
-                        *divmod(int(elapsed), 60), eta))
-
-  def _show(self, force):
-    now = time.monotonic()
-    interval = 0.2 if self._is_tty else LOG_INTERVAL_SECONDS
-    if not force and now - self._last_shown < interval:
-      return
-    self._last_shown = now
-    if self._is_tty:
-      filled = int(20 * min(self._work / self._total_work, 1.0))
-      self._stream.write("\r[%s%s] %s" % ("#" * filled, "." * (20 - filled),
-                                          self.line()))
-      self._stream.flush()
-    else:
-      logging.info("%s", self.line())
-
-  def close(self):
-    """Ends the bar (on a terminal)."""
-    if self._is_tty:
-      self._show(force=True)
-      self._stream.write("\n")
-      self._stream.flush()

@@ -6,6 +6,11 @@ whole corpus, drawing from its own
 `random.Random(shard_plan.shard_seed(random_seed, shard_index))`, and writes
 the shard's file under a temporary name, renamed when complete. Workers
 never import TensorFlow: they stay small.
+
+Module state: a worker process's tools (its tokenizer) and the settings they
+were built for. `make_shard` builds them at its first task of a run
+(`_shard_tools`) and reads them at every later one: a worker is a process,
+which the engines hand tasks to, not objects.
 """
 
 import dataclasses
@@ -14,8 +19,8 @@ from typing import Dict, Optional
 
 from bertkit.data import corpus_input
 from bertkit.data import pretraining_instances
-from bertkit.data import pretraining_records
 from bertkit.data import shard_plan
+from bertkit.data import tfrecord_files
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,7 +75,7 @@ def _shard_tools(settings):
     text -> list of token codes (see pretraining_instances.make_encoder).
   """
   if _tools.get("settings") is not settings:
-    pretraining_records.load_numpy()
+    tfrecord_files.load_numpy()
     tokenizer = pretraining_instances.make_tokenizer(
         settings.vocab, settings.do_lower_case, settings.tokenizer_backend)
     codes = pretraining_instances.make_encoder(settings.vocab,

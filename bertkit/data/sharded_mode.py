@@ -52,6 +52,7 @@ from absl import logging
 from bertkit.common import atomic_io
 from bertkit.common import errors
 from bertkit.data import corpus_input
+from bertkit.data import creation_progress
 from bertkit.data import dask_workers
 from bertkit.data import local_workers
 from bertkit.data import pretraining_instances
@@ -159,9 +160,9 @@ def _make_shards(settings, tasks, dask_scheduler, engine, completed, prefix):
 
   Returns:
     (the `shard_task.ShardResult`s in completion order, the closed
-    `pretraining_instances.Progress`).
+    `creation_progress.Progress`).
   """
-  progress = pretraining_instances.Progress(
+  progress = creation_progress.Progress(
       sys.stderr, sum(shard_plan.shard_work(pieces, settings.dupe_factor)
                       for _, pieces, _ in tasks), num_shards=len(tasks))
   if dask_scheduler is not None:

@@ -13,8 +13,8 @@ The processes find each other through ps-lite's DMLC_* environment:
 DMLC_PS_ROOT_URI/PORT (the scheduler), DMLC_NUM_WORKER, DMLC_NUM_SERVER,
 DMLC_ROLE and DMLC_WORKER_ID. scripts/run_pre_byteps.sh starts the
 scheduler, the servers and the workers (`python -c 'import byteps.server'`
-for the first two) and sets them; distribution.byteps_world_size checks a
-worker's before BytePS reads them.
+for the first two) and sets them; cluster_environment.byteps_world_size
+checks a worker's before BytePS reads them.
 
 On a machine without a GPU the worker runs in BytePS's CPU-only mode
 (BYTEPS_CPU_ONLY=1, set by `init`), which patches/byteps/03-cpu-only.patch

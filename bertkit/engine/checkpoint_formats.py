@@ -3,16 +3,21 @@
 One table relates each variable of our models (Google's names,
 `bert/encoder/layer_0/attention/self/query/kernel`) to the parameter Hugging
 Face transformers' BERT classes hold (`bert.encoder.layer.0.attention.self.
-query.weight`). export_checkpoint.py reads it one way, and an `--init_checkpoint`
-that is a Hugging Face directory the other way (`hf_dir_to_checkpoint`, used by
-checkpoints.resolve_init_checkpoint). Reading and writing needs NumPy and the
-`safetensors` package, never PyTorch. Configs go both ways too (`hf_config`,
-`hf_bert_config`), with the activation names translated so that the same
-function runs: Hugging Face's "gelu" is the exact erf GELU, BERT's the tanh
-one.
+query.weight`). export_checkpoint.py reads it one way, and an
+`--init_checkpoint` that is a Hugging Face directory the other way
+(`hf_dir_to_checkpoint`, used by checkpoints.resolve_init_checkpoint).
+Reading and writing needs NumPy and the `safetensors` package, never
+PyTorch. Configs go both ways too (`hf_config`, `hf_bert_config`), with the
+activation names translated so that the same function runs: Hugging Face's
+"gelu" is the exact erf GELU, BERT's the tanh one.
 
 Shape notation: V = vocabulary size, H = hidden size, I = intermediate size,
 P = max_position_embeddings, T = type_vocab_size, C = number of classes.
+
+Module state: the checkpoints this process converted Hugging Face
+directories to. `converted_hf_checkpoint` writes a directory's on its first
+use and reads it on every later one (run_directory and checkpoints resolve
+--init_checkpoint several times a run); the files go at exit.
 """
 
 import atexit

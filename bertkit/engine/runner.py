@@ -40,17 +40,20 @@ from bertkit.common import errors
 from bertkit.common import options as run_options
 from bertkit.common.errors import UserError
 from bertkit.engine import checkpoints
+from bertkit.engine import cluster_environment
 from bertkit.engine import distribution
 from bertkit.engine import evaluation as held_out
 from bertkit.engine import input_pipeline
 from bertkit.engine import optimizers
 from bertkit.engine import preemption
+from bertkit.engine import record_checks
 from bertkit.engine import run_directory
 from bertkit.engine import throughput
 from bertkit.engine import train_step
 from bertkit.engine import training_clock
 from bertkit.engine import training_hooks
 from bertkit.engine import training_setup
+from bertkit.engine import training_update
 
 TRAIN = tf.estimator.ModeKeys.TRAIN
 EVAL = tf.estimator.ModeKeys.EVAL
@@ -135,7 +138,7 @@ def model_fn_builder(task, init_checkpoint, optimizer, num_train_steps,
   """The Estimator model_fn of `task`.
 
   TRAIN: one update from the summed gradients of num_accumulation_steps
-  micro-batches (optimizers.create_accumulating_optimizer), handed to the
+  micro-batches (training_update.create_accumulating_optimizer), handed to the
   hooks through train_step.register_step_metrics; EVAL and PREDICT: the
   task's outputs on one unreplicated batch. Every mode starts from
   `init_checkpoint` when given.
@@ -160,7 +163,7 @@ def model_fn_builder(task, init_checkpoint, optimizer, num_train_steps,
     if mode == TRAIN:
       if task.batch_counts is not None:
         train_step.register_batch_counts(*task.batch_counts(features))
-      step = optimizers.create_accumulating_optimizer(
+      step = training_update.create_accumulating_optimizer(
           task.train_loss_fns(features, optimizer.num_accumulation_steps),
           optimizer.learning_rate, num_train_steps, num_warmup_steps,
           replicas=replicas, **optimizers.optimizer_arguments(optimizer),
@@ -406,7 +409,7 @@ def run(prepared, make_input_fn, schedule=Schedule(), train_files=None,
   clock = start_clock(setup, options.output_dir)
   run_arguments = {"precision": setup.precision}
   if schedule.time_budget_seconds:
-    run_arguments["time_budget"] = optimizers.TimeBudget(
+    run_arguments["time_budget"] = training_update.TimeBudget(
         schedule.time_budget_seconds, schedule.warmup_seconds, clock,
         setup.is_chief)
   estimator = make_estimator(model_fn_builder(
@@ -582,8 +585,8 @@ def skip_corrupt_records(setup, input_files):
   """
   scratch = tempfile.mkdtemp(prefix="bert-clean-records-")
   atexit.register(shutil.rmtree, scratch, True)
-  files, skipped = input_pipeline.without_corrupt_records(input_files,
-                                                          scratch)
+  files, skipped = record_checks.without_corrupt_records(input_files,
+                                                         scratch)
   setup.extra_info["corrupt_records_skipped"] = len(skipped)
   if skipped:
     logging.warning("--skip_corrupt_records: skipped %d corrupt record(s): %s",
@@ -623,7 +626,7 @@ def task_name(plan):
   if group:
     return "rank-%d" % group.rank
   if plan.cluster:
-    return distribution.cluster_task()[0]
+    return cluster_environment.cluster_task()[0]
   return "local"
 
 
@@ -741,7 +744,7 @@ def _training_failure(error, setup, input_files):
         "command to resume every rank from the last checkpoint" % (
             setup.plan.name, setup.plan.name))
   if isinstance(error, tf.errors.DataLossError):
-    return errors.TrainingFailed(input_pipeline.corrupt_input_message(
+    return errors.TrainingFailed(record_checks.corrupt_input_message(
         input_files or [], reason))
   return error
 

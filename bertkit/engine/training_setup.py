@@ -27,6 +27,7 @@ from bertkit.common.errors import UserError
 from bertkit.common.options import RunOptions
 from bertkit.engine import byteps_engine
 from bertkit.engine import checkpoints
+from bertkit.engine import cluster_environment
 from bertkit.engine import distribution
 from bertkit.engine import horovod_engine
 from bertkit.engine.precision import (FLOAT32, MIXED_BFLOAT16, MIXED_FLOAT16,
@@ -269,7 +270,7 @@ def prepare(options):
       session_creation_timeout_secs=max(
           options.distribution.collective_timeout_seconds, 60))
   if plan.cluster:
-    is_chief = distribution.cluster_task()[1]
+    is_chief = cluster_environment.cluster_task()[1]
   extra_info = dict(precision.summary(), strategy=plan.name,
                     use_xla=options.precision.use_xla,
                     devices=",".join(plan.devices),

@@ -1,9 +1,10 @@
 """The repository's layout rules (bertkit/__init__.py states them).
 
 Programs at the root, the library in the bertkit package by concern, imports
-pointing down, no program imported by another module, and the data and common
-layers free of TensorFlow at import time. Read from the source with `ast`, so a
-new module or import is checked the day it lands.
+pointing down, no program imported by another module, the data and common
+layers free of TensorFlow at import time, and module-level state only where a
+module's docstring declares it. Read from the source with `ast`, so a new
+module or import is checked the day it lands.
 """
 import ast
 import json
@@ -21,13 +22,25 @@ API_MODULES = {"modeling", "optimization", "tokenization"}
 # optimization.py gives upstream's names to the engine's optimizers: above
 # the engine, so the package never imports it.
 LAYERS = {"bertkit.common": 0, "tokenization": 1, "modeling": 1,
-          "bertkit.data": 2, "bertkit.engine": 3, "optimization": 4,
-          "bertkit.tasks": 4, "bertkit.perf": 5}
+          "bertkit.kernels": 1, "bertkit.data": 2, "bertkit.engine": 3,
+          "optimization": 4, "bertkit.tasks": 4, "bertkit.perf": 5}
 PROGRAM_LAYER = 6
 MAX_ROOT_FILES = 15
 MAX_FUNCTION_LINES = 80
 MAX_FUNCTION_PARAMETERS = 10
+# Lines of a module of the package or the root: one a newcomer can read
+# through to find a thing.
+MAX_MODULE_LINES = 600
 SIZE_REASON = "# Size:"
+# How a module's docstring declares its module-level state (rule 4).
+STATE_DECLARATION = "Module state:"
+# Methods that change a list, dict, set or deque in place.
+MUTATING_METHODS = {"append", "extend", "insert", "pop", "popitem", "remove",
+                    "clear", "update", "setdefault", "add", "discard",
+                    "appendleft", "popleft", "extendleft", "sort", "reverse"}
+# Calls that make a mutable container (builtins and collections').
+CONTAINER_CALLS = {"list", "dict", "set", "OrderedDict", "defaultdict",
+                   "deque", "Counter"}
 
 
 def _is_program(path):
@@ -180,6 +193,188 @@ def test_long_functions_say_why():
             os.path.relpath(path, REPO_ROOT), node.lineno, node.name,
             length, count))
   assert unexplained == []
+
+
+def _module_header(source):
+  """The lines above a module's first statement after its docstring, the
+  docstring's own left out."""
+  body = ast.parse(source).body
+  lines = source.split("\n")
+  docstring = range(0)
+  if (body and isinstance(body[0], ast.Expr)
+      and isinstance(body[0].value, ast.Constant)
+      and isinstance(body[0].value.value, str)):
+    docstring = range(body[0].lineno - 1, body[0].end_lineno)
+    body = body[1:]
+  end = body[0].lineno - 1 if body else len(lines)
+  return [line for i, line in enumerate(lines[:end]) if i not in docstring]
+
+
+def _long_modules(source_files):
+  """One line per module over MAX_MODULE_LINES without a `# Size:` comment
+  in its header (above its first statement after the docstring)."""
+  unexplained = []
+  for path, _ in source_files:
+    with open(path) as f:
+      source = f.read()
+    length = len(source.splitlines())
+    if length > MAX_MODULE_LINES and not any(
+        line.strip().startswith(SIZE_REASON)
+        for line in _module_header(source)):
+      unexplained.append("%s (%d lines)" % (
+          os.path.relpath(path, REPO_ROOT), length))
+  return unexplained
+
+
+def test_long_modules_say_why():
+  """The package's modules and the root's (programs and upstream's API):
+  over 600 lines only with a `# Size:` comment giving the reason, between
+  the module docstring and the first statement."""
+  library = [(path, name) for path, name in _source_files()
+             if name is not None]
+  assert len(library) >= 90
+  assert _long_modules(library) == []
+
+
+@pytest.mark.parametrize("source,explained", [
+    ('"""Doc."""\n# Size: one thing, kept whole.\n\nimport os\n', True),
+    ('# coding=utf-8\n# Size: one thing.\n"""Doc."""\nimport os\n', True),
+    ('"""Doc.\n\n# Size: not a comment.\n"""\nimport os\n', False),
+    ('"""Doc."""\nimport os\n# Size: below the first statement.\n', False),
+    ('"""Doc."""\nimport os\n', False),
+])
+def test_a_long_module_is_explained_in_its_header_only(tmp_path, source,
+                                                       explained):
+  module = tmp_path / "m.py"
+  module.write_text(source + "X = 1\n" * MAX_MODULE_LINES)
+  assert _long_modules([(str(module), "m")]) == (
+      [] if explained else ["%s (%d lines)" % (
+          os.path.relpath(str(module), REPO_ROOT),
+          MAX_MODULE_LINES + len(source.splitlines()))])
+
+
+def _root_name(node):
+  """`a` of a, a.b, a[k], a[k].b ...; None if the chain starts elsewhere."""
+  while isinstance(node, (ast.Attribute, ast.Subscript)):
+    node = node.value
+  return node.id if isinstance(node, ast.Name) else None
+
+
+def _makes_container(value):
+  if isinstance(value, (ast.List, ast.Dict, ast.Set, ast.ListComp,
+                        ast.DictComp, ast.SetComp)):
+    return True
+  if isinstance(value, ast.Call):
+    func = value.func
+    name = (func.id if isinstance(func, ast.Name) else
+            func.attr if isinstance(func, ast.Attribute) else None)
+    return name in CONTAINER_CALLS
+  return False
+
+
+def _module_state(source):
+  """Sorted names of the module-level state `source` keeps, as its functions
+  change it.
+
+  A name is state when a function declares it `global` (it rebinds it), or
+  when the module binds it at import to a mutable container (a list, dict or
+  set display or comprehension, or a call of list, dict, set or one of
+  collections' containers) and a function changes that container: assigns or
+  deletes an item or attribute of it (or of what it holds), or calls a
+  mutating method (append, update, pop, ...) on it. Tables built at import
+  and never changed afterwards, and containers local to a function, are not
+  state.
+  """
+  tree = ast.parse(source)
+  containers = set()
+  for node in tree.body:
+    if isinstance(node, ast.Assign) and _makes_container(node.value):
+      containers.update(t.id for t in node.targets
+                        if isinstance(t, ast.Name))
+    elif (isinstance(node, ast.AnnAssign) and node.value is not None
+          and _makes_container(node.value)
+          and isinstance(node.target, ast.Name)):
+      containers.add(node.target.id)
+  state = set()
+  functions = [n for n in ast.walk(tree)
+               if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+  for function in functions:
+    for node in ast.walk(function):
+      if isinstance(node, ast.Global):
+        state.update(node.names)
+      targets = []
+      if isinstance(node, (ast.Assign, ast.Delete)):
+        targets = node.targets
+      elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+        targets = [node.target]
+      for target in targets:
+        if (isinstance(target, (ast.Attribute, ast.Subscript))
+            and _root_name(target) in containers):
+          state.add(_root_name(target))
+      if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+          and node.func.attr in MUTATING_METHODS
+          and _root_name(node.func.value) in containers):
+        state.add(_root_name(node.func.value))
+  return sorted(state)
+
+
+def _declares_state(source):
+  """Whether the module docstring has a paragraph beginning `Module state:`."""
+  docstring = ast.get_docstring(ast.parse(source)) or ""
+  return any(paragraph.startswith(STATE_DECLARATION)
+             for paragraph in docstring.split("\n\n"))
+
+
+def test_module_state_lives_only_where_a_docstring_declares_it():
+  """Rule 4: the modules keeping state are the modules declaring it, and the
+  package's statement of the rule names each of them."""
+  keeping, declaring = {}, set()
+  for path, name in _source_files():
+    with open(path) as f:
+      source = f.read()
+    shown = name or os.path.relpath(path, REPO_ROOT)
+    state = _module_state(source)
+    if state:
+      keeping[shown] = state
+    if _declares_state(source):
+      declaring.add(shown)
+  undeclared = {m: s for m, s in keeping.items() if m not in declaring}
+  assert undeclared == {}, "module state without a `Module state:` paragraph"
+  assert sorted(declaring - set(keeping)) == [], "declared, but no state"
+  import bertkit  # pylint: disable=g-import-not-at-top
+  rule = bertkit.__doc__[bertkit.__doc__.index("  4. "):]
+  unnamed = [m for m in sorted(declaring)
+             if m.replace("bertkit.", "", 1) not in " ".join(rule.split())]
+  assert unnamed == [], "rule 4 in bertkit/__init__.py does not name them"
+  assert len(declaring) >= 4
+
+
+@pytest.mark.parametrize("source,state", [
+    ("_X = None\ndef f():\n  global _X\n  _X = 1\n", ["_X"]),
+    ("_S = {'a': None}\ndef f():\n  _S['a'] = 1\n", ["_S"]),
+    ("_S = [None]\ndef f():\n  del _S[0]\n", ["_S"]),
+    ("_S = {}\ndef f():\n  _S.setdefault('k', []).append(1)\n", ["_S"]),
+    ("_S = {'k': []}\ndef f():\n  _S['k'].append(1)\n", ["_S"]),
+    ("_S = dict()\nclass C:\n  def m(self):\n    _S.update(a=1)\n",
+     ["_S"]),
+    ("import collections\n_S = collections.deque()\n"
+     "def f():\n  _S.appendleft(1)\n", ["_S"]),
+    ("_S: dict = {}\ndef f():\n  _S['k'] += 1\n", ["_S"]),
+    # Tables built at import, read by functions; a function's own list.
+    ("T = {}\nT['a'] = 1\nfor k in 'bc':\n  T[k] = 2\n"
+     "def f():\n  return T['a']\n", []),
+    ("def f():\n  out = []\n  out.append(1)\n  return out\n", []),
+    ("import os\ndef f():\n  os.environ['X'] = '1'\n", []),
+])
+def test_the_state_rule_finds_each_kind_of_state(source, state):
+  assert _module_state(source) == state
+
+
+def test_a_state_declaration_is_a_docstring_paragraph():
+  assert _declares_state('"""Title.\n\nModule state: the flag; f writes it,'
+                         ' g reads it.\n"""\n')
+  assert not _declares_state('"""Title; no Module state: mid-line."""\n')
+  assert not _declares_state("# Module state: a comment\nX = 1\n")
 
 
 @pytest.mark.parametrize("name,source", [

@@ -29,8 +29,10 @@ import create_pretraining_data as cpd
 from bertkit.common import errors
 from bertkit.common import options
 from bertkit.data import creation_options
+from bertkit.data import creation_progress
 from bertkit.data import pretraining_instances
 from bertkit.data import pretraining_records
+from bertkit.data import tfrecord_files
 import tokenization
 from conftest import run_program
 from conftest import REPO_ROOT
@@ -678,10 +680,10 @@ def test_interrupt_leaves_no_output(tmp_path, monkeypatch, stage):
       if num_instances:
         raise KeyboardInterrupt()
 
-    monkeypatch.setattr(pretraining_instances.Progress, "add",
+    monkeypatch.setattr(creation_progress.Progress, "add",
                         interrupt_at_the_first_instance)
   else:
-    real_write = pretraining_records.write_tfrecord_file
+    real_write = tfrecord_files.write_tfrecord_file
     calls = []
 
     def interrupted_write(path, records):
@@ -692,7 +694,7 @@ def test_interrupt_leaves_no_output(tmp_path, monkeypatch, stage):
         raise KeyboardInterrupt()
       return real_write(path, records)
 
-    monkeypatch.setattr(pretraining_records, "write_tfrecord_file",
+    monkeypatch.setattr(tfrecord_files, "write_tfrecord_file",
                         interrupted_write)
   with pytest.raises(KeyboardInterrupt):
     run_in_process(tmp_path)

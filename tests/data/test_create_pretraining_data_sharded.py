@@ -33,6 +33,7 @@ from bertkit.data import corpus_input
 import create_pretraining_data as cpd
 from bertkit.common import errors
 from bertkit.data import creation_options
+from bertkit.data import creation_progress
 from bertkit.data import fast_tokenization
 from bertkit.data import local_workers
 from bertkit.data import pretraining_instances
@@ -40,6 +41,7 @@ from bertkit.data import pretraining_records
 from bertkit.data import shard_plan
 from bertkit.data import shard_task
 from bertkit.data import sharded_mode
+from bertkit.data import tfrecord_files
 import tokenization
 from conftest import REPO_ROOT
 from conftest import partial_files
@@ -228,7 +230,7 @@ def test_fast_tokenizer_equals_python_on_hazards_and_random_unicode(
 
 def test_tfrecord_chunks_equal_tf_record_writer(tmp_path, monkeypatch):
   # Small batches, so that batch boundaries are crossed too.
-  monkeypatch.setattr(pretraining_records, "_BATCH_BYTES", 5000)
+  monkeypatch.setattr(tfrecord_files, "_BATCH_BYTES", 5000)
   rng = random.Random(3)
   records = [bytes(rng.getrandbits(8) for _ in range(n))
              for n in [0, 1, 2, 3, 7, 8, 255, 256, 3000] +
@@ -237,7 +239,7 @@ def test_tfrecord_chunks_equal_tf_record_writer(tmp_path, monkeypatch):
   with tf.io.TFRecordWriter(expected) as writer:
     for record in records:
       writer.write(record)
-  got = b"".join(pretraining_records.tfrecord_chunks(iter(records)))
+  got = b"".join(tfrecord_files.tfrecord_chunks(iter(records)))
   assert got == read_bytes(expected)
   assert list(tf.io.tf_record_iterator(expected)) == records
 
@@ -672,7 +674,7 @@ def test_interrupt_while_writing_a_shard_leaves_no_file(tmp_path,
                                               2)
 
   calls = []
-  real_frame = pretraining_records._frame
+  real_frame = tfrecord_files._frame
 
   def interrupt_second_batch(records):
     calls.append(1)
@@ -680,8 +682,8 @@ def test_interrupt_while_writing_a_shard_leaves_no_file(tmp_path,
       raise KeyboardInterrupt()
     return real_frame(records)
 
-  monkeypatch.setattr(pretraining_records, "_BATCH_BYTES", 2000)
-  monkeypatch.setattr(pretraining_records, "_frame", interrupt_second_batch)
+  monkeypatch.setattr(tfrecord_files, "_BATCH_BYTES", 2000)
+  monkeypatch.setattr(tfrecord_files, "_frame", interrupt_second_batch)
   output = str(tmp_path / "out" / "part-00000-of-00001.tfrecord")
   os.mkdir(str(tmp_path / "out"))
   with pytest.raises(KeyboardInterrupt):
@@ -870,7 +872,7 @@ def test_peak_memory_stays_flat_as_the_corpus_grows(tmp_path):
 def test_an_exception_in_a_worker_ends_the_run_with_its_traceback():
   settings = shard_task.ShardSettings(
       tokenization.load_vocab(CPD_VOCAB), True, "fast", None, 1, 1)
-  progress = pretraining_instances.Progress(sys.stderr, 1, num_shards=1)
+  progress = creation_progress.Progress(sys.stderr, 1, num_shards=1)
   tasks = [(0, (), "unused"), (1, (), "unused")]
   with pytest.raises(AttributeError) as raised:
     list(local_workers.run_local(settings, tasks, 2, progress))

@@ -25,6 +25,7 @@ import tensorflow.compat.v1 as tf
 from bertkit.common import errors
 from bertkit.common import options
 from bertkit.common.errors import UserError
+from bertkit.engine import cluster_environment
 from bertkit.engine import distribution
 from conftest import (REPO_ROOT, load_checkpoint, requires_byteps,
                       run_program, tiny_bert_config, write_real_text_records)
@@ -72,17 +73,17 @@ def test_a_bad_worker_environment_is_one_clear_error(change, fragments):
     else:
       env[name] = value
   with pytest.raises(UserError) as raised:
-    distribution.byteps_world_size(env)
+    cluster_environment.byteps_world_size(env)
   for fragment in fragments:
     assert fragment in str(raised.value)
 
 
 def test_world_size_counts_worker_processes():
-  assert distribution.byteps_world_size(worker_environment(1234, 1)) == 2
+  assert cluster_environment.byteps_world_size(worker_environment(1234, 1)) == 2
   # A GPU machine's worker of 4 local ranks counts 4.
   env = dict(worker_environment(1234, 0, num_workers=3),
              BYTEPS_LOCAL_SIZE="4", BYTEPS_LOCAL_RANK="3")
-  assert distribution.byteps_world_size(env) == 12
+  assert cluster_environment.byteps_world_size(env) == 12
 
 
 def plan_values(**overrides):

@@ -169,15 +169,16 @@ PROBE_START = textwrap.dedent("""\
     tf.disable_v2_behavior()
     import types
     import optimization
+    from bertkit.engine import cluster_environment
     from bertkit.engine import distribution
     from bertkit.engine import horovod_engine
     from bertkit.engine import input_pipeline
     from bertkit.engine import training_setup
     from bertkit.engine.precision import LossScale
 
-    plan = distribution.StrategyPlan("horovod", ["/cpu:0"],
-                                     distribution.horovod_world_size(),
-                                     "auto", 600, None)
+    plan = distribution.StrategyPlan(
+        "horovod", ["/cpu:0"], cluster_environment.horovod_world_size(),
+        "auto", 600, None)
     FP32 = training_setup.resolve_precision(False, False, 0, False, set())
     FP16 = training_setup.resolve_precision(True, False, 0, False, set(),
                                             LossScale(1024, 100))

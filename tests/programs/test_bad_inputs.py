@@ -28,7 +28,7 @@ from bertkit.data import pretraining_instances
 from bertkit.data import pretraining_records
 from bertkit.data import creation_options
 from bertkit.engine import dynamic_masking
-from bertkit.engine import input_pipeline
+from bertkit.engine import record_checks
 from conftest import REPO_ROOT, expect_user_error, pretrain_args
 from conftest import run_program
 from test_corpus_input import read_all
@@ -374,7 +374,7 @@ def test_mixed_packed_and_unpacked_records_name_one_file_of_each(
                         pretraining_records.MASKED, 32, 5)
   files = [packed, plain] if packed_first else [plain, packed]
   with pytest.raises(errors.UserError) as e:
-    input_pipeline.check_pretraining_records(files, 32, preds)
+    record_checks.check_pretraining_records(files, 32, preds)
   assert str(e.value).startswith("--input_file mixes record kinds: ")
   assert "%s holds masked records" % plain in str(e.value)
   assert "%s holds packed rows of up to 3 sequences" % packed in str(e.value)

@@ -23,6 +23,7 @@ import pytest
 from bertkit.common import slurm_env
 from bertkit.common.errors import EXIT_STOPPED, UserError
 from bertkit.common import options
+from bertkit.engine import cluster_environment
 from bertkit.engine import distribution
 from conftest import (REPO_ROOT, expect_user_error, load_checkpoint,
                       requires_slurm, run_ok, run_program, tiny_bert_config)
@@ -215,7 +216,7 @@ def test_the_slurm_step_becomes_tf_config(slurm_task, caplog):
   workers = ["localhost:%d" % (slurm_task + i) for i in range(2)]
   assert json.loads(os.environ["TF_CONFIG"]) == {
       "cluster": {"worker": workers}, "task": {"type": "worker", "index": 1}}
-  assert distribution.cluster_task() == ("worker-1", False)
+  assert cluster_environment.cluster_task() == ("worker-1", False)
   assert ("cluster from Slurm: 2 workers (%s), this is task 1 (GPUs: none; "
           "from SLURM_STEP_NODELIST=localhost SLURM_STEP_TASKS_PER_NODE=2)"
           % ", ".join(workers)) in caplog.text
@@ -226,7 +227,7 @@ def test_tf_config_wins_over_slurm_with_a_warning(slurm_task, monkeypatch,
   own = {"cluster": {"worker": ["a:1", "b:2", "c:3"]},
          "task": {"type": "worker", "index": 2}}
   monkeypatch.setenv("TF_CONFIG", json.dumps(own))
-  cluster, task, step = distribution.cluster_from_environment()
+  cluster, task, step = cluster_environment.cluster_from_environment()
   assert (cluster, task, step) == (own["cluster"], own["task"], None)
   assert "using TF_CONFIG's" in caplog.text
   distribution.use_slurm_cluster(flag_values(slurm_port_base=slurm_task))

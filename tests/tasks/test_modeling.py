@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
+from bertkit import kernels
 from bertkit.common import errors
 import modeling
 from conftest import reachable_ops
@@ -411,7 +412,7 @@ def test_dense_gradient_equals_autodiff_of_a_plain_matmul(
   x = tf.constant(rng.standard_normal((40, fan_in)), tf.float32)
   dy = tf.constant(rng.standard_normal((40, fan_out)), tf.float32)
   w = tf.constant(rng.standard_normal((fan_in, fan_out)), tf.float32)
-  with modeling._blocked_weight_gradient():  # pylint: disable=protected-access
+  with kernels.blocked_dense_gradient():
     ours = tf.matmul(x, w)
   reference = tf.matmul(x, w)
   ours_grads = tf.gradients(ours, [x, w], dy)
@@ -441,7 +442,7 @@ def test_sparse_softmax_cross_entropy_equals_tensorflows_fused_op(
   logits = tf.constant(logits, tf.float32)
   labels = tf.constant(labels, label_dtype)
   ops_before = len(graph.get_operations())
-  ours = modeling.sparse_softmax_cross_entropy(labels, logits)
+  ours = kernels.sparse_softmax_cross_entropy(labels, logits)
   ours_gradient = tf.gradients(ours, logits, weights)[0]
   assert "SparseSoftmaxCrossEntropyWithLogits" not in {
       op.type for op in graph.get_operations()[ops_before:]}
@@ -455,6 +456,26 @@ def test_sparse_softmax_cross_entropy_equals_tensorflows_fused_op(
   np.testing.assert_allclose(got, want, rtol=1e-6)
   np.testing.assert_allclose(got_gradient, want_gradient, rtol=1e-5,
                              atol=1e-6)
+
+
+def test_init_distribution_belongs_to_the_graph_being_built():
+  """The choice reaches the initializers of its own graph while the context
+  is open: not those of another graph, and none after it closes."""
+  with tf.Graph().as_default() as graph:
+    with modeling.init_distribution("normal"):
+      assert isinstance(modeling.create_initializer(),
+                        tf.random_normal_initializer)
+      with modeling.init_distribution("truncated_normal"):
+        assert isinstance(modeling.create_initializer(),
+                          tf.truncated_normal_initializer)
+      assert isinstance(modeling.create_initializer(),
+                        tf.random_normal_initializer)
+      with tf.Graph().as_default():
+        assert isinstance(modeling.create_initializer(),
+                          tf.truncated_normal_initializer)
+    assert isinstance(modeling.create_initializer(),
+                      tf.truncated_normal_initializer)
+    assert graph.get_all_collection_keys() == []
 
 
 def test_get_activation():
@@ -498,10 +519,10 @@ def test_layer_norm_gradients_equal_autodiff_of_the_reference(
   dy = tf.constant(rng.standard_normal((3, 5, 16)), dtype)
   beta = tf.constant(rng.standard_normal(16), dtype)
   gamma = tf.constant(rng.standard_normal(16), dtype)
-  ours = modeling._normalize(x, beta, gamma)  # pylint: disable=protected-access
+  ours = kernels.normalize(x, beta, gamma)
   mean, variance = tf.nn.moments(x, [2], keep_dims=True)
   reference = tf.nn.batch_normalization(x, mean, variance, beta, gamma,
-                                        modeling.LAYER_NORM_EPSILON)
+                                        kernels.LAYER_NORM_EPSILON)
   with tf.Session(graph=graph) as sess:
     got, want = sess.run([[ours] + tf.gradients(ours, [x, beta, gamma], dy),
                           [reference] + tf.gradients(reference,

@@ -26,6 +26,7 @@ from bertkit.data import sharded_mode
 from bertkit.engine import checkpoint_formats
 from bertkit.engine import dynamic_masking
 from bertkit.engine import input_pipeline
+from bertkit.engine import record_checks
 from bertkit.tasks.pretraining import task as pretraining
 import create_pretraining_data
 import modeling
@@ -212,7 +213,7 @@ def test_records_are_tensorflows_bytes_and_recognised_as_no_nsp(records):
       values = pretraining_records.parse_example(raw)
       assert pretraining_records.tf_example(
           kind, values).SerializeToString() == raw
-    found, slots = input_pipeline.check_pretraining_records(
+    found, slots = record_checks.check_pretraining_records(
         [path], SEQ, PREDS, vocab_size=CONFIG["vocab_size"])
     assert (found, slots) == (kind, None)
     assert not pretraining_records.has_next_sentence(found)

@@ -17,6 +17,7 @@ import functools
 
 import tensorflow.compat.v1 as tf
 
+from bertkit import kernels
 from bertkit.common import options
 from bertkit.data import packing
 from bertkit.engine import distribution
@@ -74,7 +75,7 @@ def get_masked_lm_output(bert_config, input_tensor, output_weights, positions,
     logits = tf.matmul(input_tensor, output_weights, transpose_b=True)
     logits = tf.nn.bias_add(logits, output_bias)
     log_probs = tf.nn.log_softmax(logits, axis=-1)
-    per_example_loss = modeling.sparse_softmax_cross_entropy(label_ids, logits)
+    per_example_loss = kernels.sparse_softmax_cross_entropy(label_ids, logits)
     numerator = tf.reduce_sum(label_weights * per_example_loss)
     if loss_denominator is None:
       loss_denominator = masked_lm_denominator(label_weights)

@@ -137,8 +137,9 @@ def training_input(opts, model, input_files):
   """The PretrainingInput of the training records (of `model`, a
   run_directory.Model)."""
   from bertkit.engine import input_pipeline
+  from bertkit.engine import record_checks
   record_kind, max_sequences_per_pack = (
-      input_pipeline.check_pretraining_records(
+      record_checks.check_pretraining_records(
           input_files, opts.max_seq_length, opts.max_predictions_per_seq,
           vocab_size=model.bert_config.vocab_size))
   if record_kind is pretraining_records.PACKED:
@@ -167,12 +168,13 @@ def evaluation_input(opts, model, eval_files, flag_name):
   EVAL_MASKED_LM_PROB, per wordpiece, with the eval seed, once.
   """
   from bertkit.engine import input_pipeline
-  predictions = input_pipeline.predictions_per_record(eval_files[0])
+  from bertkit.engine import record_checks
+  predictions = record_checks.predictions_per_record(eval_files[0])
   if predictions is None:
     predictions = max(1, int(round(EVAL_MASKED_LM_PROB *
                                    opts.max_seq_length)))
   record_kind, max_sequences_per_pack = (
-      input_pipeline.check_pretraining_records(
+      record_checks.check_pretraining_records(
           eval_files, opts.max_seq_length, predictions,
           vocab_size=model.bert_config.vocab_size, flag_name=flag_name))
   masking = masking_for_records(
