@@ -101,8 +101,10 @@ UPSTREAM_API = dict(
     [(name, "bertkit.tasks.classification.task")
      for name in ("create_model", "model_fn_builder")] +
     [(name, "bertkit.tasks.classification.data")
-     for name in ("ColaProcessor", "DataProcessor", "InputExample",
-                  "MnliProcessor", "MrpcProcessor", "XnliProcessor")] +
+     for name in ("DataProcessor", "InputExample")] +
+    [(name, "bertkit.tasks.classification.processors")
+     for name in ("ColaProcessor", "MnliProcessor", "MrpcProcessor",
+                  "XnliProcessor")] +
     [(name, "bertkit.tasks.classification.features")
      for name in ("InputFeatures", "PaddingInputExample",
                   "convert_single_example",

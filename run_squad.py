@@ -41,9 +41,10 @@ from bertkit.tasks.squad.options import SquadOptions
 # Upstream's API of this module: google-research/bert's run_squad.py defines
 # these names, and code written for it imports them from here.
 # pylint: disable=unused-import
-from bertkit.tasks.squad.data import (InputFeatures, SquadExample,
+from bertkit.tasks.squad.data import (SquadExample,
                                       convert_examples_to_features,
                                       read_squad_examples)
+from bertkit.tasks.squad.data import SquadFeatures as InputFeatures
 from bertkit.tasks.squad.predictions import RawResult
 # pylint: enable=unused-import
 # The rest come from the bertkit/tasks module named, on first use: they

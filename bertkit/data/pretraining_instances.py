@@ -23,7 +23,6 @@ from absl import logging
 
 from bertkit.common import atomic_io
 from bertkit.common import errors
-from bertkit.common import options
 from bertkit.data import fast_tokenization
 from bertkit.data import packing
 from bertkit.data import pretraining_records

@@ -1,23 +1,23 @@
 """The task runner: what every training program does, written once.
 
-A program (run_pretraining.py, run_classifier.py, run_squad.py) describes its
-task as a `Task` (the variables it builds, the per-micro-batch shares of the
-training loss, the eval loss and metrics, the predictions) and its input as
-a function building input_fns, then calls
+What runs a training program (pretraining's trainer, the fine-tuning
+driver, feature extraction) describes its task as a task_contract.Task (the
+variables it builds, the per-micro-batch shares of the training loss, the
+eval loss and metrics, the predictions) and its input as a function building
+input_fns, then calls
 
-  run = runner.prepare(options, task, model)  # engine, --init_checkpoint
-  runner.run(run, make_input_fn, runner.Schedule(...), train_files,
-             runner.EvalStage(...), runner.PredictStage(...))
+  prepared = runner.prepare(options, task, model)  # engine, init_checkpoint
+  runner.run(prepared, make_input_fn, runner.TrainingSchedule(...),
+             train_files, runner.EvalStage(...), runner.PredictStage(...))
 
-where `options` is the options.RunOptions the program built from its flags
-(common/training_flags.py) and `model` the run_directory.Model it resolved
+where `options` is the options.RunOptions built from the program's flags
+(common/option_flags.py) and `model` the run_directory.Model it resolved
 (its config, vocab and casing, which `prepare` writes into --output_dir).
 The runner owns the rest, once: the engine (training_setup.py: strategy,
 horovod or BytePS, precision, RunConfig), what the optimizer is handed (the
 run's Precision, and the distribution.Replicas it sums over, which carries
-the stop vote), the model_fn (optimizer, gradient accumulation, loss scale,
-the step contract of train_step.py, initialisation from --init_checkpoint),
-the non-finite loss guard, input sharding (one decision: the InputContext of
+the stop vote), the model_fn (task_contract.py), the non-finite loss guard,
+input sharding (one decision: the InputContext of
 training_setup.input_context), skipping corrupt records, the Estimator,
 train / evaluate / predict with the hooks of training_hooks.py and the
 throughput hook, preemption (a stop signal ends training after the step in
@@ -26,7 +26,6 @@ flight, checkpointed), eval_results.txt and the run summary.
 
 import atexit
 import dataclasses
-import functools
 import os
 import shutil
 import tempfile
@@ -35,7 +34,6 @@ from typing import Any, Callable, Optional, Sequence
 from absl import logging
 import tensorflow.compat.v1 as tf
 
-from bertkit.common import atomic_io
 from bertkit.common import errors
 from bertkit.common import options as run_options
 from bertkit.common.errors import UserError
@@ -44,195 +42,19 @@ from bertkit.engine import cluster_environment
 from bertkit.engine import distribution
 from bertkit.engine import evaluation as held_out
 from bertkit.engine import input_pipeline
-from bertkit.engine import optimizers
 from bertkit.engine import preemption
 from bertkit.engine import record_checks
 from bertkit.engine import run_directory
+from bertkit.engine import run_report
 from bertkit.engine import throughput
-from bertkit.engine import train_step
+from bertkit.engine import task_contract
 from bertkit.engine import training_clock
 from bertkit.engine import training_hooks
 from bertkit.engine import training_setup
 from bertkit.engine import training_update
 
-TRAIN = tf.estimator.ModeKeys.TRAIN
-EVAL = tf.estimator.ModeKeys.EVAL
-PREDICT = tf.estimator.ModeKeys.PREDICT
-
-
-@dataclasses.dataclass(frozen=True)
-class Task:
-  """What a program tells the runner about its task.
-
-  Attributes:
-    build_variables: function() creating every trainable variable of the
-      model (B=1), to compare --init_checkpoint's shapes with before
-      training.
-    train_loss_fns: function(features, num_micro_batches) -> K functions
-      without arguments, one per micro-batch of this replica's [B, ...]
-      features, each building the model (the first creates the variables,
-      the others reuse them) and returning its part of this replica's share
-      of the global batch's loss: the shares of every micro-batch, replica
-      and process add up to one device's loss on the global batch.
-    eval_outputs: function(features) -> (mean loss, eval_metric_ops) of an
-      eval batch.
-    predictions: function(features) -> the dict of [B, ...] tensors predict
-      yields; None: the task has no predict mode.
-    batch_counts: function(features) -> (sequences, real tokens) of a
-      training batch, when the throughput figures count more than rows
-      (packed rows); None: rows.
-  """
-  build_variables: Optional[Callable]
-  train_loss_fns: Optional[Callable]
-  eval_outputs: Optional[Callable]
-  predictions: Optional[Callable] = None
-  batch_counts: Optional[Callable] = None
-
-
-def split_micro_batches(features, num_micro_batches):
-  """K feature dicts of consecutive [B/K, ...] slices of the [B, ...] ones."""
-  if num_micro_batches == 1:
-    return [features]
-  pieces = {name: tf.split(t, num_micro_batches, axis=0)
-            for name, t in features.items()}
-  return [{name: pieces[name][i] for name in features}
-          for i in range(num_micro_batches)]
-
-
-def reusing_variables(index):
-  """The variable scope of micro-batch `index`: reuse=True from the second
-  on, so that a variable name that changed between builds fails loudly
-  instead of training a fresh copy."""
-  return tf.variable_scope(tf.get_variable_scope(),
-                           reuse=True if index else None,
-                           auxiliary_name_scope=False)
-
-
-def mean_loss_shares(mean_loss_fn):
-  """Task.train_loss_fns for a loss that is a mean over equal examples.
-
-  Args:
-    mean_loss_fn: function(micro_batch features) -> the batch's mean loss
-      (builds the model).
-
-  Returns:
-    train_loss_fns(features, K): micro-batches and replicas hold equally
-    many examples, so each micro-batch's mean counts 1/K of its replica's,
-    which counts 1/replicas (distribution.replica_share).
-  """
-  def train_loss_fns(features, num_micro_batches):
-    def loss_fn(index, micro_batch):
-      with reusing_variables(index):
-        loss = mean_loss_fn(micro_batch)
-      if num_micro_batches > 1:
-        loss /= float(num_micro_batches)
-      return distribution.replica_share(loss)
-    return [functools.partial(loss_fn, i, micro_batch) for i, micro_batch
-            in enumerate(split_micro_batches(features, num_micro_batches))]
-  return train_loss_fns
-
-
-def model_fn_builder(task, init_checkpoint, optimizer, num_train_steps,
-                     num_warmup_steps, run_arguments, replicas=None,
-                     predict_strategy=None):
-  """The Estimator model_fn of `task`.
-
-  TRAIN: one update from the summed gradients of num_accumulation_steps
-  micro-batches (training_update.create_accumulating_optimizer), handed to the
-  hooks through train_step.register_step_metrics; EVAL and PREDICT: the
-  task's outputs on one unreplicated batch. Every mode starts from
-  `init_checkpoint` when given.
-
-  Args:
-    task: a Task.
-    init_checkpoint: checkpoint (prefix or directory) to start from, or None.
-    optimizer: the options.OptimizerOptions (the peak rate, the update,
-      micro-batches per update: each replica's batch must divide by them).
-    num_train_steps: optimizer updates of the whole run.
-    num_warmup_steps: warm-up updates.
-    run_arguments: the run's own create_accumulating_optimizer keyword
-      arguments (precision, and time_budget when there is one).
-    replicas: the distribution.Replicas the optimizer sums over (`prepare`
-      builds the run's); None: those of the strategy in scope, no stop vote.
-    predict_strategy: PREDICT on every replica of this tf.distribute
-      strategy (replicated_predictions); None: on one device.
-  """
-
-  def model_fn(features, labels, mode, params):
-    del labels, params
-    if mode == TRAIN:
-      if task.batch_counts is not None:
-        train_step.register_batch_counts(*task.batch_counts(features))
-      step = training_update.create_accumulating_optimizer(
-          task.train_loss_fns(features, optimizer.num_accumulation_steps),
-          optimizer.learning_rate, num_train_steps, num_warmup_steps,
-          replicas=replicas, **optimizers.optimizer_arguments(optimizer),
-          **run_arguments)
-      spec = dict(loss=train_step.register_step_metrics(step),
-                  train_op=step.train_op)
-    elif mode == EVAL:
-      # Eval runs unreplicated: the mean loss itself, not a replica's share.
-      loss, metrics = task.eval_outputs(features)
-      spec = dict(loss=loss, eval_metric_ops=metrics)
-    elif mode == PREDICT and task.predictions is not None:
-      spec = dict(predictions=task.predictions(features)
-                  if predict_strategy is None else replicated_predictions(
-                      predict_strategy, task.predictions, features))
-    else:
-      raise ValueError("This task has no %s mode" % mode)
-    if init_checkpoint:
-      checkpoints.init_from_checkpoint(init_checkpoint)
-    return tf.estimator.EstimatorSpec(mode, **spec)
-
-  return model_fn
-
-
-def replicated_predictions(strategy, predictions_fn, features):
-  """A batch's predictions computed by every replica of `strategy` at once.
-
-  Replica i predicts the i-th of consecutive slices of ceil(B / N) rows (the
-  last ones shorter, or empty, for a short final batch); the outputs are
-  concatenated in replica order, so row r of every prediction is row r of
-  the input.
-
-  Args:
-    strategy: a tf.distribute strategy of one process (N replicas).
-    predictions_fn: function(features) -> dict of [b, ...] tensors, building
-      the model (the strategy creates its variables once for all replicas).
-    features: dict of [B, ...] tensors.
-
-  Returns:
-    The dict of [B, ...] predictions.
-  """
-  num_replicas = strategy.num_replicas_in_sync
-  # Every feature holds the batch's B rows.
-  rows = tf.shape(features[sorted(features)[0]])[0]
-  per_replica = (rows + num_replicas - 1) // num_replicas
-
-  def replica_fn():
-    replica = tf.distribute.get_replica_context().replica_id_in_sync_group
-    start = tf.minimum(replica * per_replica, rows)
-    end = tf.minimum(start + per_replica, rows)
-    return predictions_fn({name: t[start:end]
-                           for name, t in features.items()})
-
-  with strategy.scope():
-    outputs = strategy.extended.call_for_each_replica(replica_fn)
-    return {name: tf.concat(strategy.experimental_local_results(t), axis=0)
-            for name, t in outputs.items()}
-
-
-def upstream_model_fn(task, init_checkpoint, learning_rate, num_train_steps,
-                      num_warmup_steps, optimizer=None,
-                      num_accumulation_steps=1):
-  """model_fn_builder with upstream's arguments (the tasks' model_fn_builder):
-  the peak rate and micro-batches given, the rest of the update `optimizer`'s
-  (an options.OptimizerOptions; None: upstream's), float32."""
-  optimizer = dataclasses.replace(
-      optimizer or run_options.OptimizerOptions(), learning_rate=learning_rate,
-      num_accumulation_steps=num_accumulation_steps)
-  return model_fn_builder(task, init_checkpoint, optimizer, num_train_steps,
-                          num_warmup_steps, {})
+TRAIN, EVAL, PREDICT = (task_contract.TRAIN, task_contract.EVAL,
+                        task_contract.PREDICT)
 
 
 def micro_batch_size(global_batch_size, num_replicas, num_accumulation_steps):
@@ -251,7 +73,7 @@ def micro_batch_size(global_batch_size, num_replicas, num_accumulation_steps):
 
 
 @dataclasses.dataclass(frozen=True)
-class Run:
+class PreparedRun:
   """A prepared run.
 
   Attributes:
@@ -262,7 +84,7 @@ class Run:
     replicas: the distribution.Replicas the optimizer sums over (it carries
       the run's stop vote).
   """
-  task: Task
+  task: task_contract.Task
   setup: training_setup.Setup
   options: run_options.RunOptions
   replicas: distribution.Replicas
@@ -280,7 +102,7 @@ def prepare(options, task, model):
       fits it.
 
   Returns:
-    A Run.
+    A PreparedRun.
 
   Raises:
     UserError: options that contradict the machine or the global batch, or
@@ -304,11 +126,12 @@ def prepare(options, task, model):
   # One vote per run: the optimizer sums it, StopOnSignalHook reads the sum.
   replicas = distribution.Replicas(process_group=setup.process_group,
                                    stop_vote=preemption.StopVote())
-  return Run(task=task, setup=setup, options=options, replicas=replicas)
+  return PreparedRun(task=task, setup=setup, options=options,
+                     replicas=replicas)
 
 
 @dataclasses.dataclass(frozen=True)
-class Schedule:
+class TrainingSchedule:
   """How long training runs.
 
   Attributes:
@@ -386,17 +209,17 @@ class PredictStage:
   use_predictions: Optional[Callable] = None
 
 
-def run(prepared, make_input_fn, schedule=Schedule(), train_files=None,
-        evaluation=EvalStage(), prediction=PredictStage()):
+def run(prepared, make_input_fn, schedule=TrainingSchedule(),
+        train_files=None, evaluation=EvalStage(), prediction=PredictStage()):
   """Trains, evaluates and predicts, as the files given ask.
 
   Args:
-    prepared: the Run of `prepare`.
+    prepared: the PreparedRun of `prepare`.
     make_input_fn: function(files, mode, global_batch_size, num_replicas) ->
       an Estimator input_fn(params, input_context=None) over `files` (mode
       TRAIN: shuffled as the task wants and repeated; EVAL / PREDICT: one
       ordered pass, the records of EVAL with their labels).
-    schedule: the Schedule of training.
+    schedule: the TrainingSchedule.
     train_files: the training records, or None not to train.
     evaluation: the EvalStage.
     prediction: the PredictStage.
@@ -412,7 +235,7 @@ def run(prepared, make_input_fn, schedule=Schedule(), train_files=None,
     run_arguments["time_budget"] = training_update.TimeBudget(
         schedule.time_budget_seconds, schedule.warmup_seconds, clock,
         setup.is_chief)
-  estimator = make_estimator(model_fn_builder(
+  estimator = make_estimator(task_contract.model_fn_builder(
       prepared.task, options.init_checkpoint, options.optimizer,
       schedule.num_train_steps, schedule.num_warmup_steps, run_arguments,
       prepared.replicas), setup)
@@ -460,8 +283,9 @@ def run(prepared, make_input_fn, schedule=Schedule(), train_files=None,
                             result)
   if setup.is_chief:
     if result is not None:
-      write_eval_results(options.output_dir, result)
-    print_run_summary(options.output_dir, throughput_summary, result)
+      run_report.write_eval_results(options.output_dir, result)
+    run_report.print_run_summary(options.output_dir, throughput_summary,
+                                 result)
 
 
 def start_clock(setup, output_dir):
@@ -526,11 +350,11 @@ def predictions(prepared, input_fn):
   checkpoint.
 
   Args:
-    prepared: the Run of `prepare`, its task having `predictions`.
+    prepared: the PreparedRun of `prepare`, its task having `predictions`.
     input_fn: an Estimator input_fn of the records, in order.
   """
   options = prepared.options
-  estimator = make_estimator(model_fn_builder(
+  estimator = make_estimator(task_contract.model_fn_builder(
       prepared.task, options.init_checkpoint, options.optimizer, 0, 0, {},
       prepared.replicas,
       predict_strategy=prediction_strategy(prepared.setup)), prepared.setup)
@@ -759,43 +583,3 @@ def _stop_message(setup, step):
   if setup.is_chief and latest:
     checkpoint = os.path.basename(latest)
   return preemption.stop_message(step, checkpoint, setup.is_chief)
-
-
-def write_eval_results(output_dir, result):
-  """Writes eval_results.txt as upstream does (`name = value` lines, sorted).
-
-  The run summary prints the same figures, so they are not logged here.
-  """
-  path = os.path.join(output_dir, "eval_results.txt")
-  with atomic_io.atomic_open(path, "w") as writer:
-    for key in sorted(result.keys()):
-      writer.write("%s = %s\n" % (key, str(result[key])))
-  return path
-
-
-def print_run_summary(output_dir, throughput_summary, eval_result):
-  """The numbers a user came for, on stdout at the end of a run."""
-  lines = ["***** Run summary: %s *****" % output_dir]
-  if throughput_summary:
-    eps = throughput_summary.get("examples_per_sec")
-    lines.append(
-        "throughput: %s (%s per replica)%s, %s x%d, steps %d..%d; excluded "
-        "%d warm-up step(s) and %d with a checkpoint save" % (
-            "%.2f examples/sec" % eps if eps else "n/a (too few steps)",
-            "%.2f" % (eps / throughput_summary["num_replicas"]) if eps
-            else "n/a", throughput.describe_counts(throughput_summary),
-            throughput_summary.get("strategy"),
-            throughput_summary["num_replicas"],
-            throughput_summary["first_step"],
-            throughput_summary["final_step"],
-            throughput_summary["steps_excluded_warmup"],
-            throughput_summary["steps_excluded_checkpoint"]))
-  if throughput_summary and "corrupt_records_skipped" in throughput_summary:
-    lines.append("corrupt input records skipped: %d" %
-                 throughput_summary["corrupt_records_skipped"])
-  if throughput_summary and "time_to_target" in throughput_summary:
-    lines.append(held_out.describe_target(
-        throughput_summary["time_to_target"]))
-  for key in sorted(eval_result or {}):
-    lines.append("eval %s = %s" % (key, eval_result[key]))
-  print("\n".join(lines), flush=True)

@@ -37,7 +37,7 @@ from bertkit.common.errors import UserError
 from bertkit.engine import evaluation
 from bertkit.engine import throughput
 from bertkit.perf import reports
-from bertkit.tasks.glue import suite as glue_suite
+from bertkit.tasks.glue import suite_results as glue_results
 
 # Written by benchmarks into a run directory: {"name", "model", "recipe",
 # "framework", "process_wall_seconds", "eval_seen_seconds" (seconds from the
@@ -46,7 +46,7 @@ from bertkit.tasks.glue import suite as glue_suite
 RUN_INFO_FILE = "run_info.json"
 METRIC = evaluation.TARGET_METRIC
 # run_glue.py's results when its --output_dir is RUN_DIR/glue.
-GLUE_RESULTS = os.path.join("glue", glue_suite.RESULTS_STEM + ".json")
+GLUE_RESULTS = os.path.join("glue", glue_results.RESULTS_STEM + ".json")
 GLUE_FIELD = "glue_score"
 
 CSV_FIELDS = [
@@ -151,7 +151,7 @@ def run_row(run_dir, target=None):
   }
   glue_path = os.path.join(run_dir, GLUE_RESULTS)
   if atomic_io.exists(glue_path):
-    row[GLUE_FIELD] = glue_suite.read_glue_score(glue_path)
+    row[GLUE_FIELD] = glue_results.read_glue_score(glue_path)
   return row
 
 

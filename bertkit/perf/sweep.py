@@ -15,7 +15,6 @@ import os
 import shutil
 import subprocess
 import sys
-from typing import Optional
 
 from absl import logging
 

@@ -19,7 +19,6 @@ from bertkit.data import pretraining_records
 from bertkit.engine import dynamic_masking
 from bertkit.engine import input_pipeline
 from bertkit.tasks.pretraining import trainer as pretraining_trainer
-import run_pretraining
 import tokenization
 from conftest import REPO_ROOT, expect_user_error, tiny_bert_config
 from conftest import load_checkpoint, program_in_process, run_program

@@ -70,7 +70,7 @@ def test_every_copy_of_every_variable_starts_as_the_checkpoints(
   plan, strategy = build_strategy(name)
   expected = load_checkpoint(random_checkpoint)
   with tf.Graph().as_default():
-    def model_fn():  # as runner.model_fn_builder's, on each replica
+    def model_fn():  # as task_contract.model_fn_builder's, on each replica
       build_bert()
       checkpoints.init_from_checkpoint(random_checkpoint)
 

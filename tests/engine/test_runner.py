@@ -1,7 +1,7 @@
 """The task runner (runner.py): what the programs may and may not do, and
 what the runner does for every task.
 
-The programs describe their task (runner.Task) and hand it to the runner,
+The programs describe their task (task_contract.Task) and hand it to the runner,
 through the two modules that run a training program: pretraining's trainer
 and the fine-tuning driver. Their rules are read from the source: neither
 imports the optimizer, the throughput hook, the step contract or the engine
@@ -18,6 +18,7 @@ import tensorflow.compat.v1 as tf
 
 from bertkit.common import options
 from bertkit.engine import runner
+from bertkit.engine import task_contract
 from conftest import REPO_ROOT
 
 # What runs a training program: run_pretraining.py's, and every
@@ -51,7 +52,7 @@ def imported_modules(tree):
 def calls_into(tree, module):
   """The attribute names of `module.x(...)` calls under `tree`.
 
-  Building one of the module's records (`runner.Schedule(...)`, named in
+  Building one of the module's records (`runner.TrainingSchedule(...)`, named in
   CapWords) hands it values and orders nothing, so it is not counted.
   """
   return [node.func.attr for node in ast.walk(tree)
@@ -95,7 +96,7 @@ def test_the_checks_themselves_see_a_forbidden_import_and_call():
                    "from bertkit.engine import runner\n"
                    "def main(argv):\n"
                    "  runner.prepare(); runner.a(); runner.b()\n"
-                   "  runner.run(runner.Schedule(1, 0))\n"
+                   "  runner.run(runner.TrainingSchedule(1, 0))\n"
                    "  throughput.register_step_metrics(step)\n")
   assert imported_modules(tree) & RUNNER_ONLY == {"throughput"}
   assert len(calls_into(function(tree, "main"), "runner")) == 4
@@ -111,8 +112,8 @@ def linear_task():
     return tf.reduce_mean(tf.square(tf.matmul(features["x"], w)[:, 0] -
                                     features["y"]))
 
-  return runner.Task(build_variables=None,
-                     train_loss_fns=runner.mean_loss_shares(mean_loss),
+  return task_contract.Task(build_variables=None,
+                     train_loss_fns=task_contract.mean_loss_shares(mean_loss),
                      eval_outputs=None)
 
 
@@ -121,7 +122,7 @@ def train_once(num_accumulation_steps):
   `num_accumulation_steps` micro-batches."""
   rng = np.random.RandomState(3)
   with tf.Graph().as_default():
-    model_fn = runner.upstream_model_fn(
+    model_fn = task_contract.upstream_model_fn(
         linear_task(), None, 0.1, 10, 0,
         options.OptimizerOptions(optimizer="lamb"), num_accumulation_steps)
     features = {"x": tf.constant(rng.randn(8, 4), tf.float32),
@@ -146,9 +147,9 @@ def test_accumulation_is_one_update_of_the_whole_batch():
 
 
 def test_a_task_without_predictions_refuses_predict_mode():
-  task = runner.Task(build_variables=None, train_loss_fns=None,
+  task = task_contract.Task(build_variables=None, train_loss_fns=None,
                      eval_outputs=None)
-  model_fn = runner.upstream_model_fn(task, None, 0.1, 10, 0)
+  model_fn = task_contract.upstream_model_fn(task, None, 0.1, 10, 0)
   with pytest.raises(ValueError, match="no infer mode"):
     model_fn({}, None, runner.PREDICT, None)
 
@@ -156,7 +157,7 @@ def test_a_task_without_predictions_refuses_predict_mode():
 def test_micro_batches_are_consecutive_equal_slices():
   with tf.Graph().as_default():
     features = {"x": tf.reshape(tf.range(12), [6, 2])}
-    pieces = runner.split_micro_batches(features, 3)
+    pieces = task_contract.split_micro_batches(features, 3)
     with tf.Session() as sess:
       values = sess.run([p["x"] for p in pieces])
   assert [v.tolist() for v in values] == [[[0, 1], [2, 3]], [[4, 5], [6, 7]],

@@ -19,7 +19,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from bertkit.tasks.classification import task as classifier
-from bertkit.tasks.classification import data as classifier_data
+from bertkit.tasks.classification import processors as classifier_processors
 from bertkit.tasks.classification import features as classifier_features
 from bertkit.tasks.classification import packing as classifier_packing
 import modeling
@@ -36,7 +36,7 @@ assert workdir
 
 
 def sample_features(workdir, split="dev", count=None):
-  processor = classifier_data.make_processor("tsv", SAMPLE, tsv_options())
+  processor = classifier_processors.make_processor("tsv", SAMPLE, tsv_options())
   examples = getattr(processor, "get_%s_examples" % split)(SAMPLE)[:count]
   tokenizer = tokenization.FullTokenizer(str(workdir / "vocab.txt"), True)
   return [classifier_features.convert_single_example(

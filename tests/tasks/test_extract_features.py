@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from bertkit.common import options
 from bertkit.tasks.features.options import FeatureExtractionOptions
 from bertkit.common.errors import UserError
 from bertkit.data import extraction_input as xi
@@ -202,7 +201,7 @@ def test_progress_is_logged_every_ten_seconds_and_at_the_end(
   said = []
   monkeypatch.setattr(fx.logging, "info", lambda *a: said.append(a[0] % a[1:]))
   times = iter([100.0, 100.0, 104.0, 111.0, 112.0, 113.0])
-  progress = fx.Progress(5, clock=lambda: next(times))
+  progress = fx.ExtractionProgress(5, clock=lambda: next(times))
   for _ in range(5):
     progress.add()
   assert said == ["extracted 3/5 lines (60.0 %), 0.3 lines/sec, ETA 7 s",
@@ -215,7 +214,7 @@ def test_start_up_before_the_first_line_logs_no_progress_line(monkeypatch):
   said = []
   monkeypatch.setattr(fx.logging, "info", lambda *a: said.append(a[0] % a[1:]))
   times = iter([0.0, 30.0, 31.0, 45.0, 46.0, 47.0])
-  progress = fx.Progress(5, clock=lambda: next(times))
+  progress = fx.ExtractionProgress(5, clock=lambda: next(times))
   for _ in range(5):
     progress.add()
   assert said == ["extracted " + fx.progress_line(3, 5, 45.0),

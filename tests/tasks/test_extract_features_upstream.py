@@ -20,7 +20,6 @@ import os
 import numpy as np
 import pytest
 
-from bertkit.common import options
 from bertkit.tasks.features.options import FeatureExtractionOptions
 import extract_features
 from conftest import (RUN_AND_REPORT_TENSORFLOW, expect_user_error,

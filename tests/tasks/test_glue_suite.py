@@ -17,6 +17,7 @@ import tensorflow.compat.v1 as tf
 from bertkit.common import errors
 from bertkit.perf import accuracy_reports
 from bertkit.tasks.glue import suite as glue_suite
+from bertkit.tasks.glue import suite_results as glue_results
 from bertkit.tasks.classification import registry as task_registry
 import modeling
 from conftest import (REPO_ROOT, expect_user_error, run_ok, run_program,
@@ -54,7 +55,7 @@ GLUE_1 = 6.84 / 9
 
 def metrics_of(task, content):
   """read_eval_results's view of an eval_results.json content."""
-  return {glue_suite._metric_key(d, m): content["dev_sets"][d][m]
+  return {glue_results.metric_key(d, m): content["dev_sets"][d][m]
           for d, m in task_registry.get(task).scored_metrics}
 
 
@@ -78,14 +79,14 @@ def test_tasks_are_parsed_in_leaderboard_order_with_aliases():
 
 def test_task_scores_average_pairs_and_mnli_and_the_glue_score_all_nine():
   for task, content in SEED_1.items():
-    assert glue_suite.task_score(task, metrics_of(task, content)) == (
+    assert glue_results.task_score(task, metrics_of(task, content)) == (
         pytest.approx(SCORES_1[task], abs=1e-12)), task
-  summaries = [glue_suite.summarize_task(t, {1: metrics_of(t, c)})
+  summaries = [glue_results.summarize_task(t, {1: metrics_of(t, c)})
                for t, c in SEED_1.items()]
-  score, missing = glue_suite.glue_score(summaries)
+  score, missing = glue_results.glue_score(summaries)
   assert score == pytest.approx(GLUE_1, abs=1e-12) and missing == []
   # AX and a missing task: no GLUE score, the missing task named.
-  score, missing = glue_suite.glue_score(
+  score, missing = glue_results.glue_score(
       [s for s in summaries if s["task"] != "rte"])
   assert score is None and missing == ["rte"]
 
@@ -94,7 +95,7 @@ def test_medians_over_seeds_and_the_median_run():
   per_seed = {1: {"f1": 0.92, "accuracy": 0.60},
               2: {"f1": 0.70, "accuracy": 0.80},
               3: {"f1": 0.80, "accuracy": 0.90}}
-  summary = glue_suite.summarize_task("mrpc", per_seed)
+  summary = glue_results.summarize_task("mrpc", per_seed)
   assert summary["metrics"]["f1"] == {
       "per_seed": {1: 0.92, 2: 0.70, 3: 0.80}, "median": 0.80}
   assert summary["metrics"]["accuracy"]["median"] == 0.80
@@ -106,30 +107,30 @@ def test_medians_over_seeds_and_the_median_run():
   assert summary["score"]["median"] == pytest.approx(0.76, abs=1e-12)
   assert summary["median_seed"] == 1
   # Of tied runs, the lower seed.
-  assert glue_suite.median_seed({1: 0.5, 2: 0.5, 3: 0.1}) == 1
+  assert glue_results.median_seed({1: 0.5, 2: 0.5, 3: 0.1}) == 1
   # Two seeds: medians are means; the submission's run the lower one.
-  two = glue_suite.summarize_task("rte", {1: {"accuracy": 0.6},
+  two = glue_results.summarize_task("rte", {1: {"accuracy": 0.6},
                                           2: {"accuracy": 0.7}})
   assert two["score"]["median"] == pytest.approx(0.65)
   assert two["median_seed"] == 1
-  assert glue_suite.median_seed({1: 0.3, 2: 0.1, 3: 0.2, 4: 0.4}) == 3
+  assert glue_results.median_seed({1: 0.3, 2: 0.1, 3: 0.2, 4: 0.4}) == 3
 
 
 def test_results_files_hold_every_seed_the_medians_and_the_score(tmp_path):
   summaries = [
-      glue_suite.summarize_task("mrpc", {1: {"f1": 0.9, "accuracy": 0.8},
+      glue_results.summarize_task("mrpc", {1: {"f1": 0.9, "accuracy": 0.8},
                                          2: {"f1": 0.8, "accuracy": 0.6}}),
-      glue_suite.summarize_task("mnli", {
+      glue_results.summarize_task("mnli", {
           1: {"dev_matched/accuracy": 0.84, "dev_mismatched/accuracy": 0.8},
           2: {"dev_matched/accuracy": 0.82, "dev_mismatched/accuracy": 0.83}
       })]
-  result = glue_suite.results(summaries, 2, failed=["rte seed 1/2"])
+  result = glue_results.results(summaries, 2, failed=["rte seed 1/2"])
   assert result["glue_score"] is None
   assert result["missing_tasks"] == ["cola", "sst-2", "sts-b", "qqp", "qnli",
                                      "rte", "wnli"]
   # Task scores: mrpc (0.85 + 0.7) / 2; mnli (0.82 + 0.825) / 2.
   assert result["average_score"] == pytest.approx((0.775 + 0.8225) / 2)
-  md, csv_path, json_path = glue_suite.write_results(str(tmp_path), result)
+  md, csv_path, json_path = glue_results.write_results(str(tmp_path), result)
   with open(md) as f:
     lines = f.read().splitlines()
   assert lines[4:7] == [
@@ -185,7 +186,7 @@ def test_classifier_commands_put_the_flagfile_first_and_extras_last():
   config = glue_suite.SuiteConfig(
       "py", "rc.py", "/f", "/g", "/ckpt", None, "/v.txt", False, True,
       ["--num_train_epochs=1"])
-  train = glue_suite.Run("sts-b", 3, "/o/sts-b/seed_3", "train")
+  train = glue_suite.SuiteRun("sts-b", 3, "/o/sts-b/seed_3", "train")
   assert glue_suite.classifier_command(train, config) == [
       "py", "rc.py", "--flagfile=/f/sts-b.flags", "--task_name=sts-b",
       "--data_dir=/g/STS-B", "--vocab_file=/v.txt", "--do_lower_case=false",
@@ -196,12 +197,12 @@ def test_classifier_commands_put_the_flagfile_first_and_extras_last():
   described = dataclasses.replace(config, vocab_file=None, do_lower_case=None)
   assert glue_suite.classifier_command(train, described)[4:6] == [
       "--data_dir=/g/STS-B", "--output_dir=/o/sts-b/seed_3"]
-  predict = glue_suite.Run("mrpc", 1, "/o/mrpc/seed_1", "predict")
+  predict = glue_suite.SuiteRun("mrpc", 1, "/o/mrpc/seed_1", "predict")
   with_config = dataclasses.replace(config, bert_config_file="/c.json")
   assert glue_suite.classifier_command(predict, with_config)[7:] == [
       "--output_dir=/o/mrpc/seed_1", "--bert_config_file=/c.json",
       "--do_predict", "--num_train_epochs=1"]
-  ax = glue_suite.Run("ax", None, "/o/ax", "predict")
+  ax = glue_suite.SuiteRun("ax", None, "/o/ax", "predict")
   command = glue_suite.classifier_command(ax, config)
   assert command[2:5] + command[-3:] == [
       "--flagfile=/f/mnli.flags", "--task_name=ax", "--data_dir=/g/diagnostic",
@@ -234,17 +235,17 @@ def test_gpus_come_from_cuda_visible_devices_else_nvidia_smi():
 def test_eval_results_are_read_per_the_contract(tmp_path):
   path = tmp_path / "eval_results.json"
   path.write_text(json.dumps(SEED_1["mnli"]))
-  assert glue_suite.read_eval_results(str(path), "mnli") == {
+  assert glue_results.read_eval_results(str(path), "mnli") == {
       "dev_matched/accuracy": 0.84, "dev_mismatched/accuracy": 0.8}
   with pytest.raises(errors.UserError, match="holds task 'mnli'; expected "
                                              "'rte'"):
-    glue_suite.read_eval_results(str(path), "rte")
+    glue_results.read_eval_results(str(path), "rte")
   path.write_text(json.dumps(eval_results("mrpc", dev={"accuracy": 0.8})))
   with pytest.raises(errors.UserError, match="has no f1 of dev set 'dev'"):
-    glue_suite.read_eval_results(str(path), "mrpc")
+    glue_results.read_eval_results(str(path), "mrpc")
   path.write_text("{")
   with pytest.raises(errors.UserError, match="is not an eval_results.json"):
-    glue_suite.read_eval_results(str(path), "mrpc")
+    glue_results.read_eval_results(str(path), "mrpc")
 
 
 # --------------------------------------------- run_glue.py without training
@@ -543,10 +544,10 @@ def test_the_time_to_accuracy_table_takes_the_glue_score(tmp_path):
   os.makedirs(plain)
   (plain / "eval_history.jsonl").write_text(json.dumps(
       {"step": 10, "masked_lm_accuracy": 0.3, "train_seconds": 60.0}) + "\n")
-  summaries = [glue_suite.summarize_task(t, {1: metrics_of(t, c)})
+  summaries = [glue_results.summarize_task(t, {1: metrics_of(t, c)})
                for t, c in SEED_1.items()]
-  glue_suite.write_results(str(run_dir / "glue"),
-                           glue_suite.results(summaries, 1))
+  glue_results.write_results(str(run_dir / "glue"),
+                           glue_results.results(summaries, 1))
   text = accuracy_reports.write_report(str(tmp_path / "table"),
                                        [str(run_dir), str(plain)])
   lines = text.splitlines()
@@ -621,7 +622,7 @@ def test_suite_over_a_tiny_checkpoint_makes_every_file_and_resumes(tmp_path):
     run_dir = out / "mnli" / ("seed_%d" % seed)
     assert "--tf_random_seed=%d" % seed in (
         run_dir / "run_classifier.log").read_text()
-    seeds[seed] = glue_suite.read_eval_results(
+    seeds[seed] = glue_results.read_eval_results(
         str(run_dir / "eval_results.json"), "mnli")
   # The seeds are the runs' --tf_random_seed: other initial heads.
   assert (out / "mnli" / "seed_1" / "test_results.tsv").read_text() != (

@@ -15,6 +15,7 @@ import tensorflow.compat.v1 as tf
 from bertkit.common import errors
 from bertkit.tasks.classification import task as classifier
 from bertkit.tasks.classification import data as classifier_data
+from bertkit.tasks.classification import processors as classifier_processors
 from bertkit.tasks.classification import features as classifier_features
 from bertkit.tasks.glue import task_outputs as glue_tasks
 from bertkit.tasks.classification import registry as task_registry
@@ -116,7 +117,7 @@ def test_processor_reads_the_official_columns(tmp_path, task, labels, pair):
   for name, kind in (("train.tsv", "train"), ("dev.tsv", "dev"),
                      ("test.tsv", "test")):
     write_glue_file(tmp_path / name, task, kind, rows)
-  processor = classifier_data.make_processor(task, str(tmp_path), None)
+  processor = classifier_processors.make_processor(task, str(tmp_path), None)
   assert processor.get_labels() == labels
   for read in (processor.get_train_examples, processor.get_dev_examples):
     examples = read(str(tmp_path))
@@ -140,7 +141,7 @@ def test_mnli_reads_both_dev_and_test_sets_and_ax(tmp_path):
                   [("p4", "h4", None)] * 2)
   write_glue_file(tmp_path / "test_mismatched.tsv", "mnli", "test",
                   [("p5", "h5", None)])
-  processor = classifier_data.MnliProcessor()
+  processor = classifier_processors.MnliProcessor()
   data_dir = str(tmp_path)
   assert [(e.text_a, e.text_b, e.label) for e in
           processor.get_train_examples(data_dir)] == rows["train"]
@@ -155,7 +156,7 @@ def test_mnli_reads_both_dev_and_test_sets_and_ax(tmp_path):
                                                                       "1"]
   write_glue_file(tmp_path / "diagnostic.tsv", "ax", "test",
                   [("p6", "h6", None), ("p7", "h7", None)])
-  ax = classifier_data.make_processor("AX", data_dir, None)
+  ax = classifier_processors.make_processor("AX", data_dir, None)
   assert ax.get_labels() == processor.get_labels()
   assert [(e.text_a, e.text_b, e.index) for e in
           ax.get_test_examples(data_dir)] == [("p6", "h6", "0"),
@@ -171,9 +172,10 @@ def test_qqp_skips_malformed_lines_and_logs_their_count_once(
       header + "\n0\t1\t2\tq a\tq b\t1\n1\t3\t4\tcut short\n"
       "2\t5\t6\tq c\tq d\t0\n3\t7\n", encoding="utf-8")
   warnings = []
-  monkeypatch.setattr(classifier_data.logging, "warning",
+  monkeypatch.setattr(classifier_processors.logging, "warning",
                       lambda *args: warnings.append(args[0] % args[1:]))
-  examples = classifier_data.QqpProcessor().get_train_examples(str(tmp_path))
+  examples = classifier_processors.QqpProcessor().get_train_examples(
+      str(tmp_path))
   assert [(e.text_a, e.text_b, e.label) for e in examples] == [
       ("q a", "q b", "1"), ("q c", "q d", "0")]
   assert len(warnings) == 1
@@ -185,7 +187,7 @@ def test_stsb_reads_scores_and_regresses(tmp_path):
   rows = [("a cat", "a dog", "3.800"), ("one", "two", "0.5")]
   write_glue_file(tmp_path / "train.tsv", "sts-b", "train", rows)
   write_glue_file(tmp_path / "test.tsv", "sts-b", "test", rows)
-  processor = classifier_data.make_processor("stsb", str(tmp_path), None)
+  processor = classifier_processors.make_processor("stsb", str(tmp_path), None)
   labels = processor.get_labels()
   assert classifier_data.is_regression(labels)
   train = processor.get_train_examples(str(tmp_path))
@@ -208,7 +210,7 @@ def test_a_file_with_another_tasks_columns_is_refused(tmp_path, task, other):
   name = "dev_matched.tsv" if task == "mnli" else "dev.tsv"
   kind = "dev" if other != "cola" else "test"
   write_glue_file(tmp_path / name, other, kind, rows)
-  processor = classifier_data.make_processor(task, str(tmp_path), None)
+  processor = classifier_processors.make_processor(task, str(tmp_path), None)
   expected = HEADERS[(task, "dev" if task == "mnli" else "train")]
   with pytest.raises(errors.UserError) as raised:
     processor.get_dev_examples(str(tmp_path))
@@ -224,19 +226,19 @@ def test_non_numeric_score_names_file_and_line(tmp_path):
   with pytest.raises(errors.UserError,
                      match=r"dev.tsv line 3: the score 'high' is not a "
                            r"number"):
-    classifier_data.StsbProcessor().get_dev_examples(str(tmp_path))
+    classifier_processors.StsbProcessor().get_dev_examples(str(tmp_path))
 
 
 def test_unknown_task_lists_the_names():
   with pytest.raises(errors.UserError) as raised:
-    classifier_data.make_processor("glue", "/nowhere")
+    classifier_processors.make_processor("glue", "/nowhere")
   assert str(raised.value) == (
       "--task_name: unknown task 'glue'; expected one of cola, sst-2 (sst2), "
       "mrpc, sts-b (stsb), qqp, mnli, qnli, rte, wnli, ax, xnli, tsv, rerank")
 
 
 def test_every_task_has_its_processor_and_names_are_case_blind():
-  assert sorted(classifier_data.PROCESSORS) == sorted(
+  assert sorted(classifier_processors.PROCESSORS) == sorted(
       t.name for t in task_registry.TASKS)
   assert task_registry.get(" SST2 ").name == "sst-2"
   assert task_registry.get("STS-B").name == "sts-b"
@@ -248,7 +250,7 @@ def test_every_task_has_its_processor_and_names_are_case_blind():
 def test_missing_file_is_named(tmp_path):
   with pytest.raises(errors.UserError,
                      match=r"file \S+/dev_mismatched.tsv does not exist"):
-    classifier_data.MnliProcessor().get_split_examples(str(tmp_path),
+    classifier_processors.MnliProcessor().get_split_examples(str(tmp_path),
                                                        "dev_mismatched")
 
 

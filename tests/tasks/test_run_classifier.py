@@ -17,6 +17,7 @@ from bertkit.engine import run_directory
 from bertkit.engine import training_setup
 from bertkit.tasks.classification import task as classifier
 from bertkit.tasks.classification import data as classifier_data
+from bertkit.tasks.classification import processors as classifier_processors
 from bertkit.tasks.classification import features as classifier_features
 from bertkit.tasks.classification import outputs as classifier_outputs
 import modeling
@@ -102,7 +103,7 @@ class FakeTokenizer(object):
 
 def test_mrpc_reads_glue_layout():
   data_dir = os.path.join(FIXTURES, "mrpc")
-  processor = classifier_data.MrpcProcessor()
+  processor = classifier_processors.MrpcProcessor()
   train = processor.get_train_examples(data_dir)
   assert [(e.guid, e.label) for e in train] == [
       ("train-1", "1"), ("train-2", "0"), ("train-3", "1")]
@@ -117,7 +118,7 @@ def test_mrpc_reads_glue_layout():
 
 def test_cola_train_has_no_header_but_test_has():
   data_dir = os.path.join(FIXTURES, "cola")
-  processor = classifier_data.ColaProcessor()
+  processor = classifier_processors.ColaProcessor()
   train = processor.get_train_examples(data_dir)
   assert [(e.guid, e.label, e.text_b) for e in train] == [
       ("train-0", "1", None), ("train-1", "0", None), ("train-2", "1", None)]
@@ -130,7 +131,7 @@ def test_cola_train_has_no_header_but_test_has():
 
 def test_mnli_uses_the_last_column_as_label():
   data_dir = os.path.join(FIXTURES, "mnli")
-  processor = classifier_data.MnliProcessor()
+  processor = classifier_processors.MnliProcessor()
   train = processor.get_train_examples(data_dir)
   # Row 2's label1 says entailment; gold_label (the last column) rules.
   assert [(e.guid, e.label) for e in train] == [
@@ -147,7 +148,7 @@ def test_mnli_uses_the_last_column_as_label():
 
 def test_xnli_reads_translated_train_and_one_language_of_dev():
   data_dir = os.path.join(FIXTURES, "xnli")
-  processor = classifier_data.XnliProcessor()
+  processor = classifier_processors.XnliProcessor()
   train = processor.get_train_examples(data_dir)
   assert [e.label for e in train] == ["neutral", "entailment",
                                       "contradiction"]
@@ -212,7 +213,7 @@ def tsv_options(**overrides):
 
 
 def test_sample_task_is_balanced_and_inferred_labels_match():
-  processor = classifier_data.make_processor("tsv", SAMPLE, tsv_options())
+  processor = classifier_processors.make_processor("tsv", SAMPLE, tsv_options())
   assert processor.get_labels() == ["kitchen", "weather"]
   counts = {}
   for split, size in (("train", 400), ("dev", 100), ("test", 100)):
@@ -224,15 +225,15 @@ def test_sample_task_is_balanced_and_inferred_labels_match():
 
 def test_explicit_labels_must_be_two_distinct():
   with pytest.raises(errors.UserError, match="at least two"):
-    classifier_data.make_processor("tsv", SAMPLE,
+    classifier_processors.make_processor("tsv", SAMPLE,
                                    tsv_options(labels=["weather"]))
   with pytest.raises(errors.UserError, match="twice"):
-    classifier_data.make_processor("tsv", SAMPLE,
+    classifier_processors.make_processor("tsv", SAMPLE,
                                    tsv_options(labels=["a", "a"]))
   with pytest.raises(errors.UserError,
                      match="^--task_name: unknown task 'sst9'; expected one "
                            "of cola, "):
-    classifier_data.make_processor("sst9", SAMPLE, tsv_options())
+    classifier_processors.make_processor("sst9", SAMPLE, tsv_options())
 
 
 def test_rerank_reads_ids_and_ranks_each_query_by_score():
@@ -286,13 +287,13 @@ def test_unknown_label_names_file_line_and_value(tmp_path):
                                     "2\t\t\tx\ty\n")
   with pytest.raises(errors.UserError,
                      match=r"dev.tsv line 3: label '2' is not one of"):
-    classifier_data.MrpcProcessor().get_dev_examples(str(tmp_path))
+    classifier_processors.MrpcProcessor().get_dev_examples(str(tmp_path))
 
 
 def test_missing_file_is_named(tmp_path):
   with pytest.raises(errors.UserError,
                      match=r"file .*test_matched.tsv does not exist"):
-    classifier_data.MnliProcessor().get_test_examples(str(tmp_path))
+    classifier_processors.MnliProcessor().get_test_examples(str(tmp_path))
 
 
 # ------------------------------------------------------------------ features

@@ -10,7 +10,6 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import modeling
-import run_squad
 from bertkit.tasks.squad import data as squad_data
 from bertkit.tasks.squad import task as squad_task
 from bertkit.tasks.squad import model as squad_model

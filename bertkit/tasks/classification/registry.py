@@ -41,7 +41,7 @@ def _files(*splits):
 
 
 @dataclasses.dataclass(frozen=True)
-class Task:
+class ClassifierTask:
   """A --task_name of run_classifier.py.
 
   Attributes:
@@ -128,7 +128,7 @@ def _glue(name, leaderboard, labels, metrics=("accuracy",),
           leaderboard_metrics=None, aliases=()):
   """A GLUE task with one dev set and one test set in its folder's
   train/dev/test.tsv; the leaderboard scores all its metrics unless told."""
-  return Task(name, aliases, labels, leaderboard=leaderboard,
+  return ClassifierTask(name, aliases, labels, leaderboard=leaderboard,
               folder=leaderboard, metrics=metrics,
               leaderboard_metrics=(metrics if leaderboard_metrics is None
                                    else leaderboard_metrics),
@@ -145,7 +145,7 @@ TASKS = (
     _glue("sts-b", "STS-B", ("score",), ("pearson", "spearman"),
           aliases=("stsb",)),
     _glue("qqp", "QQP", _BINARY, ("f1", "accuracy")),
-    Task("mnli", labels=_NLI_LABELS,
+    ClassifierTask("mnli", labels=_NLI_LABELS,
          files=(DataFile("train", "train.tsv", "train"),
                 DataFile("dev", "dev_matched.tsv", "dev_matched"),
                 DataFile("test", "test_matched.tsv", "test"),
@@ -164,13 +164,13 @@ TASKS = (
     _glue("wnli", "WNLI", _BINARY),
     # GLUE's diagnostic set: predicted by an MNLI model, with MNLI's labels;
     # no training, no dev set, no score.
-    Task("ax", labels=_NLI_LABELS,
+    ClassifierTask("ax", labels=_NLI_LABELS,
          files=(DataFile("test", "diagnostic.tsv", "test"),),
          leaderboard="AX", folder="diagnostic",
          test_sets=(("AX.tsv", "test"),)),
-    Task("xnli", labels=_NLI_LABELS, files=()),
-    Task("tsv"),
-    Task("rerank", labels=_BINARY),
+    ClassifierTask("xnli", labels=_NLI_LABELS, files=()),
+    ClassifierTask("tsv"),
+    ClassifierTask("rerank", labels=_BINARY),
 )
 
 

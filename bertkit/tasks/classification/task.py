@@ -1,5 +1,5 @@
 # coding=utf-8
-"""The classifier task: its head, the runner.Task, its input and output files.
+"""The classifier task: its head, the task_contract.Task, its input and output files.
 
 The head is upstream's: dropout, then one dense layer `output_weights`
 [C, H], `output_bias` [C] (top-level names, as upstream's checkpoints) over
@@ -22,7 +22,9 @@ from bertkit.common.errors import UserError
 from bertkit.engine import distribution
 from bertkit.engine import input_pipeline
 from bertkit.engine import runner
+from bertkit.engine import task_contract
 from bertkit.tasks.classification import data as classifier_data
+from bertkit.tasks.classification import processors as classifier_processors
 from bertkit.tasks.classification import features as classifier_features
 from bertkit.tasks.classification import outputs as classifier_outputs
 from bertkit.tasks.classification import packing as classifier_packing
@@ -121,7 +123,7 @@ def classifier_metrics(per_example_loss, label_ids, logits, is_real_example):
 
 
 def classifier_task(bert_config, num_labels):
-  """Classification as a runner.Task: the head's mean cross-entropy over the
+  """Classification as a task_contract.Task: the head's mean cross-entropy over the
   real examples (of packed rows too: classification/packing.py); eval accuracy
   and loss over them; class probabilities. With num_labels 1, regression:
   the mean squared error, eval loss, the predicted scores ("predictions",
@@ -140,7 +142,7 @@ def classifier_task(bert_config, num_labels):
                          features["label_ids"], num_labels),
             features["label_ids"], features["is_real_example"])
 
-  unpacked_loss_fns = runner.mean_loss_shares(
+  unpacked_loss_fns = task_contract.mean_loss_shares(
       lambda features: model(features, True)[0][0])
 
   def train_loss_fns(features, num_micro_batches):
@@ -152,12 +154,12 @@ def classifier_task(bert_config, num_labels):
         tf.reduce_sum(features["label_weights"]))), 1.0)
 
     def loss_fn(index, micro_batch):
-      with runner.reusing_variables(index):
+      with task_contract.reusing_variables(index):
         (_, per_example_loss, _, _), _, weights = model(micro_batch, True)
       return tf.reduce_sum(weights * per_example_loss) / count
 
     return [functools.partial(loss_fn, i, micro_batch) for i, micro_batch
-            in enumerate(runner.split_micro_batches(features,
+            in enumerate(task_contract.split_micro_batches(features,
                                                     num_micro_batches))]
 
   def eval_outputs(features):
@@ -176,7 +178,7 @@ def classifier_task(bert_config, num_labels):
         probabilities, [-1, features["cls_positions"].shape[-1], num_labels]),
             "example_index": features["example_index"]}
 
-  return runner.Task(
+  return task_contract.Task(
       build_variables=lambda: build_classifier_variables(bert_config,
                                                          num_labels),
       train_loss_fns=train_loss_fns, eval_outputs=eval_outputs,
@@ -199,7 +201,7 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
       upstream's).
     num_accumulation_steps: micro-batches per update.
   """
-  return runner.upstream_model_fn(
+  return task_contract.upstream_model_fn(
       classifier_task(bert_config, num_labels), init_checkpoint,
       learning_rate, num_train_steps, num_warmup_steps, optimizer,
       num_accumulation_steps)
@@ -307,14 +309,14 @@ def read_split(processor, split, data_dir):
   return read(data_dir)
 
 
-class ClassifierTask(driver.FineTuningTask):
+class ClassificationFineTuning(driver.FineTuningTask):
   """Sentence (pair) classification and regression: GLUE, XNLI, any tsv,
   query/passage re-ranking (run_classifier.py's docstring). A GLUE task adds
   its metrics, results and submission files (glue/task_outputs.py)."""
   head = heads.CLASSIFIER
 
   def read(self, opts):
-    processor = classifier_data.make_processor(
+    processor = classifier_processors.make_processor(
         opts.task_name, opts.data_dir, classifier_data.TsvOptions(
             opts.text_a_column, opts.label_column, opts.text_b_column,
             opts.tsv_has_header, opts.labels))
@@ -387,4 +389,4 @@ class ClassifierTask(driver.FineTuningTask):
       records.details.write_results(opts.run.output_dir)
 
 
-TASK = ClassifierTask()
+TASK = ClassificationFineTuning()

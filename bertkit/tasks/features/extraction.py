@@ -38,6 +38,7 @@ from bertkit.engine import distribution
 from bertkit.engine import input_pipeline
 from bertkit.engine import run_directory
 from bertkit.engine import runner
+from bertkit.engine import task_contract
 from bertkit.tasks.features import options as feature_options
 from bertkit.tasks.features import pooling as sentence_pooling
 import modeling
@@ -154,7 +155,7 @@ def extraction_task(bert_config, output):
                            if output.normalize else vectors)
     return result
 
-  return runner.Task(build_variables=build_variables, train_loss_fns=None,
+  return task_contract.Task(build_variables=build_variables, train_loss_fns=None,
                      eval_outputs=None, predictions=predictions)
 
 
@@ -238,10 +239,10 @@ def progress_line(done, total, elapsed_seconds):
       done, total, 100.0 * done / total, rate, eta)
 
 
-class Progress:
+class ExtractionProgress:
   """Logs progress_line every PROGRESS_EVERY_SECONDS and at the end.
 
-  The clock starts when the Progress is made, before the model is built:
+  The clock starts when the ExtractionProgress is made, before the model is built:
   the rate is what a stopwatch gives (start-up weighs on the first lines'
   ETA only), never the burst of one batch's lines arriving together.
   """
@@ -387,7 +388,7 @@ def predict_and_write(opts, prepared, features, output, hidden_size):
   pairs = in_input_order(runner.predictions(
       prepared, input_fn_builder(features, order, opts.batch_size)),
                             features, order)
-  progress = Progress(len(features))
+  progress = ExtractionProgress(len(features))
   if output.pooling is None:
     write_token_features(opts.output_file, pairs, output.layer_indexes,
                             progress)

@@ -3,7 +3,7 @@
 run_glue.py through it), run_squad.py, run_ner.py, run_swag.py.
 
 A task describes itself once, as a `FineTuningTask` (its folder's task.py):
-its head, how it reads its files, the runner.Task it trains, the records it
+its head, how it reads its files, the task_contract.Task it trains, the records it
 writes, its input function, its evaluation and what it does with its
 predictions. A program checks what needs no TensorFlow (`check_inputs`),
 then hands its task and options to `run`, which holds the rules every task
@@ -78,7 +78,7 @@ class FineTuningTask:
     raise NotImplementedError
 
   def runner_task(self, bert_config, inputs):
-    """The runner.Task of the model with this task's head."""
+    """The task_contract.Task of the model with this task's head."""
     raise NotImplementedError
 
   def write_records(self, opts, inputs, tokenizer, is_chief):
@@ -270,7 +270,7 @@ def check_weights_hold_head(opts, head):
 
 
 def training_schedule(opts, records):
-  """The runner.Schedule of a fine-tuning run: upstream's steps and
+  """The runner.TrainingSchedule of a fine-tuning run: upstream's steps and
   warm-up, logged; none without --do_train.
 
   Raises:
@@ -278,7 +278,7 @@ def training_schedule(opts, records):
   """
   from bertkit.engine import runner  # pylint: disable=g-import-not-at-top
   if not opts.do_train:
-    return runner.Schedule(0, 0)
+    return runner.TrainingSchedule(0, 0)
   num_train_steps = int(records.train_count / opts.run.train_batch_size *
                         opts.num_train_epochs)
   if num_train_steps < 1:
@@ -289,5 +289,5 @@ def training_schedule(opts, records):
   logging.info("***** Training: %s, global batch %d, %d steps *****",
                records.train_description, opts.run.train_batch_size,
                num_train_steps)
-  return runner.Schedule(num_train_steps,
+  return runner.TrainingSchedule(num_train_steps,
                          int(num_train_steps * opts.warmup_proportion))

@@ -20,6 +20,7 @@ from bertkit.common.errors import UserError
 from bertkit.tasks.classification import registry as task_registry
 from bertkit.tasks.glue import options as glue_options
 from bertkit.tasks.glue import suite as glue_suite
+from bertkit.tasks.glue import suite_results as glue_results
 
 CLASSIFIER = os.path.join(glue_options.REPO_ROOT, "run_classifier.py")
 LOG_FILE = "run_classifier.log"
@@ -129,7 +130,7 @@ class SuiteRunner:
   def metrics_text(self, run):
     if run.task == "ax":
       return "AX predicted"
-    metrics = glue_suite.read_eval_results(
+    metrics = glue_results.read_eval_results(
         os.path.join(run.output_dir, task_registry.EVAL_RESULTS_FILE),
         run.task)
     return ", ".join("%s %.4f" % item for item in metrics.items())
@@ -138,7 +139,7 @@ class SuiteRunner:
     """Runs one run_classifier.py process on a free device and logs it.
 
     Args:
-      run: a glue_suite.Run.
+      run: a glue_suite.SuiteRun.
       command: its argument list.
       devices: a queue of CUDA_VISIBLE_DEVICES values (None: leave it).
 
@@ -154,7 +155,7 @@ class SuiteRunner:
       if device is not None:
         env["CUDA_VISIBLE_DEVICES"] = device
       logging.info("%s: %s%s (log: %s)", self.label(run),
-                   "training" if run.action == glue_suite.TRAIN else
+                   "training" if run.action == glue_suite.ACTION_TRAIN else
                    "predicting", "" if device is None else " on GPU " + device,
                    log_path)
       start = time.time()
@@ -194,7 +195,7 @@ class SuiteRunner:
     with concurrent.futures.ThreadPoolExecutor(max(1, len(self.gpus))) as pool:
       futures = {}
       for run in runs:
-        if run.action == glue_suite.SKIP:
+        if run.action == glue_suite.ACTION_SKIP:
           logging.info("%s: finished before (%s found), skipped", self.label(run),
                        task_registry.EVAL_RESULTS_FILE if run.seed else
                        "submission file")
@@ -215,7 +216,7 @@ class SuiteRunner:
         is added (once).
 
     Returns:
-      glue_suite.summarize_task results.
+      glue_results.summarize_task results.
     """
     summaries = []
     for task in tasks:
@@ -226,14 +227,14 @@ class SuiteRunner:
         if not os.path.exists(path):
           continue
         try:
-          per_seed[seed] = glue_suite.read_eval_results(path, task)
+          per_seed[seed] = glue_results.read_eval_results(path, task)
         except UserError as e:
-          label = self.label(glue_suite.Run(task, seed, None, None))
+          label = self.label(glue_suite.SuiteRun(task, seed, None, None))
           if label not in failed:
             logging.error("%s: %s; left out", label, e)
             failed.append(label)
       if per_seed:
-        summaries.append(glue_suite.summarize_task(task, per_seed))
+        summaries.append(glue_results.summarize_task(task, per_seed))
     return summaries
 
   def predict_ax(self, summaries):
@@ -249,7 +250,7 @@ class SuiteRunner:
     mnli_dir = glue_suite.seed_dir(self.opts.output_dir, "mnli",
                                    mnli[0]["median_seed"])
     run = glue_suite.plan_ax(self.opts.output_dir, os.path.exists)
-    if run.action != glue_suite.SKIP:
+    if run.action != glue_suite.ACTION_SKIP:
       state = os.path.join(mnli_dir, glue_suite.CHECKPOINT_STATE)
       try:
         text = glue_suite.ax_checkpoint_state(mnli_dir, _read(state))
@@ -290,7 +291,7 @@ class SuiteRunner:
         present.append((task, run_dir))
       elif not any(f.split()[0] == task for f in failed):
         missing.append("%s submission" % task)
-    copied = glue_suite.copy_submissions(self.opts.output_dir, present)
+    copied = glue_results.copy_submissions(self.opts.output_dir, present)
     logging.info("%d submission files in %s", len(copied),
                  os.path.join(self.opts.output_dir, task_registry.SUBMISSION_DIR))
     return missing
@@ -316,7 +317,7 @@ def run(opts, extra_flags):
   runs = glue_suite.plan_runs(scored, opts.seeds, opts.output_dir,
                               opts.do_predict, os.path.exists)
   logging.info("%d tasks x %d seed(s): %d runs to make, %s", len(scored),
-               opts.seeds, sum(r.action != glue_suite.SKIP for r in runs),
+               opts.seeds, sum(r.action != glue_suite.ACTION_SKIP for r in runs),
                "%d at a time over GPUs %s" % (
                    len(runner.gpus), ",".join(runner.gpus))
                if runner.gpus else "one after another (no GPU)")
@@ -329,8 +330,8 @@ def run(opts, extra_flags):
     failed += ax_failed
   if opts.do_predict:
     failed += runner.gather_submissions(summaries, ax_run, failed)
-  result = glue_suite.results(summaries, opts.seeds, failed)
-  paths = glue_suite.write_results(opts.output_dir, result)
+  result = glue_results.results(summaries, opts.seeds, failed)
+  paths = glue_results.write_results(opts.output_dir, result)
   logging.info("GLUE score %s; table: %s", "%.1f" % (
       100 * result["glue_score"]) if result["glue_score"] is not None else
       "- (missing %s)" % ",".join(result["missing_tasks"]), paths[0])

@@ -62,7 +62,7 @@ def dev_metrics(task, label_list, examples, outputs):
   """The task's metrics of one dev set, from the model's outputs.
 
   Args:
-    task: a task_registry.Task of GLUE.
+    task: a task_registry.ClassifierTask of GLUE.
     label_list: the task's labels (one: regression).
     examples: the dev set's InputExamples.
     outputs: for each example, its class probabilities [C] (regression:

@@ -1,5 +1,5 @@
 # coding=utf-8
-"""The token classification (NER) task: its head, the runner.Task, its
+"""The token classification (NER) task: its head, the task_contract.Task, its
 records and the files it writes from the predictions.
 
 The head: dropout (the config's hidden_dropout_prob, as Hugging Face's
@@ -30,7 +30,7 @@ from bertkit.common import heads
 from bertkit.common.errors import UserError
 from bertkit.engine import distribution
 from bertkit.engine import input_pipeline
-from bertkit.engine import runner
+from bertkit.engine import task_contract
 from bertkit.tasks.fine_tuning import driver
 from bertkit.tasks.ner import data as ner_data
 import modeling
@@ -91,7 +91,7 @@ def token_losses(logits, label_ids):
 
 
 def token_classification_task(bert_config, num_labels):
-  """NER as a runner.Task: the cross-entropy summed over the labelled
+  """NER as a task_contract.Task: the cross-entropy summed over the labelled
   positions of each micro-batch, divided by those of the global batch (so
   that replicas and micro-batches add up to one device's mean); eval loss
   and token accuracy over labelled positions; logits [B, S, C] and
@@ -108,14 +108,14 @@ def token_classification_task(bert_config, num_labels):
         tf.cast(features["label_weights"], tf.float32))), 1.0)
 
     def loss_fn(index, micro_batch):
-      with runner.reusing_variables(index):
+      with task_contract.reusing_variables(index):
         losses = token_losses(logits_of(micro_batch, True),
                               micro_batch["label_ids"])
       weights = tf.cast(micro_batch["label_weights"], tf.float32)
       return tf.reduce_sum(weights * losses) / count
 
     return [functools.partial(loss_fn, i, micro_batch) for i, micro_batch
-            in enumerate(runner.split_micro_batches(features,
+            in enumerate(task_contract.split_micro_batches(features,
                                                     num_micro_batches))]
 
   def eval_outputs(features):
@@ -135,7 +135,7 @@ def token_classification_task(bert_config, num_labels):
     return {"logits": logits,
             "predicted_ids": tf.argmax(logits, -1, output_type=tf.int32)}
 
-  return runner.Task(
+  return task_contract.Task(
       build_variables=lambda: build_variables(bert_config, num_labels),
       train_loss_fns=train_loss_fns, eval_outputs=eval_outputs,
       predictions=predictions)
@@ -295,7 +295,7 @@ def label_list_of(opts, sentences):
   return labels
 
 
-class NerTask(driver.FineTuningTask):
+class NerFineTuning(driver.FineTuningTask):
   """Named entities: CoNLL files in, a token classification head, the
   CoNLL predictions and seqeval's figures out (run_ner.py's docstring)."""
   head = heads.TOKEN_CLASSIFICATION
@@ -335,4 +335,4 @@ class NerTask(driver.FineTuningTask):
                           inputs.sentences, windows, inputs.label_list))
 
 
-TASK = NerTask()
+TASK = NerFineTuning()

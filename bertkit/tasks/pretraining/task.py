@@ -21,7 +21,7 @@ from bertkit import kernels
 from bertkit.common import options
 from bertkit.data import packing
 from bertkit.engine import distribution
-from bertkit.engine import runner
+from bertkit.engine import task_contract
 import modeling
 
 
@@ -332,7 +332,7 @@ def micro_batch_loss_fns(bert_config, features, num_micro_batches,
   denominator = masked_count + 1e-5
 
   def loss_fn(index, micro_batch):
-    with runner.reusing_variables(index), modeling.init_distribution(
+    with task_contract.reusing_variables(index), modeling.init_distribution(
         init_distribution):
       (masked_lm_loss, _, _), next_sentence = pretraining_model(
           bert_config, micro_batch, is_training=True,
@@ -349,7 +349,7 @@ def micro_batch_loss_fns(bert_config, features, num_micro_batches,
         next_sentence_loss / float(num_micro_batches))
 
   return [functools.partial(loss_fn, i, micro_batch) for i, micro_batch
-          in enumerate(runner.split_micro_batches(features,
+          in enumerate(task_contract.split_micro_batches(features,
                                                   num_micro_batches))]
 
 
@@ -379,7 +379,7 @@ def eval_outputs(bert_config, features, next_sentence_prediction=True):
 
 def pretraining_task(bert_config, next_sentence_prediction=True,
                      init_distribution=options.TRUNCATED_NORMAL):
-  """Pretraining as a runner.Task: masked LM + next sentence, packed rows
+  """Pretraining as a task_contract.Task: masked LM + next sentence, packed rows
   included; trains and evaluates, predicts nothing.
 
   Args:
@@ -390,7 +390,7 @@ def pretraining_task(bert_config, next_sentence_prediction=True,
     init_distribution: what weights not loaded from a checkpoint are drawn
       from, one of options.INIT_DISTRIBUTIONS.
   """
-  return runner.Task(
+  return task_contract.Task(
       build_variables=functools.partial(
           build_pretraining_variables, bert_config,
           next_sentence_prediction=next_sentence_prediction),
@@ -421,7 +421,7 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
       must divide by it.
     next_sentence_prediction: see `pretraining_task`.
   """
-  return runner.upstream_model_fn(
+  return task_contract.upstream_model_fn(
       pretraining_task(bert_config, next_sentence_prediction), init_checkpoint,
       learning_rate, num_train_steps, num_warmup_steps, optimizer,
       num_accumulation_steps)

@@ -14,7 +14,6 @@ from typing import Any, List, Optional
 from absl import logging
 
 from bertkit.common import file_patterns
-from bertkit.common import options as common_options
 from bertkit.common.errors import UserError
 from bertkit.data import pretraining_instances
 from bertkit.data import pretraining_records
@@ -110,7 +109,7 @@ class Plan:
     train_input: their input_pipeline.PretrainingInput.
     eval_files: the records evaluated, or None: no evaluation.
     eval_input: the evaluated records' input_pipeline.PretrainingInput.
-    schedule: the learning-rate schedule, a runner.Schedule.
+    schedule: the learning-rate schedule, a runner.TrainingSchedule.
   """
   # Any: the modules of these types import TensorFlow, which this one
   # imports only once the flags are checked.
@@ -123,14 +122,14 @@ class Plan:
 
 
 def learning_rate_schedule(opts):
-  """The runner.Schedule of a run's steps, warm-up and time budget."""
+  """The runner.TrainingSchedule of a run's steps, warm-up and time budget."""
   from bertkit.engine import runner
   if opts.train_time_budget_hours is not None:
     seconds = opts.train_time_budget_hours * 3600.0
-    return runner.Schedule(
+    return runner.TrainingSchedule(
         opts.num_train_steps, 0, time_budget_seconds=seconds,
         warmup_seconds=opts.budget_warmup_proportion * seconds)
-  return runner.Schedule(opts.num_train_steps, opts.warmup_steps)
+  return runner.TrainingSchedule(opts.num_train_steps, opts.warmup_steps)
 
 
 def training_input(opts, model, input_files):

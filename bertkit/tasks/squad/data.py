@@ -62,7 +62,7 @@ class SquadExample(object):
     self.is_impossible = is_impossible
 
 
-class InputFeatures(object):
+class SquadFeatures(object):
   """The model input of one window of one example.
 
   Attributes:
@@ -80,7 +80,7 @@ class InputFeatures(object):
   """
 
   # Size: upstream's record, field for field and in its order: code written
-  # for upstream's run_squad.InputFeatures builds it the same way.
+  # for upstream's run_squad.SquadFeatures builds it the same way.
   def __init__(self, unique_id, example_index, doc_span_index, tokens,
                token_to_orig_map, token_is_max_context, input_ids, input_mask,
                segment_ids, start_position=None, end_position=None,
@@ -344,7 +344,7 @@ def _sub_tokens(example, tokenizer):
 
 def convert_examples_to_features(examples, tokenizer, max_seq_length,
                                  doc_stride, max_query_length, is_training):
-  """Yields the InputFeatures of every window of every example, in order.
+  """Yields the SquadFeatures of every window of every example, in order.
 
   Args:
     examples: SquadExamples (read with the same is_training).
@@ -400,7 +400,7 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length,
           start_position = tok_start - span.start + doc_offset
           end_position = tok_end - span.start + doc_offset
 
-      yield InputFeatures(
+      yield SquadFeatures(
           unique_id=unique_id, example_index=example_index,
           doc_span_index=span_index, tokens=tokens,
           token_to_orig_map=token_to_orig_map,

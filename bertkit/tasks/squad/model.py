@@ -14,7 +14,7 @@ import tensorflow.compat.v1 as tf
 
 from bertkit.common import heads
 from bertkit.data import pretraining_records
-from bertkit.engine import runner
+from bertkit.engine import task_contract
 import modeling
 
 OUTPUT_WEIGHTS, OUTPUT_BIAS = heads.SQUAD.variables
@@ -93,7 +93,7 @@ def feature_spec(seq_length, is_training):
 
 
 def serialize_feature(feature, is_training):
-  """One squad_data.InputFeatures as upstream's FeatureWriter writes it."""
+  """One squad_data.SquadFeatures as upstream's FeatureWriter writes it."""
   int_feature = pretraining_records.int_feature
   features = collections.OrderedDict([
       ("unique_ids", int_feature([feature.unique_id])),
@@ -110,7 +110,7 @@ def serialize_feature(feature, is_training):
 
 
 def question_answering_task(bert_config):
-  """SQuAD as a runner.Task: upstream's span loss; its mean as the eval loss
+  """SQuAD as a task_contract.Task: upstream's span loss; its mean as the eval loss
   (train_and_evaluate under a TF_CONFIG cluster); unique_ids [B] and
   start_logits / end_logits [B, S] as predictions."""
 
@@ -132,9 +132,9 @@ def question_answering_task(bert_config):
     return {"unique_ids": features["unique_ids"],
             "start_logits": start_logits, "end_logits": end_logits}
 
-  return runner.Task(
+  return task_contract.Task(
       build_variables=lambda: build_squad_variables(bert_config),
-      train_loss_fns=runner.mean_loss_shares(
+      train_loss_fns=task_contract.mean_loss_shares(
           lambda features: loss(features, True)),
       eval_outputs=eval_outputs, predictions=predictions)
 
@@ -155,7 +155,7 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
     num_accumulation_steps: micro-batches per update; each replica's batch
       must divide by it.
   """
-  return runner.upstream_model_fn(
+  return task_contract.upstream_model_fn(
       question_answering_task(bert_config), init_checkpoint,
       learning_rate, num_train_steps, num_warmup_steps, optimizer,
       num_accumulation_steps)

@@ -160,7 +160,7 @@ def example_prediction(example, features, results_by_id, n_best_size,
 
   Args:
     example: a SquadExample.
-    features: its InputFeatures, in window order.
+    features: its SquadFeatures, in window order.
     results_by_id: {unique_id: RawResult} covering the features.
     n_best_size, max_answer_length, do_lower_case, version_2_with_negative,
     null_score_diff_threshold: as the flags of the same names.
@@ -217,7 +217,7 @@ def compute_predictions(examples, features, results, n_best_size,
 
   Args:
     examples: SquadExamples in file order.
-    features: their InputFeatures.
+    features: their SquadFeatures.
     results: RawResults, one per feature (any order).
     n_best_size: spans kept per example (and start/end positions tried per
       window).

@@ -1,6 +1,6 @@
 # coding=utf-8
 """The SQuAD task: the records its model reads, the answers it gives, and its
-description for the fine-tuning driver (SquadTask).
+description for the fine-tuning driver (SquadFineTuning).
 
 Before training or predicting, the examples' windows (squad/data.py) are
 written as TFRecords: train.tf_record, shuffled once as upstream does, and
@@ -52,7 +52,7 @@ def write_inputs(output_dir, train_examples, predict_examples, tokenizer,
 
   Returns:
     (train record files or None, their number of windows,
-     predict record files or None, the predict windows' InputFeatures).
+     predict record files or None, the predict windows' SquadFeatures).
   """
   train_files = predict_files = None
   num_train_features, predict_features = 0, []
@@ -151,7 +151,7 @@ class SquadInputs:
   predict_examples: Optional[list]
 
 
-class SquadTask(driver.FineTuningTask):
+class SquadFineTuning(driver.FineTuningTask):
   """SQuAD 1.1 and 2.0: windows over long contexts, a span head, the
   answers and the official script's figures out (run_squad.py's
   docstring)."""
@@ -210,4 +210,4 @@ class SquadTask(driver.FineTuningTask):
             opts.run.output_dir, opts.predict_file))
 
 
-TASK = SquadTask()
+TASK = SquadFineTuning()

@@ -40,7 +40,7 @@ SPECIAL_TOKENS = 3
 
 
 @dataclasses.dataclass(frozen=True)
-class Example:
+class MultipleChoiceExample:
   """One question and its choices.
 
   Attributes:
@@ -81,7 +81,7 @@ def parse_label(text, num_choices, where):
 
 
 def read_swag_csv(path):
-  """The Examples of a SWAG CSV file.
+  """The MultipleChoiceExamples of a SWAG CSV file.
 
   Raises:
     UserError: a column is missing from the header, or a row has an empty
@@ -104,7 +104,7 @@ def read_swag_csv(path):
                if not (row.get(c) or "").strip()]
       if empty:
         raise UserError("%s: %s is empty or missing" % (where, empty[0]))
-      examples.append(Example(
+      examples.append(MultipleChoiceExample(
           "%s-%s" % (row.get("video-id", ""), row.get("fold-ind", ""))
           if row.get("video-id") else str(reader.line_num),
           row["sent1"].strip(), (row["sent2"] or "").strip(),
@@ -114,7 +114,7 @@ def read_swag_csv(path):
 
 
 def read_jsonl(path):
-  """The Examples of a question/choices JSONL file.
+  """The MultipleChoiceExamples of a question/choices JSONL file.
 
   Raises:
     UserError: a line is not a JSON object with a question and at least two
@@ -140,7 +140,7 @@ def read_jsonl(path):
       if examples and len(choices) != len(examples[0].endings):
         raise UserError("%s: %d choices, but the first example has %d" %
                         (where, len(choices), len(examples[0].endings)))
-      examples.append(Example(
+      examples.append(MultipleChoiceExample(
           str(row.get("id", number)), row["question"].strip(), "",
           tuple(c.strip() for c in choices),
           parse_label(row.get("label"), len(choices), where)))
@@ -148,7 +148,7 @@ def read_jsonl(path):
 
 
 def read_examples(path):
-  """The Examples of a SWAG .csv or a .jsonl file.
+  """The MultipleChoiceExamples of a SWAG .csv or a .jsonl file.
 
   Raises:
     UserError: see read_swag_csv and read_jsonl; or the file has none.

@@ -1,5 +1,5 @@
 # coding=utf-8
-"""The multiple-choice task (SWAG): its head, the runner.Task, its records and
+"""The multiple-choice task (SWAG): its head, the task_contract.Task, its records and
 the figures of its predictions.
 
 Each of an example's C choices is its own sequence (swag/data.py); BERT
@@ -22,7 +22,7 @@ from bertkit.common import atomic_io
 from bertkit.common import heads
 from bertkit.common.errors import UserError
 from bertkit.engine import input_pipeline
-from bertkit.engine import runner
+from bertkit.engine import task_contract
 from bertkit.tasks.fine_tuning import driver
 from bertkit.tasks.swag import data as swag_data
 import modeling
@@ -77,7 +77,7 @@ def build_variables(bert_config):
 
 
 def multiple_choice_task(bert_config):
-  """Multiple choice as a runner.Task: the mean cross-entropy of the softmax
+  """Multiple choice as a task_contract.Task: the mean cross-entropy of the softmax
   over each example's choices; eval loss and accuracy; logits [B, C] and
   probabilities [B, C] as predictions."""
 
@@ -102,9 +102,9 @@ def multiple_choice_task(bert_config):
     logits = logits_of(features, False)
     return {"logits": logits, "probabilities": tf.nn.softmax(logits, -1)}
 
-  return runner.Task(
+  return task_contract.Task(
       build_variables=lambda: build_variables(bert_config),
-      train_loss_fns=runner.mean_loss_shares(
+      train_loss_fns=task_contract.mean_loss_shares(
           lambda features: mean_loss(features, True)),
       eval_outputs=eval_outputs, predictions=predictions)
 
@@ -221,7 +221,7 @@ def num_choices(examples):
   return len(next(iter(examples.values()))[0].endings)
 
 
-class MultipleChoiceTask(driver.FineTuningTask):
+class MultipleChoiceFineTuning(driver.FineTuningTask):
   """Multiple choice (SWAG): C endings per example, one score each, softmax
   over them; the choice probabilities and accuracy out (run_swag.py's
   docstring)."""
@@ -251,4 +251,4 @@ class MultipleChoiceTask(driver.FineTuningTask):
         functools.partial(use_predictions, opts.run.output_dir, inputs))
 
 
-TASK = MultipleChoiceTask()
+TASK = MultipleChoiceFineTuning()
