@@ -8,7 +8,7 @@ tokenization.py), importable as `import modeling` as with google-research/bert.
 Everything else lives here, one subpackage per concern:
 
   common   errors and the one-line error exit, atomic writes, console lines,
-           input globs, the CPU kernel choice
+           input globs, user text decoded as UTF-8, the CPU kernel choice
   data     corpus reading, pretraining instances, TFRecord features, sharded
            data creation, packing, the fast tokenizer
   engine   the training runner and what it is made of: set-up, the precision
