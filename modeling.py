@@ -33,6 +33,7 @@ import tensorflow.compat.v1 as tf
 from bertkit import kernels
 from bertkit.common import errors
 from bertkit.common import options
+from bertkit.common import text_files
 
 # Fields a bert_config.json must define; the rest have BertConfig defaults.
 REQUIRED_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers",
@@ -132,15 +133,15 @@ class BertConfig(object):
       The BertConfig.
 
     Raises:
-      errors.UserError: the file is missing, unreadable, not JSON, or not a
-        valid BERT config; the message names the file.
+      errors.UserError: the file is missing, unreadable, not UTF-8, not
+        JSON, or not a valid BERT config; the message names the file.
     """
     try:
-      with tf.io.gfile.GFile(json_file, "r") as reader:
-        text = reader.read()
+      with tf.io.gfile.GFile(json_file, "rb") as reader:
+        text = text_files.decode(reader.read(), json_file)
     except tf.errors.NotFoundError:
       raise errors.UserError("BERT config file %s: no such file" % json_file)
-    except (tf.errors.OpError, UnicodeDecodeError) as e:
+    except tf.errors.OpError as e:
       raise errors.UserError("BERT config file %s: cannot read it (%s)" %
                              (json_file, e))
     try:

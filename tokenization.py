@@ -19,6 +19,7 @@ import unicodedata
 
 from bertkit.common import atomic_io
 from bertkit.common import errors
+from bertkit.common import text_files
 
 # The special tokens, as Google's vocab files spell them; create_vocab.py
 # writes them in this order at the start of a vocab.
@@ -101,16 +102,6 @@ def printable_text(text):
   return convert_to_unicode(text)
 
 
-def _decode_vocab(data, vocab_file):
-  """Decodes the bytes of a vocab file, naming the first bad byte."""
-  try:
-    return data.decode("utf-8")
-  except UnicodeDecodeError as e:
-    raise errors.UserError(
-        "vocab file %s is not valid UTF-8: bad byte 0x%02x at byte offset %d"
-        % (vocab_file, data[e.start], e.start)) from None
-
-
 def _read_vocab_bytes(vocab_file):
   """The bytes of a vocab file, local or URL, with one-line errors."""
   if not atomic_io.is_url(vocab_file):
@@ -150,7 +141,8 @@ def load_vocab(vocab_file):
       holds no tokens.
   """
   data = _read_vocab_bytes(vocab_file)
-  lines = _decode_vocab(data, vocab_file).split("\n")
+  # A byte-order mark stays in the first token, as upstream reads it.
+  lines = text_files.decode(data, vocab_file, keep_bom=True).split("\n")
   if lines[-1] == "":
     lines.pop()  # The text after the final newline is not a line.
   vocab = collections.OrderedDict()

@@ -10,7 +10,7 @@ hand-written gradients modeling builds BERT from), and one subpackage per
 concern:
 
   common   errors and the one-line error exit, atomic writes, console lines,
-           input globs, the CPU kernel choice
+           input globs, user text decoded as UTF-8, the CPU kernel choice
   data     corpus reading, pretraining instances, TFRecord features and
            files, sharded data creation, packing, the fast tokenizer
   engine   the training runner and what it is made of: set-up, the precision

@@ -84,15 +84,23 @@ def _check_flagfile(path, flag_values, including, named_in):
   skips a file that includes itself), `named_in` where it is named."""
   if not path or path in including:  # absl ignores both
     return
+  # Imported here: errors imports this module, and text_files imports errors.
+  # pylint: disable=g-import-not-at-top
+  from bertkit.common import errors
+  from bertkit.common import text_files
   try:
-    with open(path) as f:
+    # Its lines as absl reads them, a byte-order mark included.
+    with text_files.open_text(path, "--flagfile=%s%s" % (path, named_in),
+                              keep_bom=True) as f:
       lines = f.readlines()
   except FileNotFoundError:
     raise CommandLineError("--flagfile=%s%s: no such file"
                            % (path, named_in)) from None
-  except (OSError, UnicodeDecodeError) as e:
+  except OSError as e:
     raise CommandLineError("--flagfile=%s%s cannot be read: %s" % (
-        path, named_in, getattr(e, "strerror", None) or e)) from None
+        path, named_in, e.strerror or e)) from None
+  except errors.UserError as e:  # not UTF-8
+    raise CommandLineError(str(e)) from None
   awaits_value = False
   for number, line in enumerate(lines, 1):
     # absl's own tests, on the line as read: an indented `#` is no comment.

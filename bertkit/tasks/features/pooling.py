@@ -27,6 +27,7 @@ from typing import Optional
 
 import tensorflow.compat.v1 as tf
 
+from bertkit.common import text_files
 from bertkit.common.errors import UserError
 
 CLS = "cls"
@@ -102,8 +103,8 @@ def l2_normalize(vectors):
 
 def _read_json(path):
   try:
-    with tf.io.gfile.GFile(path) as f:
-      return json.load(f)
+    with tf.io.gfile.GFile(path, "rb") as f:
+      return json.loads(text_files.decode(f.read(), path))
   except ValueError as e:
     raise UserError("%s is not valid JSON (%s)" % (path, e)) from None
 

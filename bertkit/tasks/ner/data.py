@@ -26,6 +26,7 @@ from typing import Tuple
 
 from bertkit.common import atomic_io
 from bertkit.common import file_patterns
+from bertkit.common import text_files
 from bertkit.common.errors import UserError
 
 # Each split's file names in --data_dir, the first present is read:
@@ -112,9 +113,9 @@ def read_sentences(path):
   """The sentences of a CoNLL or `token<TAB>tag` file, tags in IOB2.
 
   Raises:
-    UserError: a line's column count differs from the file's first token
-      line (or is below 2), a tag is not IOB, or there is no sentence;
-      each names the file and the line.
+    UserError: a byte is not UTF-8, a line's column count differs from the
+      file's first token line (or is below 2), a tag is not IOB, or there
+      is no sentence; each names the file and the line.
   """
   sentences, words, tags, lines = [], [], [], []
   width = None
@@ -125,7 +126,7 @@ def read_sentences(path):
                                 path))
       del words[:], tags[:], lines[:]
 
-  with open(path, encoding="utf-8") as f:
+  with text_files.open_text(path) as f:
     for number, raw in enumerate(f, 1):
       line = raw.rstrip("\r\n")
       if not line.strip():

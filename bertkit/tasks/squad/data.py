@@ -26,6 +26,7 @@ import json
 from absl import logging
 
 from bertkit.common import atomic_io
+from bertkit.common import text_files
 from bertkit.common.errors import UserError
 import tokenization
 
@@ -130,8 +131,8 @@ def load_squad_json(input_file):
   """The "data" list of a SQuAD json file.
 
   Raises:
-    UserError: the file is missing, not JSON (with the line and column), or
-      has no "data" list.
+    UserError: the file is missing, not UTF-8 or not JSON (with the line
+      and column), or has no "data" list.
   """
   try:
     with atomic_io.open_file(input_file, "rb") as f:
@@ -142,10 +143,7 @@ def load_squad_json(input_file):
     raise UserError("cannot read SQuAD file %s: %s" % (
         input_file, getattr(e, "message", e)))
   try:
-    document = json.loads(raw.decode("utf-8"))
-  except UnicodeDecodeError as e:
-    raise UserError("%s is not UTF-8 text (byte %d): a SQuAD file is JSON"
-                    % (input_file, e.start))
+    document = json.loads(text_files.decode(raw, input_file))
   except json.JSONDecodeError as e:
     raise UserError("%s is not valid JSON: %s: line %d column %d (char %d)"
                     % (input_file, e.msg, e.lineno, e.colno, e.pos))

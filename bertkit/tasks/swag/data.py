@@ -27,6 +27,7 @@ import json
 from typing import Optional, Tuple
 
 from bertkit.common import file_patterns
+from bertkit.common import text_files
 from bertkit.common.errors import UserError
 
 SPLIT_FILES = {"train": ("train.csv", "train.jsonl"),
@@ -84,11 +85,12 @@ def read_swag_csv(path):
   """The MultipleChoiceExamples of a SWAG CSV file.
 
   Raises:
-    UserError: a column is missing from the header, or a row has an empty
-      sentence or ending or a label outside 0..3 (file and line named).
+    UserError: a byte is not UTF-8, a column is missing from the header,
+      or a row has an empty sentence or ending or a label outside 0..3
+      (file and line named).
   """
   examples = []
-  with open(path, encoding="utf-8", newline="") as f:
+  with text_files.open_text(path, newline="") as f:
     reader = csv.DictReader(f)
     if reader.fieldnames is None:
       raise UserError("%s has no example (it is empty)" % path)
@@ -117,12 +119,13 @@ def read_jsonl(path):
   """The MultipleChoiceExamples of a question/choices JSONL file.
 
   Raises:
-    UserError: a line is not a JSON object with a question and at least two
-      non-empty choices, has another number of choices than the first line,
-      or a label that is not one of its choices.
+    UserError: a byte is not UTF-8, or a line is not a JSON object with a
+      question and at least two non-empty choices, has another number of
+      choices than the first line, or a label that is not one of its
+      choices.
   """
   examples = []
-  with open(path, encoding="utf-8") as f:
+  with text_files.open_text(path) as f:
     for number, line in enumerate(f, 1):
       if not line.strip():
         continue
