@@ -38,39 +38,21 @@ stay small (every forked worker holds what its parent imported).
 import collections
 import dataclasses
 import functools
-import io
 import json
 import os
-import zlib
 
-from bertkit.common import atomic_io
 from bertkit.common import errors
 from bertkit.common import file_patterns
 from bertkit.common import text_files
+from bertkit.data import compressed_files
 
 FORMATS = ("text", "jsonl", "parquet")
 DEFAULT_TEXT_FIELD = "text"
-# File name suffix -> the compression it stands for.
-COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".xz": "xz", ".lzma": "xz",
-                ".zst": "zstd"}
-# Bytes read at a time from a compressed file (and from its decompressor).
-_READ_BYTES = 1 << 16
 # JSON's names of the types a field can hold, for the messages.
 _JSON_TYPES = {bool: "true/false", int: "a number", float: "a number",
                list: "an array", dict: "an object"}
 # The help of the programs' --input_format and --text_field, which say what
 # a `Corpus` holds.
-INPUT_FORMAT_HELP = (
-    "auto: by file name (.jsonl/.ndjson[.gz|.zst]: jsonl, .parquet: "
-    "parquet, else text). text: one sentence per line, a blank line "
-    "between documents. jsonl: one JSON object per line holding a "
-    "document in --text_field. parquet: one document per row in column "
-    "--text_field. JSONL/Parquet documents are split into sentences by "
-    "blingfire.")
-TEXT_FIELD_HELP = (
-    "The JSON field (jsonl) or column (parquet) holding a document's text.")
-
-
 @dataclasses.dataclass(frozen=True)
 class Corpus:
   """The text to make records of, as --input_file and its flags give it.
@@ -121,7 +103,7 @@ def format_of(path, input_format="auto"):
           % (input_format, ", ".join(FORMATS)))
     return input_format
   name = path.lower()
-  if compression_of(name):
+  if compressed_files.compression_of(name):
     name = os.path.splitext(name)[0]
   if name.endswith((".jsonl", ".ndjson")):
     return "jsonl"
@@ -187,148 +169,10 @@ def expand_corpus(corpus, read_directories=True):
   return files
 
 
-def compression_of(path):
-  """The compression a file name's suffix says ("gzip", ...), or None."""
-  return COMPRESSIONS.get(os.path.splitext(path.lower())[1])
-
-
-def is_splittable(path):
-  """Whether a file can be cut into byte ranges (not compressed)."""
-  return compression_of(path) is None
-
-
-class _ZstdFrames(io.RawIOBase):
-  """The decompressed bytes of a file of zstd frames, one after another.
-
-  The file must end where a frame does (the library tells when a frame is
-  complete): a file cut anywhere else, even where the text decompressed so
-  far ends a line, raises EOFError. Damaged data raises OSError.
-  """
-
-  def __init__(self, raw):
-    super().__init__()
-    import zstandard  # pylint: disable=g-import-not-at-top
-    self._zstd = zstandard
-    self._decompressor = zstandard.ZstdDecompressor()
-    self._raw = raw
-    self._frame = None  # The decompressobj of the frame being read.
-    self._input = b""  # Compressed bytes no frame has taken yet.
-    self._output = memoryview(b"")  # Decompressed bytes not yet read.
-
-  def readable(self):
-    return True
-
-  def readinto(self, buffer):
-    while not self._output:
-      if not self._input:
-        self._input = self._raw.read(_READ_BYTES)
-        if not self._input:
-          if self._frame is not None and not self._frame.eof:
-            raise EOFError("the file ends inside a zstd frame")
-          return 0
-      if self._frame is None or self._frame.eof:
-        self._frame = self._decompressor.decompressobj()
-      data, self._input = self._input, b""
-      try:
-        self._output = memoryview(self._frame.decompress(data))
-      except self._zstd.ZstdError as e:
-        raise OSError(str(e)) from None
-      if self._frame.eof:
-        self._input = self._frame.unused_data
-    size = min(len(buffer), len(self._output))
-    buffer[:size] = self._output[:size]
-    self._output = self._output[size:]
-    return size
-
-
-def _decompressor(compression, raw):
-  """A reader of the decompressed bytes of binary file `raw`, and the
-  exceptions by which it says the data is truncated or damaged."""
-  # Imported here: a corpus in one format loads no other's code.
-  # pylint: disable=g-import-not-at-top
-  if compression == "gzip":
-    import gzip
-    return gzip.GzipFile(fileobj=raw, mode="rb"), (EOFError, OSError,
-                                                  zlib.error)
-  if compression == "bz2":
-    import bz2
-    return bz2.BZ2File(raw), (EOFError, OSError)
-  if compression == "xz":
-    import lzma
-    return lzma.LZMAFile(raw), (EOFError, OSError, lzma.LZMAError)
-  return _ZstdFrames(raw), (EOFError, OSError)
-
-
-class _DecompressedFile(io.RawIOBase):
-  """The decompressed bytes of a compressed input file.
-
-  Data that is truncated or not of the file's compression raises a
-  UserError naming the file; closing closes the file too.
-  """
-
-  def __init__(self, path, raw, compression):
-    super().__init__()
-    self._path = path
-    self._raw = raw
-    self._compression = compression
-    self._stream, self._errors = _decompressor(compression, raw)
-
-  def readable(self):
-    return True
-
-  def readinto(self, buffer):
-    try:
-      return self._stream.readinto(buffer)
-    except EOFError:
-      raise errors.UserError(
-          "input file %s is truncated: its %s data ends before the end of "
-          "its compressed stream (an interrupted download or copy?); "
-          "expected the complete file" % (self._path, self._compression)
-      ) from None
-    except self._errors as e:
-      raise errors.UserError(
-          "input file %s is not valid %s data (%s); expected the "
-          "compression its name says" % (self._path, self._compression, e)
-      ) from None
-
-  def close(self):
-    if not self.closed:
-      self._stream.close()
-      self._raw.close()
-    super().close()
-
-
-def _open_raw(path):
-  """The file at a local path or URL, opened for reading bytes."""
-  if atomic_io.is_url(path):
-    fs, inner = file_patterns.url_filesystem(path)
-    return fs.open(inner, "rb")
-  return open(path, "rb")
-
-
-def open_binary(path):
-  """Opens a local path or URL for reading bytes, decompressing by suffix.
-
-  Raises:
-    errors.UserError: the file cannot be opened; or, as it is read, it
-      is truncated or not of the compression its name says.
-  """
-  try:
-    raw = _open_raw(path)
-  except OSError as e:
-    raise errors.UserError("cannot read input file %s: %s" % (
-        path, e.strerror or e)) from None
-  compression = compression_of(path)
-  if compression is None:
-    return raw
-  return io.BufferedReader(_DecompressedFile(path, raw, compression),
-                           buffer_size=_READ_BYTES)
-
-
 def _line_number(path, offset):
   """1-based number of the line that starts at byte `offset` of `path`."""
   count = 0
-  with open_binary(path) as f:
+  with compressed_files.open_binary(path) as f:
     remaining = offset
     while remaining > 0:
       block = f.read(min(remaining, 1 << 20))
@@ -346,7 +190,7 @@ def _is_blank(raw):
 
 def _piece_end(piece):
   # Byte offsets of a compressed file's pieces are not those of its lines.
-  return piece.end if is_splittable(piece.path) else float("inf")
+  return piece.end if compressed_files.is_splittable(piece.path) else float("inf")
 
 
 def _lines_starting_at(f, start):
@@ -365,7 +209,7 @@ def _iter_text_lines(piece):
   """(stripped line, bytes) of a text piece; "" ends a document."""
   end = _piece_end(piece)
   line_number_at = functools.partial(_line_number, piece.path)
-  with open_binary(piece.path) as f:
+  with compressed_files.open_binary(piece.path) as f:
     lines = _lines_starting_at(f, piece.start)
     if piece.start > 0:
       # Past the first blank line: documents before it belong to the
@@ -443,7 +287,7 @@ def _iter_jsonl_lines(piece, text_field):
   split_sentences = segmenter()
   end = _piece_end(piece)
   line_number_at = functools.partial(_line_number, piece.path)
-  with open_binary(piece.path) as f:
+  with compressed_files.open_binary(piece.path) as f:
     for line_start, raw in _lines_starting_at(f, piece.start):
       if line_start >= end:
         return
@@ -484,7 +328,7 @@ def _parquet_texts(path, text_field, in_piece=None):
   """
   import pyarrow  # pylint: disable=g-import-not-at-top
   import pyarrow.parquet as pq  # pylint: disable=g-import-not-at-top
-  with open_binary(path) as f:
+  with compressed_files.open_binary(path) as f:
     try:
       parquet = pq.ParquetFile(f)
     except pyarrow.ArrowException as e:
@@ -552,7 +396,7 @@ def iter_record_texts(input_file, text_field=DEFAULT_TEXT_FIELD):
       yield "row %d" % row, text.strip()
     return
   line_number_at = functools.partial(_line_number, path)
-  with open_binary(path) as f:
+  with compressed_files.open_binary(path) as f:
     for number, (line_start, raw) in enumerate(_lines_starting_at(f, 0), 1):
       if input_file.format == "text":
         yield "line %d" % number, text_files.decode_line(

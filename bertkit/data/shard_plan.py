@@ -15,6 +15,7 @@ import os
 import random
 
 from bertkit.common import errors
+from bertkit.data import compressed_files
 from bertkit.data import corpus_input
 
 SHARD_NAME_FORMAT = "%s-%05d-of-%05d.tfrecord"
@@ -109,7 +110,7 @@ def plan_shards(files, shard_bytes):
   pack = []
   pack_bytes = 0
   for path, size, file_format in files:
-    if size > shard_bytes and corpus_input.is_splittable(path):
+    if size > shard_bytes and compressed_files.is_splittable(path):
       if pack:
         shards.append(tuple(pack))
         pack, pack_bytes = [], 0

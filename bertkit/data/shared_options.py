@@ -21,8 +21,9 @@ class CorpusFormat:
       "its text in the column --text_field. A corpus' JSONL/Parquet "
       "documents are split into sentences by blingfire.",
       choices=("auto",) + corpus_input.FORMATS)
-  text_field: str = option(corpus_input.DEFAULT_TEXT_FIELD,
-                           corpus_input.TEXT_FIELD_HELP)
+  text_field: str = option(
+      corpus_input.DEFAULT_TEXT_FIELD, "The JSON field (jsonl) or column "
+      "(parquet) holding the text.")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

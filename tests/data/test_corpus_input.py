@@ -22,6 +22,7 @@ import zstandard
 
 import create_pretraining_data as cpd
 from bertkit.common import errors
+from bertkit.data import compressed_files
 from bertkit.data import corpus_input
 from bertkit.data import creation_options
 from bertkit.data import shard_plan
@@ -106,8 +107,8 @@ def test_formats_are_chosen_by_name_and_overridable():
   assert corpus_input.format_of("x.parquet") == "parquet"
   assert corpus_input.format_of("x.txt.gz") == "text"
   assert corpus_input.format_of("x.txt", "jsonl") == "jsonl"
-  assert not corpus_input.is_splittable("x.jsonl.gz")
-  assert corpus_input.is_splittable("x.jsonl")
+  assert not compressed_files.is_splittable("x.jsonl.gz")
+  assert compressed_files.is_splittable("x.jsonl")
 
 
 def test_every_format_reads_as_the_segmented_text(corpora):

@@ -33,9 +33,9 @@ from bertkit.data import pretraining_records
 from bertkit.data import creation_options
 from bertkit.engine import checkpoint_formats
 from bertkit.engine import dynamic_masking
-from bertkit.engine import input_pipeline
 from bertkit.engine import record_checks
 from bertkit.tasks.classification import data as classifier_data
+from bertkit.tasks.classification import processors as classifier_processors
 from bertkit.tasks.features import pooling
 from bertkit.tasks.ner import data as ner_data
 from bertkit.tasks.squad import data as squad_data
@@ -580,7 +580,7 @@ def test_a_byte_order_mark_at_the_start_is_dropped(tmp_path, reader):
 def test_a_glue_header_after_a_byte_order_mark_is_the_header(tmp_path):
   (tmp_path / "train.tsv").write_bytes(
       b"\xef\xbb\xbfsentence\tlabel\nA fine film.\t1\n")
-  examples = classifier_data.Sst2Processor().get_train_examples(
+  examples = classifier_processors.Sst2Processor().get_train_examples(
       str(tmp_path))
   assert [(e.text_a, e.label) for e in examples] == [("A fine film.", "1")]
 
