@@ -60,23 +60,3 @@ export_model() {
   echo "[$NAME] exported to $OUTPUT_DIR/export" \
     "(Hugging Face model: $OUTPUT_DIR/export/huggingface)"
 }
-
-# The checks both fine-tuning scripts make before starting: the vocab, the
-# BERT config and $PYTHON exist; $INIT_CHECKPOINT, when set, is a directory or
-# a checkpoint prefix. Sets INIT_FLAGS (empty to train from scratch).
-check_finetuning_inputs() {
-  [[ -f "$VOCAB_FILE" ]] ||
-    die "VOCAB_FILE=$VOCAB_FILE does not exist;" \
-        "run scripts/run_create.sh first or set VOCAB_FILE"
-  [[ -f "$BERT_CONFIG_FILE" ]] ||
-    die "BERT_CONFIG_FILE=$BERT_CONFIG_FILE does not exist"
-  INIT_FLAGS=()
-  if [[ -n "$INIT_CHECKPOINT" ]]; then
-    [[ -d "$INIT_CHECKPOINT" || -f "$INIT_CHECKPOINT.index" ]] ||
-      die "INIT_CHECKPOINT=$INIT_CHECKPOINT is neither a directory nor a" \
-          "checkpoint prefix; run scripts/run_pre.sh first, or set" \
-          "INIT_CHECKPOINT= to train from scratch"
-    INIT_FLAGS=(--init_checkpoint="$INIT_CHECKPOINT")
-  fi
-  command -v "$PYTHON" > /dev/null || die "PYTHON=$PYTHON is not a command"
-}

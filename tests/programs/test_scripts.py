@@ -30,9 +30,20 @@ def run_ok(name, *args, env=None):
 
 
 def settings_of(name):
-  """Every variable the script reads with a default (${NAME:-...})."""
+  """Every setting of a script: the variables it reads with a default
+  (${NAME:-...}); a fine-tuning script's `setting NAME` lines, in
+  scripts/fine_tune.sh and its task's configs/fine_tuning file."""
   with open(os.path.join(REPO_ROOT, "scripts", name)) as f:
-    return set(re.findall(r"\$\{([A-Z_]+):?-", f.read()))
+    text = f.read()
+  task = re.search(r"^TASK_SETTINGS=(\w+)$", text, re.M)
+  if not task:
+    return set(re.findall(r"\$\{([A-Z_]+):?-", text))
+  settings = set()
+  for path in (os.path.join("scripts", "fine_tune.sh"),
+               os.path.join("configs", "fine_tuning", task.group(1) + ".sh")):
+    with open(os.path.join(REPO_ROOT, path)) as f:
+      settings |= set(re.findall(r"^setting ([A-Z_0-9]+) ", f.read(), re.M))
+  return settings
 
 
 def global_step(checkpoint_dir):

@@ -330,12 +330,11 @@ def test_bad_input_is_one_error_line_and_exit_2(workdir, tmp_path):
 
 @pytest.mark.slow
 def test_script_help_documents_every_setting():
-  from test_scripts import run_script
+  from test_scripts import run_script, settings_of
   result = run_script("run_squad.sh", "--help")
   assert result.returncode == 0
   documented = set(re.findall(r"^  ([A-Z_0-9]+) ", result.stdout, re.M))
-  with open(os.path.join(REPO_ROOT, "scripts", "run_squad.sh")) as f:
-    settings = set(re.findall(r"\$\{([A-Z_0-9]+):?-", f.read()))
+  settings = settings_of("run_squad.sh")
   assert "VERSION_2_WITH_NEGATIVE" in settings and "PYTHON" in settings
   assert documented == settings
   result = run_script("run_squad.sh", "TRAIN_FILE=/no/such.json")
