@@ -166,7 +166,7 @@ def write_vocab(tokens, output_file):
     f.write("".join(token + "\n" for token in tokens))
 
 
-def check_flags(vocab_size, min_frequency, limit_alphabet):
+def check_sizes(vocab_size, min_frequency, limit_alphabet):
   """Raises errors.UserError for flag values that cannot work."""
   num_reserved = len(special_tokens(vocab_size))
   if vocab_size <= num_reserved:
@@ -217,7 +217,7 @@ def run(options):
     errors.UserError: a bad value, an unusable corpus, or learned tokens
       that do not fit.
   """
-  check_flags(options.vocab_size, options.min_frequency,
+  check_sizes(options.vocab_size, options.min_frequency,
               options.limit_alphabet)
   files = corpus_input.expand_corpus(corpus_input.Corpus(
       options.input_file, options.input_format, options.text_field))

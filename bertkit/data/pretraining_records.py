@@ -135,9 +135,6 @@ UNMASKED_NO_NSP = RecordKind(
 RECORD_KINDS = (MASKED, UNMASKED, PACKED, PACKED_UNMASKED, MASKED_NO_NSP,
                 UNMASKED_NO_NSP)
 
-# The kinds whose rows hold several sequences.
-PACKED_KINDS = (PACKED, PACKED_UNMASKED)
-
 
 def feature_length(feature, max_seq_length, max_predictions_per_seq,
                    max_sequences_per_pack=None):

@@ -286,6 +286,9 @@ def label_list_of(opts, sentences):
   elif "train" in sentences:
     labels = ner_data.labels_of(sentences["train"])
   else:
+    # Weights without a NER head are the mistake to name first; their
+    # labels would not exist either.
+    driver.check_weights_hold_head(opts, heads.TOKEN_CLASSIFICATION)
     labels = driver.read_labels(opts.run.output_dir)
     if not labels:
       raise UserError("without --do_train, give --labels or an --output_dir "

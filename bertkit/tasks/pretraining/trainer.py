@@ -245,7 +245,7 @@ def input_fn_maker(train_input, eval_input, seed, output_dir):
 
   Args:
     train_input, eval_input: the PretrainingInputs of training and of
-      evaluation (see validate_flags).
+      evaluation (see validate).
     seed: --tf_random_seed: deterministic training input and its masks'
       seed; None: upstream's sloppy, shuffled reading.
     output_dir: where training resumes from (the chief's directory: horovod's

@@ -1,0 +1,173 @@
+"""Every fine-tuning program through the same cases: they share one driver
+(bertkit/tasks/fine_tuning/driver.py), so they keep its rules alike.
+
+  * evaluating or predicting without --do_train from a checkpoint that has
+    pretraining's weights only is one line naming the checkpoint and the
+    head's missing variables, exit 2, nothing trained or predicted;
+  * from the program's own fine-tuned output directory it works;
+  * a missing data directory (SQuAD: file) and a bad dev file are refused
+    before anything is written.
+
+The pretrained checkpoint is trained here on records create_pretraining_data
+made from sample_data/corpus.txt, with a vocab create_vocab made from it.
+"""
+
+import os
+import shutil
+
+import pytest
+
+from bertkit.common import heads
+from bertkit.common.errors import UserError
+from conftest import (REPO_ROOT, TINY_CONFIG, expect_user_error,
+                      program_in_process, read_eval_results, run_program,
+                      write_real_text_records)
+
+SEQ, PREDS, VOCAB_SIZE = 32, 5, 500
+SAMPLE = os.path.join(REPO_ROOT, "sample_data")
+SQUAD_FILE = os.path.join(REPO_ROOT, "tests", "fixtures", "squad",
+                          "squad_v1.json")
+
+
+# Each program: its head, its data arguments, the flag that evaluates (or
+# predicts) without training, the epochs that make 2 steps of batch 8 on the
+# sample, and how to break its dev (or predicted) file.
+PROGRAMS = {
+    "run_classifier.py": dict(
+        head=heads.CLASSIFIER, evaluate="--do_eval", epochs="0.04",
+        data=lambda d: ["--task_name=tsv", "--data_dir=%s" % d],
+        source=os.path.join(SAMPLE, "classify"), dev="dev.tsv",
+        broken="label\ttext\nsports\tthe label is not one of train's\n",
+        results="eval_results.txt"),
+    "run_ner.py": dict(
+        head=heads.TOKEN_CLASSIFICATION, evaluate="--do_eval",
+        epochs="0.06", data=lambda d: ["--data_dir=%s" % d],
+        source=os.path.join(SAMPLE, "ner"), dev="dev.txt",
+        broken="London X-LOC\n", results="dev_predictions.txt"),
+    "run_swag.py": dict(
+        head=heads.MULTIPLE_CHOICE, evaluate="--do_eval", epochs="0.034",
+        data=lambda d: ["--data_dir=%s" % d],
+        source=os.path.join(SAMPLE, "swag"), dev="val.csv",
+        broken="not,a,swag,header\n", results="dev_results.tsv"),
+    "run_squad.py": dict(
+        head=heads.SQUAD, evaluate="--do_predict", epochs="0.7",
+        data=lambda d: ["--train_file=%s" % os.path.join(d, "train.json"),
+                        "--predict_file=%s" % os.path.join(d, "dev.json"),
+                        "--max_query_length=16", "--doc_stride=8"],
+        source=None, dev="dev.json", broken='{"data": [\n',
+        results="predictions.json"),
+}
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory):
+  """A pretraining output directory: 2 steps of a tiny BERT on real text;
+  it describes itself (config, vocab, casing)."""
+  work = tmp_path_factory.mktemp("contract")
+  records = write_real_text_records(
+      work, SEQ, PREDS, VOCAB_SIZE, dict(TINY_CONFIG, vocab_size=VOCAB_SIZE))
+  out = work / "pretrain"
+  program_in_process([
+      "run_pretraining.py", "--bert_config_file=%s" % (work / "config.json"),
+      "--vocab_file=%s" % (work / "vocab.txt"), "--do_lower_case",
+      "--input_file=%s" % records, "--output_dir=%s" % out, "--do_train",
+      "--max_seq_length=%d" % SEQ, "--max_predictions_per_seq=%d" % PREDS,
+      "--train_batch_size=8", "--num_train_steps=2", "--num_warmup_steps=1",
+      "--tf_random_seed=1"])
+  return out
+
+
+def data_dir(program, directory):
+  """A copy of the program's sample data in `directory`."""
+  spec = PROGRAMS[program]
+  if spec["source"]:
+    shutil.copytree(spec["source"], directory)
+  else:
+    os.makedirs(directory)
+    shutil.copy(SQUAD_FILE, os.path.join(directory, "train.json"))
+    shutil.copy(SQUAD_FILE, os.path.join(directory, "dev.json"))
+  return str(directory)
+
+
+def arguments(program, data, output_dir, *stages, init_checkpoint=None):
+  spec = PROGRAMS[program]
+  args = [program] + spec["data"](data) + [
+      "--output_dir=%s" % output_dir, "--max_seq_length=%d" % SEQ,
+      "--train_batch_size=8", "--predict_batch_size=8",
+      "--num_train_epochs=%s" % spec["epochs"], "--tf_random_seed=1"]
+  if init_checkpoint:
+    args.append("--init_checkpoint=%s" % init_checkpoint)
+  return args + list(stages)
+
+
+@pytest.mark.parametrize("program", sorted(PROGRAMS))
+def test_evaluating_a_pretrained_only_checkpoint_is_one_line(
+    program, pretrained, tmp_path):
+  spec = PROGRAMS[program]
+  out = tmp_path / "out"
+  result = run_program(arguments(
+      program, data_dir(program, tmp_path / "data"), out, spec["evaluate"],
+      init_checkpoint=pretrained))
+  line = expect_user_error(
+      result, "--init_checkpoint %s" % pretrained,
+      "has no %s head" % spec["head"].name, *spec["head"].variables)
+  assert line.endswith("fine-tune it with %s --do_train first" % program)
+  assert not (out / spec["results"]).exists()
+
+
+@pytest.mark.parametrize("program", sorted(PROGRAMS))
+def test_evaluating_its_own_fine_tuned_run_works(program, pretrained,
+                                                 tmp_path):
+  spec = PROGRAMS[program]
+  data, out = data_dir(program, tmp_path / "data"), tmp_path / "out"
+  program_in_process(arguments(program, data, out, "--do_train",
+                               init_checkpoint=pretrained))
+  assert not (out / spec["results"]).exists()
+  # No --init_checkpoint: the run directory is the model, and its head.
+  program_in_process(arguments(program, data, out, spec["evaluate"]))
+  assert (out / spec["results"]).exists()
+  if program != "run_squad.py":
+    assert read_eval_results(out)["global_step"] == 2
+
+
+@pytest.mark.parametrize("program", sorted(PROGRAMS))
+def test_a_missing_data_directory_is_refused(program, pretrained, tmp_path):
+  missing = tmp_path / "no_such_data"
+  with pytest.raises(UserError) as raised:
+    program_in_process(arguments(program, str(missing), tmp_path / "out",
+                                 "--do_train", init_checkpoint=pretrained))
+  if program == "run_squad.py":
+    expected = "--train_file %s: no such file" % (missing / "train.json")
+  else:
+    expected = "--data_dir %s is not a directory" % missing
+  assert str(raised.value) == expected
+  assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("program", sorted(PROGRAMS))
+def test_a_bad_dev_file_is_refused_before_anything_is_written(
+    program, pretrained, tmp_path):
+  spec = PROGRAMS[program]
+  data = data_dir(program, tmp_path / "data")
+  with open(os.path.join(data, spec["dev"]), "w", encoding="utf-8") as f:
+    f.write(spec["broken"])
+  out = tmp_path / "out"
+  with pytest.raises(UserError) as raised:
+    program_in_process(arguments(program, data, out, "--do_train",
+                                 spec["evaluate"],
+                                 init_checkpoint=pretrained))
+  assert spec["dev"] in str(raised.value)
+  assert "\n" not in str(raised.value)
+  assert not out.exists() or not os.listdir(out)
+
+
+def test_the_contract_covers_every_fine_tuning_program():
+  """A new fine-tuning program (one whose run goes through the driver) is
+  added here."""
+  driven = set()
+  for name in os.listdir(REPO_ROOT):
+    if name.endswith(".py"):
+      with open(os.path.join(REPO_ROOT, name), encoding="utf-8") as f:
+        if "driver.run(" in f.read():
+          driven.add(name)
+  assert driven == set(PROGRAMS)

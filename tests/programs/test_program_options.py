@@ -1,0 +1,65 @@
+"""Each program's flags are exactly its options' fields, made from them
+(common/option_flags.py), and its --help lists every option with its
+default. Read from the programs as launched: a flag defined by hand
+anywhere on a program's way to main, or a field no flag sets, fails here."""
+
+import json
+import re
+
+import pytest
+
+from bertkit.common import option_fields
+from conftest import PROGRAM_OPTIONS, run_program
+
+# Runs PROGRAM up to absl's app.run, then prints as JSON the flags filed
+# under the program itself (absl files a flag under the module that asks
+# for it; the option machinery disclaims its own definitions).
+_PROGRAM_FLAGS = """
+import json, runpy, sys
+from absl import app, flags
+
+def report(main, **kwargs):
+  print(json.dumps(sorted(
+      f.name for f in flags.FLAGS.flags_by_module_dict().get(sys.argv[0], []))))
+
+app.run = report
+sys.argv = sys.argv[1:]
+sys.path.insert(0, '.')
+runpy.run_path(sys.argv[0], run_name='__main__')
+"""
+
+
+def field_names(program):
+  cls = PROGRAM_OPTIONS[program[:-len(".py")]]()
+  return sorted(field.name for field, _ in option_fields.option_fields(cls))
+
+
+@pytest.mark.parametrize("program", sorted(p + ".py" for p in PROGRAM_OPTIONS))
+def test_a_programs_flags_are_its_options_fields(program):
+  result = run_program(["-c", _PROGRAM_FLAGS, program], timeout=120)
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert json.loads(result.stdout.splitlines()[-1]) == field_names(program)
+
+
+def help_entries(text, program):
+  """{flag: its help} of the flags --help lists under `program`."""
+  section = text.split("\n%s:\n" % program, 1)[1]
+  section = re.split(r"\n\S", section, 1)[0]
+  entries = re.split(r"\n  --", "\n" + section.strip("\n"))[1:]
+  found = {}
+  for entry in entries:
+    name = re.match(r"(?:\[no\])?(\w+)", entry).group(1)
+    found[name] = " ".join(entry.split())
+  return found
+
+
+@pytest.mark.parametrize("program", sorted(p + ".py" for p in PROGRAM_OPTIONS))
+def test_help_lists_every_option_with_its_default(program):
+  # absl ends --help with exit code 1, after the help.
+  result = run_program([program, "--help"], timeout=120)
+  assert "Try --helpfull" in result.stdout, result.stderr[-2000:]
+  entries = help_entries(result.stdout, program)
+  assert sorted(entries) == field_names(program)
+  without_default = [name for name, text in entries.items()
+                     if "(default: " not in text and "(required)" not in text]
+  assert without_default == []
