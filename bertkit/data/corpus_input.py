@@ -190,7 +190,9 @@ def _is_blank(raw):
 
 def _piece_end(piece):
   # Byte offsets of a compressed file's pieces are not those of its lines.
-  return piece.end if compressed_files.is_splittable(piece.path) else float("inf")
+  if compressed_files.is_splittable(piece.path):
+    return piece.end
+  return float("inf")
 
 
 def _lines_starting_at(f, start):

@@ -6,8 +6,8 @@ rank_zero.py), but the gradients travel through BytePS's parameter-server
 design instead of an all-reduce: every worker pushes each gradient to the
 servers, which sum it over the workers, and pulls the sum back
 (`push_pull`). Each worker's loss is already its share of the global-batch
-loss (task_contract.mean_loss_shares), so the summed gradient is the gradient of the
-global-batch loss, exactly as under every other engine.
+loss (task_contract.mean_loss_shares), so the summed gradient is the
+gradient of the global-batch loss, exactly as under every other engine.
 
 The processes find each other through ps-lite's DMLC_* environment:
 DMLC_PS_ROOT_URI/PORT (the scheduler), DMLC_NUM_WORKER, DMLC_NUM_SERVER,

@@ -7,9 +7,9 @@ runner.for_this_process) and feeds a per-rank batch of global_batch / ranks.
 The data-parallel optimizer (optimizers.py) sums the gradients over the
 ranks through the ProcessGroup that `init` returns (`sum_across_ranks`);
 since each rank's loss is already its share of the global-batch loss (see
-task_contract.mean_loss_shares), the sum is the gradient of the global-batch loss,
-so the learning rate means what it means on one device. Rank 0 alone writes
-checkpoints and summaries to --output_dir; the other ranks start from its
+task_contract.mean_loss_shares), the sum is the gradient of the global-batch
+loss, so the learning rate means what it means on one device. Rank 0 alone
+writes checkpoints and summaries to --output_dir; the other ranks start from its
 variables (`broadcast_hook`) and keep their model directory in a scratch
 location (rank_zero.py, shared with the BytePS engine).
 

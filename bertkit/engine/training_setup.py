@@ -301,11 +301,11 @@ def input_context(setup):
   """The tf.distribute.InputContext of this process's training input.
 
   Strategies hand theirs to the input_fn themselves (Estimator passes one per
-  worker). Horovod ranks and BytePS workers have none, so without this every rank would read
-  every record, and with the same --tf_random_seed in the same order: N
-  copies of one batch instead of a global batch. Each rank is one input
-  pipeline of one replica; the input_fns share out files, or records of
-  fewer files than pipelines, by it.
+  worker). Horovod ranks and BytePS workers have none, so without this every
+  rank would read every record, and with the same --tf_random_seed in the
+  same order: N copies of one batch instead of a global batch. Each rank is
+  one input pipeline of one replica; the input_fns share out files, or
+  records of fewer files than pipelines, by it.
 
   Returns:
     An InputContext under horovod or byteps, else None.

@@ -12,8 +12,8 @@ It starts a Dask scheduler in this process, checks with `sbatch --test-only`
 that Slurm accepts the workers' job script, and submits a dask-jobqueue
 SLURMCluster of `--jobs` batch jobs, each running `--processes-per-job`
 single-threaded Dask workers (the work is Python, so threads would share
-one core) with this repository on their PYTHONPATH; waits until every worker has joined (at
-most `--start-timeout` seconds: jobs may queue); runs
+one core) with this repository on their PYTHONPATH; waits until every worker
+has joined (at most `--start-timeout` seconds: jobs may queue); runs
 `create_pretraining_data.py <flags after --> --dask_scheduler=<address>`;
 and closes the cluster, which cancels the jobs, however the run ended. The
 exit code is the data program's (0, or 2 with its one `error:` line); 2

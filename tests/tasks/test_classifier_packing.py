@@ -1,5 +1,5 @@
-"""run_classifier.py --pack_sequences (classification/packing.py): packed rows of
-the sample task's examples, the same logits, losses and gradients as the
+"""run_classifier.py --pack_sequences (classification/packing.py): packed
+rows of the sample task's examples, the same logits, losses and gradients as the
 examples one per row (fp32, dropout 0), and the programme end to end:
 predictions in input order equal the unpacked run's from the same
 checkpoint.

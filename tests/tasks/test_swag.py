@@ -98,8 +98,8 @@ def test_jsonl_reads_question_choices_and_optional_label(tmp_path):
       "\n\n" + json.dumps({"question": "Which is a month?",
                            "choices": ["July", "Carrow"]}) + "\n")
   first, second = swag_data.read_examples(str(path))
-  assert first == swag_data.MultipleChoiceExample("q1", "Where do otters live?", "",
-                                    ("In rivers.", "On the Moon."), 0)
+  assert first == swag_data.MultipleChoiceExample(
+      "q1", "Where do otters live?", "", ("In rivers.", "On the Moon."), 0)
   assert second.label is None and second.example_id == "3"
 
 

@@ -1,5 +1,6 @@
 # coding=utf-8
-"""The classifier task: its head, the task_contract.Task, its input and output files.
+"""The classifier task: its head, the task_contract.Task, its records, and its
+description for the fine-tuning driver (ClassificationFineTuning).
 
 The head is upstream's: dropout, then one dense layer `output_weights`
 [C, H], `output_bias` [C] (top-level names, as upstream's checkpoints) over
@@ -123,11 +124,11 @@ def classifier_metrics(per_example_loss, label_ids, logits, is_real_example):
 
 
 def classifier_task(bert_config, num_labels):
-  """Classification as a task_contract.Task: the head's mean cross-entropy over the
-  real examples (of packed rows too: classification/packing.py); eval accuracy
-  and loss over them; class probabilities. With num_labels 1, regression:
-  the mean squared error, eval loss, the predicted scores ("predictions",
-  unpacked rows only)."""
+  """Classification as a task_contract.Task: the head's mean cross-entropy
+  over the real examples (of packed rows too: classification/packing.py);
+  eval accuracy and loss over them; class probabilities. With num_labels 1,
+  regression: the mean squared error, eval loss, the predicted scores
+  ("predictions", unpacked rows only)."""
 
   def model(features, is_training):
     """create_model's outputs, the labels [X] and the example weights [X]."""

@@ -155,8 +155,9 @@ def extraction_task(bert_config, output):
                            if output.normalize else vectors)
     return result
 
-  return task_contract.Task(build_variables=build_variables, train_loss_fns=None,
-                     eval_outputs=None, predictions=predictions)
+  return task_contract.Task(build_variables=build_variables,
+                            train_loss_fns=None, eval_outputs=None,
+                            predictions=predictions)
 
 
 def batch_order(features, window):
@@ -242,8 +243,8 @@ def progress_line(done, total, elapsed_seconds):
 class ExtractionProgress:
   """Logs progress_line every PROGRESS_EVERY_SECONDS and at the end.
 
-  The clock starts when the ExtractionProgress is made, before the model is built:
-  the rate is what a stopwatch gives (start-up weighs on the first lines'
+  The clock starts when the ExtractionProgress is made, before the model is
+  built: the rate is what a stopwatch gives (start-up weighs on the first lines'
   ETA only), never the burst of one batch's lines arriving together.
   """
 

@@ -3,8 +3,8 @@
 run_glue.py through it), run_squad.py, run_ner.py, run_swag.py.
 
 A task describes itself once, as a `FineTuningTask` (its folder's task.py):
-its head, how it reads its files, the task_contract.Task it trains, the records it
-writes, its input function, its evaluation and what it does with its
+its head, how it reads its files, the task_contract.Task it trains, the
+records it writes, its input function, its evaluation and what it does with its
 predictions. A program checks what needs no TensorFlow (`check_inputs`),
 then hands its task and options to `run`, which holds the rules every task
 follows, once:

@@ -27,8 +27,9 @@ class GlueSuiteOptions(options.ModelFiles):
       path=option_fields.DIRECTORY)
   output_dir: str = option(REQUIRED, "Runs, logs and glue_results.* go "
                            "here; a rerun skips the finished runs.")
-  tasks: Tuple[str, ...] = option(glue_suite.SCORED_TASKS, "The GLUE tasks to run; ax "
-                                  "follows mnli with --do_predict.")
+  tasks: Tuple[str, ...] = option(
+      glue_suite.SCORED_TASKS, "The GLUE tasks to run; ax follows mnli with "
+      "--do_predict.")
   seeds: int = option(
       1, "Runs per task (--tf_random_seed=1..N); the table reports their "
       "medians. The GLUE score of a paper: 5. Raising it later reuses the "

@@ -50,7 +50,8 @@ class SuiteRun:
     task: its task_registry name.
     seed: its --tf_random_seed; None for ax.
     output_dir: its --output_dir.
-    action: what it does: ACTION_TRAIN, ACTION_PREDICT or, finished, ACTION_SKIP.
+    action: what it does: ACTION_TRAIN, ACTION_PREDICT or, finished,
+      ACTION_SKIP.
   """
   task: str
   seed: Optional[int]
@@ -292,7 +293,8 @@ def classifier_command(run, config):
   config.extra_flags (absl: the last value of a flag wins) override it.
 
   Args:
-    run: a SuiteRun (ACTION_TRAIN or ACTION_PREDICT; ax: ACTION_PREDICT, see ax_checkpoint_state).
+    run: a SuiteRun (ACTION_TRAIN or ACTION_PREDICT; ax: ACTION_PREDICT,
+      see ax_checkpoint_state).
     config: a SuiteConfig.
 
   Returns:

@@ -196,7 +196,8 @@ class SuiteRunner:
       futures = {}
       for run in runs:
         if run.action == glue_suite.ACTION_SKIP:
-          logging.info("%s: finished before (%s found), skipped", self.label(run),
+          logging.info("%s: finished before (%s found), skipped",
+                       self.label(run),
                        task_registry.EVAL_RESULTS_FILE if run.seed else
                        "submission file")
           continue
@@ -222,8 +223,9 @@ class SuiteRunner:
     for task in tasks:
       per_seed = {}
       for seed in range(1, self.opts.seeds + 1):
-        path = os.path.join(glue_suite.seed_dir(self.opts.output_dir, task, seed),
-                            task_registry.EVAL_RESULTS_FILE)
+        path = os.path.join(
+            glue_suite.seed_dir(self.opts.output_dir, task, seed),
+            task_registry.EVAL_RESULTS_FILE)
         if not os.path.exists(path):
           continue
         try:
@@ -292,8 +294,8 @@ class SuiteRunner:
       elif not any(f.split()[0] == task for f in failed):
         missing.append("%s submission" % task)
     copied = glue_results.copy_submissions(self.opts.output_dir, present)
-    logging.info("%d submission files in %s", len(copied),
-                 os.path.join(self.opts.output_dir, task_registry.SUBMISSION_DIR))
+    logging.info("%d submission files in %s", len(copied), os.path.join(
+        self.opts.output_dir, task_registry.SUBMISSION_DIR))
     return missing
 
 
@@ -317,7 +319,8 @@ def run(opts, extra_flags):
   runs = glue_suite.plan_runs(scored, opts.seeds, opts.output_dir,
                               opts.do_predict, os.path.exists)
   logging.info("%d tasks x %d seed(s): %d runs to make, %s", len(scored),
-               opts.seeds, sum(r.action != glue_suite.ACTION_SKIP for r in runs),
+               opts.seeds,
+               sum(r.action != glue_suite.ACTION_SKIP for r in runs),
                "%d at a time over GPUs %s" % (
                    len(runner.gpus), ",".join(runner.gpus))
                if runner.gpus else "one after another (no GPU)")

@@ -110,8 +110,8 @@ def serialize_feature(feature, is_training):
 
 
 def question_answering_task(bert_config):
-  """SQuAD as a task_contract.Task: upstream's span loss; its mean as the eval loss
-  (train_and_evaluate under a TF_CONFIG cluster); unique_ids [B] and
+  """SQuAD as a task_contract.Task: upstream's span loss; its mean as the eval
+  loss (train_and_evaluate under a TF_CONFIG cluster); unique_ids [B] and
   start_logits / end_logits [B, S] as predictions."""
 
   def logits(features, is_training):

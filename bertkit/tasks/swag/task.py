@@ -1,6 +1,7 @@
 # coding=utf-8
-"""The multiple-choice task (SWAG): its head, the task_contract.Task, its records and
-the figures of its predictions.
+"""The multiple-choice task (SWAG): its head, the task_contract.Task, its
+records, the figures of its predictions, and its description for the
+fine-tuning driver (MultipleChoiceFineTuning).
 
 Each of an example's C choices is its own sequence (swag/data.py); BERT
 reads the B*C sequences, and the head gives each one score from its pooled
@@ -77,8 +78,8 @@ def build_variables(bert_config):
 
 
 def multiple_choice_task(bert_config):
-  """Multiple choice as a task_contract.Task: the mean cross-entropy of the softmax
-  over each example's choices; eval loss and accuracy; logits [B, C] and
+  """Multiple choice as a task_contract.Task: the mean cross-entropy of the
+  softmax over each example's choices; eval loss and accuracy; logits [B, C] and
   probabilities [B, C] as predictions."""
 
   def logits_of(features, is_training):
