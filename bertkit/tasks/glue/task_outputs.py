@@ -6,8 +6,8 @@ The tasks (their files, labels, dev and test sets, metrics and submission
 file names) are classification/registry.py's, the processors reading the
 official GLUE download's files classification/processors.py's. A GLUE run
 predicts its dev sets besides evaluating them (one prediction pass over the
-dev and test records, after upstream's evaluation) and computes the task's metrics from
-those predictions with scikit-learn and SciPy:
+dev and test records, after upstream's evaluation) and computes the task's
+metrics from those predictions with scikit-learn and SciPy:
 
   cola   matthews_corrcoef, accuracy
   mrpc   f1 (positive class "1"), accuracy
