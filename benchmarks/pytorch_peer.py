@@ -168,13 +168,16 @@ def read_sequences(input_file):
                                    values else "unmasked"), file=sys.stderr)
       sys.exit(2)
     length = int(values["input_mask"].sum())
-    sequences.append({
+    sequence = {
         "input_ids": values["input_ids"][:length],
         "token_type_ids": values["segment_ids"][:length],
         "positions": values["masked_lm_positions"],
         "labels": values["masked_lm_ids"],
-        "weights": values["masked_lm_weights"].astype(np.float32),
-        "next_sentence_labels": values["next_sentence_labels"][0]})
+        "weights": values["masked_lm_weights"].astype(np.float32)}
+    # Records without next-sentence prediction have no label.
+    if "next_sentence_labels" in values:
+      sequence["next_sentence_labels"] = values["next_sentence_labels"][0]
+    sequences.append(sequence)
   return sequences
 
 
@@ -182,7 +185,7 @@ def padded_to_longest(sequences):
   """One batch of `sequences`, padded to the longest of them (with 0)."""
   pad = torch.nn.utils.rnn.pad_sequence
   lengths = [len(s["input_ids"]) for s in sequences]
-  return {
+  batch = {
       "input_ids": pad([torch.from_numpy(s["input_ids"]) for s in sequences],
                        batch_first=True),
       "token_type_ids": pad([torch.from_numpy(s["token_type_ids"])
@@ -194,9 +197,11 @@ def padded_to_longest(sequences):
       "labels": torch.from_numpy(np.stack([s["labels"] for s in sequences])),
       "weights": torch.from_numpy(np.stack([s["weights"]
                                             for s in sequences])),
-      "next_sentence_labels": torch.from_numpy(np.array(
-          [s["next_sentence_labels"] for s in sequences])),
   }
+  if "next_sentence_labels" in sequences[0]:
+    batch["next_sentence_labels"] = torch.from_numpy(np.array(
+        [s["next_sentence_labels"] for s in sequences]))
+  return batch
 
 
 def record_batches(sequences, batch_size, num_steps):

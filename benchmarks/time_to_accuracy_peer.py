@@ -38,10 +38,18 @@ Writes to --output_dir the files run_pretraining.py writes, with the same
 fields: eval_history.jsonl, throughput_summary.json and, with a target,
 time_to_target.json; prints the summary as one JSON line.
 
+For comparisons with common random numbers (benchmarks/seeded_comparison.py)
+it can train on the masks of masked training records instead of drawing its
+own (--train_records: the same masks as run_pretraining.py reading them),
+and start from given weights (--initial_weights, a Hugging Face directory)
+or write its own initial weights there first (--save_initial_weights), so
+that both trainers start from the same point.
+
 Inputs (NumPy .npz, written by benchmarks/time_to_accuracy.py):
   --train_sequences: input_ids and token_type_ids of all sequences
     concatenated (real tokens only), offsets (N + 1), optionally
-    next_sentence_labels (N);
+    next_sentence_labels (N); or --train_records: masked records
+    (create_pretraining_data.py --masking=static), their masks kept;
   --heldout: input_ids, input_mask, segment_ids [N, S]; masked_lm_positions,
     masked_lm_ids, masked_lm_weights [N, P].
 
@@ -172,6 +180,14 @@ def evaluate(model, heldout, batch_size):
   return {METRIC: correct / weight, "masked_lm_loss": loss / weight}
 
 
+def save_initial_weights(model, bert_config_file, directory):
+  """The model's weights as a Hugging Face directory run_pretraining.py
+  --init_checkpoint reads: model.safetensors and the config of
+  `bert_config_file` (its own dropout: a run's overrides are the run's)."""
+  model.save_pretrained(directory, safe_serialization=True)
+  pytorch_peer.hf_config(bert_config_file).save_pretrained(directory)
+
+
 def build_peer(args, next_sentence):
   """(model, optimizer, collator) of the recipe's flags."""
   overrides = {}
@@ -180,6 +196,14 @@ def build_peer(args, next_sentence):
       overrides[name] = getattr(args, name)
   model, _ = pytorch_peer.build_model(args.bert_config_file, next_sentence,
                                       **overrides)
+  if args.save_initial_weights:
+    save_initial_weights(model, args.bert_config_file,
+                         args.save_initial_weights)
+  if args.initial_weights:
+    initial = type(model).from_pretrained(
+        args.initial_weights, attn_implementation=pytorch_peer.ATTENTION,
+        **overrides)
+    model.load_state_dict(initial.state_dict())
   model = pytorch_peer.compiled(model, args.compile)
   model.train()
   optimizer = pytorch_peer.adamw(
@@ -292,9 +316,13 @@ def train(args):
   torch.manual_seed(args.seed)
   torch.set_num_threads(args.threads)
   clock = training_clock.TrainingClock(start=_CLOCK_START)
-  sequences = load_train_sequences(args.train_sequences)
+  if args.train_records:
+    sequences = pytorch_peer.read_sequences(args.train_records)
+    next_sentence = "next_sentence_labels" in sequences[0]
+  else:
+    sequences = load_train_sequences(args.train_sequences)
+    next_sentence = "next_sentence_label" in sequences[0]
   heldout = load_heldout(args.heldout)
-  next_sentence = "next_sentence_label" in sequences[0]
   model, optimizer, collator = build_peer(args, next_sentence)
   total, warmup, in_seconds = schedule_of(args)
   budget = total if in_seconds else None
@@ -314,8 +342,10 @@ def train(args):
     for group in optimizer.param_groups:
       group["lr"] = rate
     started = time.time()
-    batch = collator([sequences[(step * batch_size + i) % len(sequences)]
-                      for i in range(batch_size)])
+    rows = [sequences[(step * batch_size + i) % len(sequences)]
+            for i in range(batch_size)]
+    batch = (pytorch_peer.padded_to_longest(rows) if args.train_records
+             else collator(rows))
     optimizer.zero_grad(set_to_none=True)
     loss = step_loss(model, batch, args.dense_decoder)
     loss.backward()
@@ -362,9 +392,18 @@ def write_outputs(args, recorder, final_step):
 def parse_args(argv=None):
   """The peer's flags: run_pretraining.py's names for the same values."""
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  for name in ("bert_config_file", "vocab_file", "train_sequences", "heldout",
-               "output_dir"):
+  for name in ("bert_config_file", "vocab_file", "heldout", "output_dir"):
     parser.add_argument("--" + name, required=True)
+  training = parser.add_mutually_exclusive_group(required=True)
+  training.add_argument("--train_sequences",
+                        help="token sequences; the collator draws masks")
+  training.add_argument("--train_records",
+                        help="masked records; their own masks are used")
+  parser.add_argument("--initial_weights",
+                      help="a Hugging Face directory to start from")
+  parser.add_argument("--save_initial_weights",
+                      help="write the initial weights here, as a Hugging "
+                      "Face directory, before training")
   parser.add_argument("--do_lower_case", type=_bool, default=True)
   parser.add_argument("--train_batch_size", type=int, default=32)
   parser.add_argument("--learning_rate", type=float, default=5e-5)

@@ -44,6 +44,15 @@ REQUIRED_VOCAB_TOKENS = (tokenization.CLS_TOKEN, tokenization.SEP_TOKEN,
 # pipeline, every epoch.
 STATIC = "static"
 DYNAMIC = "dynamic"
+# run_pretraining.py --mask_rule, how drawn masks choose and replace tokens:
+# upstream's fixed count per sequence, 80 % [MASK] / 10 % kept / 10 % a
+# random token (BERT's, and create_pretraining_data's static masks);
+# Hugging Face's collator's independent draw per token, 80/10/10; or
+# upstream's count with every chosen token [MASK] (no kept or random ones).
+UPSTREAM_MASKS = "upstream"
+PER_TOKEN_MASKS = "per_token"
+MASK_TOKEN_ONLY = "mask_only"
+MASK_RULES = (UPSTREAM_MASKS, PER_TOKEN_MASKS, MASK_TOKEN_ONLY)
 MASKING_CHOICES = (STATIC, DYNAMIC)
 
 # Records logged in full at the start of the output, as upstream does.

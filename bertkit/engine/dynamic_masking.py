@@ -1,8 +1,8 @@
-"""Upstream's masked-LM masks, drawn in the tf.data pipeline (--masking).
+"""Masked-LM masks drawn in the tf.data pipeline (--masking, --mask_rule).
 
 create_pretraining_data.py freezes one set of masks into each record and
 repeats the corpus --dupe_factor times to vary them. Here the masks are
-drawn as the records are read, with upstream's rule:
+drawn as the records are read, by upstream's rule (--mask_rule=upstream):
 
   - candidates: every real token except [CLS] and [SEP] (never padding);
     with whole-word masking, a "##" piece joins the candidate before it;
@@ -12,6 +12,11 @@ drawn as the records are read, with upstream's rule:
   - each chosen position: 80 % [MASK], 10 % kept, 10 % a random id
     uniform over the vocabulary;
   - masked_lm_positions ascending, padded to P with weight 0.
+
+--mask_rule=per_token chooses as Hugging Face's collator does: each
+candidate on its own with probability masked_lm_prob (a row drawing more
+than P keeps P of them); --mask_rule=mask_only replaces every chosen token
+by [MASK].
 
 The random numbers are stateless, keyed on (seed, stream, epoch, example),
 the example being a fingerprint of its serialized record: an example's masks
@@ -57,6 +62,7 @@ class MaskingParams:
     sep_id: the id of [SEP].
     mask_id: the id of [MASK].
     continuation_ids: ids of the "##" pieces (whole-word masking).
+    mask_rule: one of pretraining_instances.MASK_RULES.
   """
   max_seq_length: int
   max_predictions_per_seq: int
@@ -67,6 +73,7 @@ class MaskingParams:
   sep_id: int
   mask_id: int
   continuation_ids: Tuple[int, ...]
+  mask_rule: str = pretraining_instances.UPSTREAM_MASKS
 
 
 def num_to_predict(length, max_predictions_per_seq, masked_lm_prob):
@@ -79,7 +86,8 @@ def num_to_predict(length, max_predictions_per_seq, masked_lm_prob):
 
 
 def masking_params_from_vocab(vocab, max_seq_length, max_predictions_per_seq,
-                              masked_lm_prob, do_whole_word_mask):
+                              masked_lm_prob, do_whole_word_mask,
+                              mask_rule=pretraining_instances.UPSTREAM_MASKS):
   """MaskingParams for a token -> id vocab (tokenization.load_vocab).
 
   Random replacements are drawn over the vocab file's entries, as upstream
@@ -93,7 +101,8 @@ def masking_params_from_vocab(vocab, max_seq_length, max_predictions_per_seq,
       sep_id=vocab[tokenization.SEP_TOKEN],
       mask_id=vocab[tokenization.MASK_TOKEN],
       continuation_ids=tuple(sorted(
-          i for token, i in vocab.items() if token.startswith("##"))))
+          i for token, i in vocab.items() if token.startswith("##"))),
+      mask_rule=mask_rule)
 
 
 def _stream_constant(seed, stream):
@@ -223,7 +232,10 @@ def mask_batch(input_ids, input_mask, uniforms, random_ids, params):
       tf.maximum(tf.constant(1.0, tf.float64),
                  tf.round(length * params.masked_lm_prob))), tf.int32)
   order_keys = uniforms[:, 0]
-  if params.do_whole_word_mask:
+  if params.mask_rule == pretraining_instances.PER_TOKEN_MASKS:
+    chosen = _per_token_selection(is_candidate, order_keys, params,
+                                  max_predictions)
+  elif params.do_whole_word_mask:
     chosen = _whole_word_selection(is_candidate, input_ids, order_keys,
                                    budget, params)
   else:
@@ -239,11 +251,29 @@ def mask_batch(input_ids, input_mask, uniforms, random_ids, params):
                           max_predictions)
 
 
+def _per_token_selection(is_candidate, order_keys, params, width):
+  """Hugging Face's choice: each candidate on its own with probability
+  masked_lm_prob (its key below it); of a row drawing more than `width`,
+  the `width` with the largest keys among them.
+
+  Returns:
+    bool [B, S], the chosen positions.
+  """
+  drawn = is_candidate & (order_keys < params.masked_lm_prob)
+  top = tf.math.top_k(tf.where_v2(drawn, order_keys,
+                                  -tf.ones_like(order_keys)), k=width).indices
+  return drawn & tf.reduce_any(
+      tf.equal(tf.expand_dims(top, 2), tf.range(params.max_seq_length)),
+      axis=1)
+
+
 def _masked_features(input_ids, chosen, uniforms, random_ids, params, width):
   """The masked-LM features of rows whose chosen positions are `chosen`
   (bool [B, S]), `width` predictions wide; see `mask_batch`."""
   seq_length = params.max_seq_length
-  use_mask_token = uniforms[:, 1] < 0.8
+  mask_only = params.mask_rule == pretraining_instances.MASK_TOKEN_ONLY
+  mask_share = 1.0 if mask_only else 0.8
+  use_mask_token = uniforms[:, 1] < mask_share
   use_random_id = uniforms[:, 2] >= 0.5
   masked_ids = tf.where_v2(
       chosen & use_mask_token, tf.fill(tf.shape(input_ids), params.mask_id),
@@ -364,7 +394,9 @@ def mask_packed_batch(input_ids, input_mask, sequence_ids, uniforms,
       tf.maximum(tf.constant(1.0, tf.float64),
                  tf.round(lengths * params.masked_lm_prob))), tf.int32), 0)
   order_keys = uniforms[:, 0]
-  if params.do_whole_word_mask:
+  if params.mask_rule == pretraining_instances.PER_TOKEN_MASKS:
+    chosen = _per_token_selection(is_candidate, order_keys, params, width)
+  elif params.do_whole_word_mask:
     chosen = _packed_whole_word_selection(
         is_candidate, input_ids, sequence_ids, order_keys, budgets, params)
   else:

@@ -75,6 +75,12 @@ def test_every_float_option_refuses_non_finite_values(cls, name, value):
      "--num_warmup_steps counts steps but --train_time_budget_hours runs "
      "the schedule over training time; give the warm-up as "
      "--warmup_proportion of the budget"),
+    (PretrainingOptions, dict(mask_rule="per_token", do_whole_word_mask=True),
+     "--mask_rule=per_token draws wordpieces one by one; "
+     "--do_whole_word_mask takes upstream's rule (drop --mask_rule or "
+     "--do_whole_word_mask)"),
+    (PretrainingOptions, dict(mask_rule="bernoulli"),
+     "--mask_rule=bernoulli is not one of upstream, per_token, mask_only"),
     (PretrainingOptions, dict(init_distribution="uniform"),
      "--init_distribution=uniform is not one of truncated_normal, normal"),
     (options.OptimizerOptions, dict(adam_beta_2=1.0),

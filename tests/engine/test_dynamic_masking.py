@@ -15,6 +15,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from bertkit.data import packing
+from bertkit.data import pretraining_instances
 from bertkit.data import pretraining_records
 from bertkit.engine import dynamic_masking
 from bertkit.engine import input_pipeline
@@ -26,6 +27,9 @@ from bertkit.common.errors import UserError
 
 SEQ, PREDS, VOCAB = 64, 10, 1000
 MASKED, UNMASKED = pretraining_records.MASKED, pretraining_records.UNMASKED
+UPSTREAM = pretraining_instances.UPSTREAM_MASKS
+PER_TOKEN = pretraining_instances.PER_TOKEN_MASKS
+MASK_ONLY = pretraining_instances.MASK_TOKEN_ONLY
 # conftest's tiny BERT (positions for SEQ tokens), with the vocab's size.
 CONFIG = tiny_bert_config(vocab_size=VOCAB)
 
@@ -134,9 +138,9 @@ def test_the_record_table_is_upstreams_reader_spec():
 
 
 def masking_params(data, whole_word=False, prob=0.15, seq_length=SEQ,
-                   max_predictions=PREDS):
+                   max_predictions=PREDS, rule=UPSTREAM):
   return dynamic_masking.masking_params_from_vocab(
-      data["vocab"], seq_length, max_predictions, prob, whole_word)
+      data["vocab"], seq_length, max_predictions, prob, whole_word, rule)
 
 
 def read_examples(path, kind, masking, num_examples, batch=8, seed=1,
@@ -237,6 +241,113 @@ def test_every_epoch_draws_new_masks_the_same_for_the_same_seed(
                           np.stack([e[name] for e in first[:64]]))
     assert not np.array_equal(np.stack([e[name] for e in other_seed]),
                               np.stack([e[name] for e in first[:64]]))
+
+
+def replacement_shares(pairs, vocab):
+  """The shares of [MASK], kept and other tokens among (old, new) pairs."""
+  masked = sum(new == vocab["[MASK]"] for _, new in pairs)
+  kept = sum(new == old for old, new in pairs)
+  return (masked / len(pairs), kept / len(pairs),
+          (len(pairs) - masked - kept) / len(pairs))
+
+
+def test_mask_only_masks_upstreams_count_with_mask_tokens_alone(
+    data, two_epochs):
+  originals, upstream, _ = two_epochs
+  vocab = data["vocab"]
+  drawn = read_examples(data["unmasked"], UNMASKED,
+                        masking_params(data, rule=MASK_ONLY), len(upstream))
+  pairs = []
+  for original, mine, theirs in zip(originals, drawn, upstream):
+    pairs += check_upstreams_rule(original, mine, vocab)
+    # The same draws choose the same positions; only the tokens differ.
+    assert np.array_equal(mine["masked_lm_positions"],
+                          theirs["masked_lm_positions"])
+  assert len(pairs) > 4000
+  assert replacement_shares(pairs, vocab) == (1.0, 0.0, 0.0)
+
+
+def check_per_token_rule(original, drawn, vocab, max_predictions):
+  """Asserts one example's masks are among its candidates, ascending, at
+  most max_predictions; returns the (original, drawn) token pairs and the
+  number of candidates."""
+  ids, length = original["input_ids"], sum(original["input_mask"])
+  weights = list(drawn["masked_lm_weights"])
+  count = int(sum(weights))
+  assert weights == [1.0] * count + [0.0] * (max_predictions - count)
+  chosen = list(drawn["masked_lm_positions"][:count])
+  assert chosen == sorted(set(chosen))
+  specials = {vocab["[CLS]"], vocab["[SEP]"]}
+  candidates = [p for p in range(length) if ids[p] not in specials]
+  assert set(chosen) <= set(candidates)
+  assert list(drawn["masked_lm_ids"][:count]) == [ids[p] for p in chosen]
+  for p in range(len(ids)):
+    if p not in chosen:
+      assert drawn["input_ids"][p] == ids[p]
+  return [(ids[p], drawn["input_ids"][p]) for p in chosen], len(candidates)
+
+
+def test_per_token_masks_each_candidate_with_the_masking_rate(data,
+                                                              two_epochs):
+  originals, _, _ = two_epochs
+  vocab = data["vocab"]
+  # Room for every draw: the cap (P) is not what is measured here.
+  drawn = read_examples(data["unmasked"], UNMASKED, masking_params(
+      data, rule=PER_TOKEN, max_predictions=SEQ), len(originals))
+  pairs, counts, candidates = [], [], []
+  for original, example in zip(originals, drawn):
+    more, num_candidates = check_per_token_rule(original, example, vocab,
+                                                SEQ)
+    pairs += more
+    counts.append(len(more))
+    candidates.append(num_candidates)
+  # Each candidate on its own: the share is the rate over all candidates,
+  # and the count varies from sequence to sequence (upstream's does not,
+  # for equal lengths), as a binomial draw does.
+  share = sum(counts) / sum(candidates)
+  assert share == pytest.approx(0.15, abs=0.01)
+  lengths = {}
+  for count, num_candidates in zip(counts, candidates):
+    lengths.setdefault(num_candidates, []).append(count)
+  full = max(lengths.items(), key=lambda item: len(item[1]))[1]
+  assert len(set(full)) > 3
+  assert np.var(counts) > 0
+  masked, kept, other = replacement_shares(pairs, vocab)
+  assert (masked, kept, other) == (pytest.approx(0.8, abs=0.02),
+                                   pytest.approx(0.1, abs=0.02),
+                                   pytest.approx(0.1, abs=0.02))
+
+
+def test_per_token_masks_keep_at_most_p_and_the_same_draws_for_a_seed(
+    data, two_epochs):
+  originals, _, _ = two_epochs
+  vocab = data["vocab"]
+  capped = masking_params(data, prob=0.5, rule=PER_TOKEN)
+  first = read_examples(data["unmasked"], UNMASKED, capped, 64)
+  for original, example in zip(originals, first):
+    check_per_token_rule(original, example, vocab, PREDS)
+  assert max(int(sum(e["masked_lm_weights"])) for e in first) == PREDS
+  again = read_examples(data["unmasked"], UNMASKED, capped, 64)
+  other_seed = read_examples(data["unmasked"], UNMASKED, capped, 64, seed=2)
+  for name in ("input_ids", "masked_lm_positions"):
+    assert np.array_equal(np.stack([e[name] for e in again]),
+                          np.stack([e[name] for e in first]))
+    assert not np.array_equal(np.stack([e[name] for e in other_seed]),
+                              np.stack([e[name] for e in first]))
+
+
+def test_mask_rules_other_than_upstreams_need_drawn_masks(data):
+  with pytest.raises(UserError) as raised:
+    pretraining_trainer.masking_for_records(
+        "auto", MASKED, str(data["dir"] / "vocab.txt"), SEQ, PREDS, 0.15,
+        False, mask_rule=PER_TOKEN)
+  assert str(raised.value) == (
+      "--mask_rule=per_token is a rule of masks drawn in the input pipeline, "
+      "but the --input_file records hold their own; give --masking=dynamic "
+      "to draw new ones")
+  assert pretraining_trainer.masking_for_records(
+      "dynamic", MASKED, str(data["dir"] / "vocab.txt"), SEQ, PREDS, 0.15,
+      False, mask_rule=PER_TOKEN).mask_rule == PER_TOKEN
 
 
 def test_masks_do_not_depend_on_batching_or_pipelines(data, two_epochs):

@@ -43,6 +43,14 @@ class PretrainingOptions(options.TrainingOptions, options.EvaluationOptions,
       "records' own masks only. dynamic: draw masks for either kind (masked "
       "records get their original tokens back and new masks).",
       choices=MASKING_CHOICES)
+  mask_rule: str = option(
+      pretraining_instances.UPSTREAM_MASKS, "How masks drawn in the input "
+      "pipeline choose and replace tokens: upstream (a fixed count per "
+      "sequence, min(P, round(length * masked_lm_prob)); 80 % [MASK], 10 % "
+      "kept, 10 % a random token), per_token (each token on its own with "
+      "probability masked_lm_prob, as Hugging Face's collator; 80/10/10) or "
+      "mask_only (upstream's count, every chosen token [MASK]).",
+      choices=pretraining_instances.MASK_RULES)
   max_seq_length: int = options.max_seq_length_option(128)
   max_eval_steps: int = option(100, "Maximum number of eval steps.",
                                **AT_LEAST_ONE)
@@ -95,6 +103,11 @@ class PretrainingOptions(options.TrainingOptions, options.EvaluationOptions,
     if not self.do_train and not self.evaluate:
       raise UserError("At least one of --do_train or --do_eval must be True")
     option_fields.check_fields(self)
+    if (self.mask_rule == pretraining_instances.PER_TOKEN_MASKS and
+        self.do_whole_word_mask):
+      raise UserError("--mask_rule=per_token draws wordpieces one by one; "
+                      "--do_whole_word_mask takes upstream's rule (drop "
+                      "--mask_rule or --do_whole_word_mask)")
     if (self.train_time_budget_hours is not None and
         self.num_warmup_steps is not None):
       raise UserError(

@@ -28,7 +28,8 @@ EVAL_MASKED_LM_PROB = 0.15
 
 def masking_for_records(masking, record_kind, vocab_file, max_seq_length,
                         max_predictions_per_seq, masked_lm_prob,
-                        do_whole_word_mask, flag_name="--input_file"):
+                        do_whole_word_mask, flag_name="--input_file",
+                        mask_rule=pretraining_instances.UPSTREAM_MASKS):
   """What to mask the records with, from the flags and the records' kind.
 
   Args:
@@ -38,6 +39,7 @@ def masking_for_records(masking, record_kind, vocab_file, max_seq_length,
     max_seq_length, max_predictions_per_seq, masked_lm_prob,
     do_whole_word_mask: the flags' values.
     flag_name: the flag naming the records, for the messages.
+    mask_rule: --mask_rule, how drawn masks choose and replace tokens.
 
   Returns:
     A dynamic_masking.MaskingParams, or None to use the records' masks.
@@ -55,6 +57,11 @@ def masking_for_records(masking, record_kind, vocab_file, max_seq_length,
           "input pipeline) or make the records with create_pretraining_data"
           ".py --masking=static" % (flag_name, record_kind.name))
   elif masking != pretraining_instances.DYNAMIC:
+    if mask_rule != pretraining_instances.UPSTREAM_MASKS:
+      raise UserError(
+          "--mask_rule=%s is a rule of masks drawn in the input pipeline, "
+          "but the %s records hold their own; give --masking=dynamic to draw "
+          "new ones" % (mask_rule, flag_name))
     return None
   problem = dynamic_masking.check_masked_lm_prob(
       masked_lm_prob, max_seq_length, max_predictions_per_seq)
@@ -68,7 +75,7 @@ def masking_for_records(masking, record_kind, vocab_file, max_seq_length,
             if pretraining_records.holds_masks(record_kind) else ""))
   return dynamic_masking.masking_params_from_vocab(
       pretraining_instances.load_checked_vocab(vocab_file), max_seq_length,
-      max_predictions_per_seq, masked_lm_prob, do_whole_word_mask)
+      max_predictions_per_seq, masked_lm_prob, do_whole_word_mask, mask_rule)
 
 
 def describe_masking(record_kind, masking):
@@ -77,11 +84,11 @@ def describe_masking(record_kind, masking):
     return "input records: %s; training on the masks they hold" % (
         record_kind.description)
   return ("input records: %s; masks drawn in the input pipeline, new every "
-          "epoch: masked_lm_prob %g, at most %d per sequence, %s" % (
+          "epoch: masked_lm_prob %g, at most %d per sequence, %s, rule %s" % (
               record_kind.description, masking.masked_lm_prob,
               masking.max_predictions_per_seq,
               "whole words" if masking.do_whole_word_mask
-              else "per wordpiece"))
+              else "per wordpiece", masking.mask_rule))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,12 +154,14 @@ def training_input(opts, model, input_files):
           "--masking=dynamic but the --input_file rows are packed with their "
           "masks; drop --masking=dynamic, or make the rows with "
           "create_pretraining_data.py --pack_sequences --masking=dynamic")
-    masking = None
+    masking = masking_for_records(
+        pretraining_instances.STATIC, record_kind, None, 0, 0, 0.0, False,
+        mask_rule=opts.mask_rule)
   else:
     masking = masking_for_records(
         opts.masking, record_kind, model.vocab_file, opts.max_seq_length,
         opts.max_predictions_per_seq, opts.masked_lm_prob,
-        opts.do_whole_word_mask)
+        opts.do_whole_word_mask, mask_rule=opts.mask_rule)
   return input_pipeline.PretrainingInput(
       opts.max_seq_length, opts.max_predictions_per_seq, record_kind,
       max_sequences_per_pack, masking, masking_seed=opts.run.tf_random_seed)
