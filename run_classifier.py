@@ -10,8 +10,8 @@ gradient accumulation, preemption, throughput logs, a run summary.
 
 Its options (flags): bertkit/tasks/classification/options.py, the
 fine-tuning ones and the runner's; the task: bertkit/tasks/classification/
-registry.py (every task's names, files and labels), data.py (processors),
-features.py (features, records), task.py (head, the runner's task, records)
+registry.py (every task's names, files and labels), data.py and
+processors.py (the tasks' processors), features.py (features, records), task.py (head, the runner's task, records)
 and outputs.py (output files), run by the fine-tuning driver
 (bertkit/tasks/fine_tuning/driver.py); a GLUE task's metrics and
 submission files: bertkit/tasks/glue/task_outputs.py.

@@ -4,7 +4,7 @@ Each field declared with option_fields.option becomes one flag of the same
 name, default and help (its Range and choices are checked when the options
 are built, or by absl for an enum); `options_from_flags` turns the parsed
 flags into the dataclass. Flags are only ever made here, so a program's flags
-are exactly its options' fields (tests/programs/test_options_flags.py).
+are exactly its options' fields (tests/programs/test_program_options.py).
 
 absl files a flag under the module that defines it, and `--help` shows those
 of the main module: this module disclaims its definitions, so that they are

@@ -1,4 +1,5 @@
-"""Reading pretraining TFRecords for an Estimator, under any strategy.
+"""Reading TFRecords for an Estimator, under any strategy: pretraining's
+(masked, unmasked, packed) and every fine-tuning task's (records_input_fn).
 
 Batch semantics: `--train_batch_size` is the GLOBAL batch. Under a
 tf.distribute strategy Estimator calls the input_fn once per worker and hands

@@ -1,5 +1,5 @@
-"""SessionRunHooks of the training programs (run_pretraining, run_classifier,
-run_squad).
+"""SessionRunHooks of the training programs (run_pretraining and the
+fine-tuning programs).
 
 runner.train decides which of them a run gets; each watches or acts
 on one thing: the profiler window, a non-finite loss, a stalled step (a dead

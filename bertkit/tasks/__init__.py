@@ -1,3 +1,5 @@
-"""The tasks the training programs give the runner: pretraining (the masked
-LM and next-sentence heads, their losses), the classifier and SQuAD (their
-data, features, heads and outputs; fine_tuning holds what the two share)."""
+"""The tasks the programs give the runner, one folder each: pretraining (the
+masked LM and next-sentence heads, their losses, the run), classification,
+glue, squad, ner and swag (their data, heads, records, outputs and options,
+each described once for fine_tuning's driver), and features
+(extract_features: token features, sentence pooling)."""

@@ -11,7 +11,9 @@ PASSED_ON="e.g. --cpu_replicas=2, --labels=a,b or --nodo_predict."
 EXAMPLE='scripts/$NAME WORK_DIR=/tmp/run1 INIT_CHECKPOINT= NUM_TRAIN_EPOCHS=10'
 DONE='eval_results.txt and test_results.tsv'
 
-setting TASK_NAME tsv --task_name "cola, mnli, mrpc, xnli, tsv or rerank"
+setting TASK_NAME tsv --task_name \
+  "a GLUE task (cola, sst-2, mrpc, sts-b, qqp, mnli, qnli, rte, wnli, ax),
+xnli, tsv or rerank"
 setting DATA_DIR '$REPO_ROOT/sample_data/classify' --data_dir \
   "the task's train/dev/test.tsv" dir
 setting EVAL_BATCH_SIZE 8 --eval_batch_size "eval batch"

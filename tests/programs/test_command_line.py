@@ -12,8 +12,8 @@ from bertkit.common import flag_parsing
 from conftest import (RUN_AND_REPORT_TENSORFLOW, expect_user_error,
                       run_program)
 
-# Every absl program, with the flags absl requires of it (mark_flag_as_required
-# is checked while parsing, before the checks under test).
+# Every program, with flags that get it past its required options (checked
+# when its options are built, after the command line's checks under test).
 PROGRAMS = {
     "run_pretraining.py": [],
     "run_classifier.py": [],

@@ -1,11 +1,12 @@
 # coding=utf-8
 """Every task of run_classifier.py, and what GLUE adds to each of its tasks.
 
-One record per task, read by the classifier's processors (classifier_data:
+One record per task, read by the classifier's processors (processors.py:
 the task's files and labels), the GLUE runs of run_classifier
-(glue_tasks: dev sets, metrics, submission files) and the GLUE suite of
-run_glue.py (glue_suite: folders, files, the leaderboard's metrics). No
-TensorFlow here: run_glue.py checks its flags with it before any run.
+(glue/task_outputs.py: dev sets, metrics, submission files) and the GLUE
+suite of run_glue.py (glue/suite.py: folders, files, the leaderboard's
+metrics). No TensorFlow here: run_glue.py checks its options with it before
+any run.
 """
 
 import dataclasses
