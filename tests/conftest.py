@@ -77,6 +77,17 @@ requires_byteps = pytest.mark.skipif(BYTEPS_MISSING is not None,
                                      reason=BYTEPS_MISSING or "")
 requires_slurm = pytest.mark.skipif(SLURM_MISSING is not None,
                                     reason=SLURM_MISSING or "")
+# Set by .ci/run, which installs all three: there a missing engine is a
+# broken install, which must fail the run rather than skip its tests.
+ENGINES_REQUIRED = "BERTKIT_TESTS_REQUIRE_ENGINES"
+
+
+def pytest_configure(config):
+  del config  # the hook's signature
+  missing = [m for m in (HOROVOD_MISSING, BYTEPS_MISSING, SLURM_MISSING) if m]
+  if os.environ.get(ENGINES_REQUIRED) and missing:
+    raise pytest.UsageError("%s is set, but %s" % (ENGINES_REQUIRED,
+                                                   "; ".join(missing)))
 
 
 # A 2-layer BERT small enough for end-to-end runs in seconds; no dropout, so
