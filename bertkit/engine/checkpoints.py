@@ -263,3 +263,49 @@ def save_failure_message(exc, model_dir):
           "command to continue from it" % (
               os.path.basename(checkpoint_file), model_dir, reason, free,
               os.path.basename(latest) if latest else "none"))
+
+
+class PeriodicSaverHook(tf.train.CheckpointSaverHook):
+  """Estimator's CheckpointSaverHook without the work it does before the
+  first step.
+
+  TensorFlow's hook, as the session starts, writes graph.pbtxt (the graph as
+  text), the graph and MetaGraph into the events file, and a checkpoint of
+  the state the run starts from: a second of a BERT-mini run's start-up,
+  spent before it trains. None of it is needed then: a fresh run killed
+  before its first checkpoint starts again from step 0, where that
+  checkpoint would have put it, and a resumed run's starting state is the
+  checkpoint it resumed from. Here the graphs are written with the first
+  checkpoint instead, and checkpoints come every save_steps global steps and
+  at the end (a stop signal included), as the flags ask.
+
+  Estimator takes it for its own (it is a CheckpointSaverHook) and hands it
+  the saving listeners.
+  """
+
+  def __init__(self, checkpoint_dir, save_steps):
+    super().__init__(checkpoint_dir, save_steps=save_steps)
+    self._graphs_written = False
+
+  def after_create_session(self, session, coord):
+    del coord  # the hook's signature
+    # The periodic saves count from the step the run starts at.
+    self._timer.update_last_triggered_step(
+        session.run(self._global_step_tensor))
+
+  def _save(self, session, step):
+    if not self._graphs_written:
+      self._write_graphs()
+    return super()._save(session, step)
+
+  def _write_graphs(self):
+    """What TensorFlow's hook writes as the session starts: graph.pbtxt,
+    and the graph and MetaGraph for TensorBoard."""
+    self._graphs_written = True
+    graph = tf.get_default_graph()
+    graph_def = graph.as_graph_def(add_shapes=True)
+    tf.io.write_graph(graph_def, self._checkpoint_dir, "graph.pbtxt")
+    saver = self._get_saver()
+    self._summary_writer.add_graph(graph)
+    self._summary_writer.add_meta_graph(tf.train.export_meta_graph(
+        graph_def=graph_def, saver_def=saver.saver_def if saver else None))

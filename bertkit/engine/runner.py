@@ -26,6 +26,7 @@ flight, checkpointed), eval_results.txt and the run summary.
 
 import atexit
 import dataclasses
+import functools
 import os
 import shutil
 import tempfile
@@ -238,7 +239,7 @@ def run(prepared, make_input_fn, schedule=TrainingSchedule(),
   estimator = make_estimator(task_contract.model_fn_builder(
       prepared.task, options.init_checkpoint, options.optimizer,
       schedule.num_train_steps, schedule.num_warmup_steps, run_arguments,
-      prepared.replicas), setup)
+      prepared.replicas, checkpoint_saver=checkpoint_saver(setup)), setup)
   throughput_summary, result, eval_files = None, None, evaluation.files
   if train_files and evaluation.target and held_out.reached_before(
       options.output_dir, evaluation.target):
@@ -286,6 +287,18 @@ def run(prepared, make_input_fn, schedule=TrainingSchedule(),
       run_report.write_eval_results(options.output_dir, result)
     run_report.print_run_summary(options.output_dir, throughput_summary,
                                  result)
+
+
+def checkpoint_saver(setup):
+  """What makes the chief's checkpoint saver (checkpoints.PeriodicSaverHook:
+  nothing saved or written before the first step), or None where
+  Estimator's own saves: a TF_CONFIG cluster's collective training adds its
+  own saver whatever the run hands it."""
+  config = setup.run_config
+  if setup.plan.cluster or not config.save_checkpoints_steps:
+    return None
+  return functools.partial(checkpoints.PeriodicSaverHook, config.model_dir,
+                           config.save_checkpoints_steps)
 
 
 def start_clock(setup, output_dir):

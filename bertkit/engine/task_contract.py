@@ -104,7 +104,7 @@ def mean_loss_shares(mean_loss_fn):
 
 def model_fn_builder(task, init_checkpoint, optimizer, num_train_steps,
                      num_warmup_steps, run_arguments, replicas=None,
-                     predict_strategy=None):
+                     predict_strategy=None, checkpoint_saver=None):
   """The Estimator model_fn of `task`.
 
   TRAIN: one update from the summed gradients of num_accumulation_steps
@@ -126,6 +126,8 @@ def model_fn_builder(task, init_checkpoint, optimizer, num_train_steps,
       builds the run's); None: those of the strategy in scope, no stop vote.
     predict_strategy: PREDICT on every replica of this tf.distribute
       strategy (replicated_predictions); None: on one device.
+    checkpoint_saver: function() -> the chief's CheckpointSaverHook of
+      training (checkpoints.PeriodicSaverHook); None: Estimator's own.
   """
 
   def model_fn(features, labels, mode, params):
@@ -140,6 +142,8 @@ def model_fn_builder(task, init_checkpoint, optimizer, num_train_steps,
           **run_arguments)
       spec = dict(loss=train_step.register_step_metrics(step),
                   train_op=step.train_op)
+      if checkpoint_saver is not None:
+        spec["training_chief_hooks"] = [checkpoint_saver()]
     elif mode == EVAL:
       # Eval runs unreplicated: the mean loss itself, not a replica's share.
       loss, metrics = task.eval_outputs(features)

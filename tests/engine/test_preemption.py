@@ -16,6 +16,7 @@ import sys
 import time
 import uuid
 
+import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
@@ -140,6 +141,81 @@ def test_a_second_signal_exits_at_once(workdir):
   text = log.read_text()
   assert "stopped by a second SIGTERM: exiting at once" in text
   assert not STOP_LINE.search(text)
+
+
+def kill_9_after_step(args, out, min_step):
+  """Starts `args`, SIGKILLs it once it logged step >= min_step."""
+  proc = start(args)
+  try:
+    signal_after_step([proc], proc.pid, out, signal.SIGKILL, min_step)
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+    proc.wait()
+
+
+def assert_same_weights(actual_dir, expected_dir):
+  actual, expected = load_checkpoint(actual_dir), load_checkpoint(expected_dir)
+  assert sorted(actual) == sorted(expected)
+  for name, value in expected.items():
+    np.testing.assert_array_equal(actual[name], value, err_msg=name)
+
+
+# No dropout: its random draws start again in each process, so only
+# without it can a resumed run's weights equal the uninterrupted run's.
+NO_DROPOUT = ("--hidden_dropout_prob=0", "--attention_probs_dropout_prob=0")
+
+
+def test_kill_9_before_the_first_checkpoint_reruns_from_step_0(workdir):
+  """Nothing is saved before the first periodic checkpoint (no step-0
+  checkpoint, no graph files): a run killed then starts over, and ends with
+  the weights the uninterrupted run ends with."""
+  steps = 300
+  uninterrupted, out = workdir / "whole_run", workdir / "killed_early"
+  out.mkdir()
+  args = pretrain_args(workdir, out, "--save_checkpoints_steps=%d" % steps,
+                       "--log_every_n_steps=1", steps=steps)
+  kill_9_after_step(args, out, min_step=3)
+  assert tf.train.latest_checkpoint(str(out)) is None
+  assert not [p.name for p in out.iterdir()
+              if p.name.startswith(("model.ckpt", "graph.pbtxt"))]
+  result = run_program(args)
+  assert result.returncode == 0, result.stderr[-3000:]
+  check_resumed(out, 0, steps)
+  result = run_program(pretrain_args(
+      workdir, uninterrupted, "--save_checkpoints_steps=%d" % steps,
+      "--log_every_n_steps=1", steps=steps))
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert_same_weights(str(out), str(uninterrupted))
+  # The graphs come with the first checkpoint, for TensorBoard as before.
+  assert (out / "graph.pbtxt").exists()
+
+
+def test_kill_9_after_a_checkpoint_resumes_to_the_uninterrupted_weights(
+    workdir):
+  """Periodic checkpoints on the schedule the flags ask for; a run killed
+  between two resumes from the newer and ends where the uninterrupted run
+  does, weight for weight."""
+  steps, every = 300, 20
+  uninterrupted, out = workdir / "whole_run_k", workdir / "killed_late"
+  out.mkdir()
+  make_args = lambda d: pretrain_args(
+      workdir, d, "--save_checkpoints_steps=%d" % every,
+      "--log_every_n_steps=1", *NO_DROPOUT, steps=steps)
+  kill_9_after_step(make_args(out), out, min_step=2 * every + 3)
+  latest = tf.train.latest_checkpoint(str(out))
+  resumed_from = int(latest.rsplit("-", 1)[1])
+  assert resumed_from % every == 0 and every <= resumed_from < steps
+  result = run_program(make_args(out))
+  assert result.returncode == 0, result.stderr[-3000:]
+  check_resumed(out, resumed_from, steps)
+  result = run_program(make_args(uninterrupted))
+  assert result.returncode == 0, result.stderr[-3000:]
+  kept = sorted(int(p.name.split("-")[1].split(".")[0])
+                for p in uninterrupted.glob("model.ckpt-*.index"))
+  # Every `every` steps and the last, the newest five kept.
+  assert kept == [steps - every * k for k in (4, 3, 2, 1, 0)]
+  assert_same_weights(str(out), str(uninterrupted))
 
 
 def multi_worker_cluster(workdir, out, args, log_suffix):

@@ -388,10 +388,12 @@ def test_program_trains_the_masked_lm_and_exports_a_bert_for_masked_lm(
   config_file = tmp_path / "tiny.json"
   config_file.write_text(json.dumps(CONFIG))
   output_dir = tmp_path / "out"
-  program_in_process(pretrain_args(records, output_dir))
+  # A checkpoint after the first step too: the weights steps 2-4 move.
+  program_in_process(pretrain_args(records, output_dir,
+                                   "--save_checkpoints_steps=1"))
   assert set(read_eval_results(str(output_dir))) == {
       "global_step", "loss", "masked_lm_accuracy", "masked_lm_loss"}
-  first = load_checkpoint(str(output_dir / "model.ckpt-0"))
+  first = load_checkpoint(str(output_dir / "model.ckpt-1"))
   prefix = tf.train.latest_checkpoint(str(output_dir))
   last = load_checkpoint(prefix)
   assert prefix.endswith("-4")
