@@ -25,7 +25,7 @@ import tensorflow.compat.v1 as tf
 
 from bertkit.data import packing
 from bertkit.common.errors import UserError
-from conftest import (REPO_ROOT, program_in_process, expect_user_error,
+from conftest import (REPO_ROOT, expect_user_error,
                       load_checkpoint, program_in_process, requires_horovod,
                       run_program, tiny_bert_config)
 

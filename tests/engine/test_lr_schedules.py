@@ -220,7 +220,7 @@ def test_clip_norm_flag_clips():
   hyper = dataclasses.replace(optimizers.UPSTREAM_HYPERPARAMETERS,
                               clip_norm=0.5, weight_decay_rate=0.0)
   with tf.Graph().as_default():
-    weight = tf.get_variable("w", initializer=tf.constant([0.0, 0.0]))
+    tf.get_variable("w", initializer=tf.constant([0.0, 0.0]))
     opt = optimizers.build_optimizer("adamw", 0.1, hyperparameters=hyper)
     assert (opt.clip_norm, opt.beta_2) == (0.5, 0.999)
 
