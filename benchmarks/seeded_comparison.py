@@ -3,7 +3,7 @@ accuracy at the same steps, differences claimed only beyond the seeds'
 spread.
 
 The data are time_to_accuracy.py's (the KJV by default; --corpus,
---python_docs), BERT-mini at seq 128, the fast recipe's values; each run is
+--python_docs, --fortunes), BERT-mini at seq 128, the fast recipe's values; each run is
 a whole process of --num_train_steps steps, evaluated every
 --eval_every_n_steps steps on the same held-out records. Two comparisons:
 
@@ -244,6 +244,7 @@ def parse_args(argv=None):
   add("--max_eval_steps", type=int)
   add("--corpus")
   add("--python_docs")
+  add("--fortunes")
   add("--heldout_every", type=int, default=20)
   add("--bible", default="bible")
   add("--bert_config_file",

@@ -4,8 +4,11 @@ On a real corpus, the King James Bible as Debian's bible-kjv packages it
 (`apt-get install bible-kjv`: the text and the `bible` program that decodes
 it), one document per chapter, whole books held out; or Python's
 documentation (--python_docs, `apt-get install python3.11-doc`), one
-document per page, every --heldout_every-th page held out; or any text
-(--corpus). BERT-mini (configs/bert_mini.json, its vocab_size set to the
+document per page, every --heldout_every-th page held out; or the
+fortune cookies of Debian's fortunes package (--fortunes, `apt-get install
+fortunes`): quotations, jokes, verse and aphorisms, FORTUNES_PER_DOCUMENT
+consecutive fortunes of one file a document, every --heldout_every-th held
+out; or any text (--corpus). BERT-mini (configs/bert_mini.json, its vocab_size set to the
 vocab's), sequence length 128, three contestants:
 
   bert_2018  run_pretraining.py with configs/recipes/bert_2018 (upstream's
@@ -76,6 +79,8 @@ Examples:
   python benchmarks/time_to_accuracy.py --output_dir=/tmp/tta_kjv
   python benchmarks/time_to_accuracy.py --output_dir=/tmp/tta_pydocs \
     --python_docs=/usr/share/doc/python3.11/html --max_eval_steps=20
+  python benchmarks/time_to_accuracy.py --output_dir=/tmp/tta_fortunes \
+    --fortunes=/usr/share/games/fortunes
   python benchmarks/time_to_accuracy.py --output_dir=/tmp/tta_target \
     --protocol=target --target=0.13 --stop_at_target
   python benchmarks/time_to_accuracy.py --output_dir=/tmp/tta_smoke --smoke
@@ -129,6 +134,10 @@ PYTHON_DOCS_SKIPPED_DIRS = ("whatsnew", "_sources", "_static", "_images",
 PYTHON_DOCS_SKIPPED_PAGES = ("genindex", "py-modindex", "search", "changelog")
 PYTHON_DOCS_MIN_WORDS = 4
 PYTHON_DOCS_MIN_PAGES = 100
+# --fortunes: a fortune is a few lines; ten of one file make a document
+# about a KJV chapter's length in sentences.
+FORTUNES_PER_DOCUMENT = 10
+FORTUNES_MIN_DOCUMENTS = 100
 # The held-out questions: BERT's masking rate, whatever a recipe trains at.
 HELDOUT_MASKED_LM_PROB = 0.15
 # A recipe's run_pretraining.py values the peer takes (same flag names).
@@ -146,7 +155,7 @@ EVAL_SHARE = 0.1
 # draw the curves.
 BUDGET_EVAL_SHARE = 0.05
 # The flags the prepared data depends on (data/data.json).
-DATA_FLAGS = ("smoke", "corpus", "python_docs", "heldout_every",
+DATA_FLAGS = ("smoke", "corpus", "python_docs", "fortunes", "heldout_every",
               "bert_config_file", "max_seq_length", "heldout_predictions",
               "vocab_size", "eval_batch_size", "max_eval_steps")
 # --smoke: a 2-layer model small enough for a test.
@@ -278,15 +287,54 @@ def python_docs_documents(html_dir):
   return documents
 
 
+def fortunes_documents(fortune_dir):
+  """Debian's fortunes as documents: each file's fortunes (the text
+  between lines of a single `%`) in order, FORTUNES_PER_DOCUMENT to a
+  document, each fortune's lines joined and split into sentences by the
+  segmenter create_pretraining_data.py uses for JSONL text. Every file the
+  package ships is read (files sorted by name; the .dat indexes and .u8
+  links left out).
+
+  Raises:
+    UserError: the folder holds too few fortunes.
+  """
+  split = corpus_input.segmenter()
+  documents = []
+  names = sorted(n for n in os.listdir(fortune_dir) if "." not in n)
+  for name in names:
+    path = os.path.join(fortune_dir, name)
+    if not os.path.isfile(path):
+      continue
+    with open(path, encoding="utf-8", errors="replace") as f:
+      fortunes = [" ".join(text.split()) for text in
+                  re.split(r"^%$", f.read(), flags=re.MULTILINE)]
+    fortunes = [t for t in fortunes if t]
+    for start in range(0, len(fortunes), FORTUNES_PER_DOCUMENT):
+      lines = corpus_input.document_lines(
+          "\n".join(fortunes[start:start + FORTUNES_PER_DOCUMENT]), split)
+      if lines:
+        documents.append(lines)
+  if len(documents) < FORTUNES_MIN_DOCUMENTS:
+    raise UserError("--fortunes=%s holds %d documents of fortunes; expected "
+                    "Debian's fortune files (`apt-get install fortunes`: "
+                    "/usr/share/games/fortunes)" % (fortune_dir,
+                                                    len(documents)))
+  return documents
+
+
 def split_corpus(args):
   """(training documents, held-out documents), each a list of line lists.
 
-  KJV: chapters, the HELDOUT_BOOKS held out; --corpus and --python_docs:
-  every --heldout_every-th document held out.
+  KJV: chapters, the HELDOUT_BOOKS held out; --corpus, --python_docs and
+  --fortunes: every --heldout_every-th document held out.
   """
-  if args.corpus or args.python_docs:
-    documents = (text_documents(args.corpus) if args.corpus
-                 else python_docs_documents(args.python_docs))
+  if args.corpus or args.python_docs or args.fortunes:
+    if args.corpus:
+      documents = text_documents(args.corpus)
+    elif args.python_docs:
+      documents = python_docs_documents(args.python_docs)
+    else:
+      documents = fortunes_documents(args.fortunes)
     every = args.heldout_every
     train = [d for i, d in enumerate(documents) if i % every != every - 1]
     heldout = [d for i, d in enumerate(documents) if i % every == every - 1]
@@ -1127,6 +1175,10 @@ def parse_args(argv=None):
       help="the second corpus: the <p> paragraphs of the HTML pages of "
       "Python's documentation in this folder (Debian's python3.11-doc: "
       "/usr/share/doc/python3.11/html), a page a document")
+  add("--fortunes",
+      help="the third corpus: the fortune files in this folder (Debian's "
+      "fortunes: /usr/share/games/fortunes), %d fortunes a document" %
+      FORTUNES_PER_DOCUMENT)
   add("--peer_threads", type=int,
       help="the peer's intra-op threads (default: the usable cores, as "
       "TensorFlow uses)")
@@ -1179,8 +1231,10 @@ def checked(args):
   if args.protocol == "budget" and BUDGET_JUDGE not in args.contestants:
     raise UserError("--protocol=budget needs %s among --contestants: its "
                     "accuracy after the budget is the target" % BUDGET_JUDGE)
-  if args.corpus and args.python_docs:
-    raise UserError("--corpus and --python_docs: give one corpus")
+  if sum(bool(c) for c in (args.corpus, args.python_docs,
+                             args.fortunes)) > 1:
+    raise UserError("--corpus, --python_docs and --fortunes: give one "
+                    "corpus")
   if args.target != "auto":
     try:
       args.target = float(args.target)

@@ -385,6 +385,38 @@ def test_prepared_data_is_reused_only_with_the_same_flags(tmp_path):
     data.check_made_by(args)
 
 
+def test_fortunes_are_documents_of_consecutive_fortunes_of_one_file(
+    tmp_path, monkeypatch):
+  """Ten fortunes of a file to a document, each fortune's wrapped lines one
+  text, the index files beside them left out; the held-out split takes every
+  --heldout_every-th document."""
+  monkeypatch.setattr(time_to_accuracy, "FORTUNES_MIN_DOCUMENTS", 1)
+  fortunes = ["Fortune %d of a,\n  wrapped. Second sentence %d." % (i, i)
+              for i in range(12)]
+  (tmp_path / "aphorisms").write_text("\n%\n".join(fortunes) + "\n%\n")
+  (tmp_path / "aphorisms.dat").write_bytes(b"\0\x02index")
+  (tmp_path / "zen").write_text("Only one.\n%\n")
+  (tmp_path / "zen.u8").symlink_to(tmp_path / "zen")
+  documents = time_to_accuracy.fortunes_documents(str(tmp_path))
+  sentences = lambda i: ["Fortune %d of a, wrapped." % i,
+                         "Second sentence %d." % i]
+  assert documents == [
+      [s for i in range(10) for s in sentences(i)],
+      sentences(10) + sentences(11),
+      ["Only one."]]
+  args = time_to_accuracy.parse_args([
+      "--output_dir=%s" % tmp_path, "--fortunes=%s" % tmp_path,
+      "--heldout_every=3"])
+  train, heldout = time_to_accuracy.split_corpus(args)
+  assert (train, heldout) == (documents[:2], documents[2:])
+  monkeypatch.setattr(time_to_accuracy, "FORTUNES_MIN_DOCUMENTS", 100)
+  with pytest.raises(errors.UserError, match="holds 3 documents of fortunes"):
+    time_to_accuracy.fortunes_documents(str(tmp_path))
+  with pytest.raises(errors.UserError, match="give one corpus"):
+    time_to_accuracy.parse_args(["--output_dir=x", "--fortunes=a",
+                                 "--corpus=b"])
+
+
 @pytest.mark.slow
 def test_smoke_run_of_the_whole_benchmark_to_a_target(tmp_path):
   out = str(tmp_path / "tta")
