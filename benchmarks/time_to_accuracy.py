@@ -1175,10 +1175,8 @@ def parse_args(argv=None):
       help="the second corpus: the <p> paragraphs of the HTML pages of "
       "Python's documentation in this folder (Debian's python3.11-doc: "
       "/usr/share/doc/python3.11/html), a page a document")
-  add("--fortunes",
-      help="the third corpus: the fortune files in this folder (Debian's "
-      "fortunes: /usr/share/games/fortunes), %d fortunes a document" %
-      FORTUNES_PER_DOCUMENT)
+  add("--fortunes", help="the third corpus: Debian's fortune files in "
+      "this folder (/usr/share/games/fortunes)")
   add("--peer_threads", type=int,
       help="the peer's intra-op threads (default: the usable cores, as "
       "TensorFlow uses)")
