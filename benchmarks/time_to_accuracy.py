@@ -1288,11 +1288,4 @@ def main(args):
 
 
 if __name__ == "__main__":
-  try:
-    main(parse_args())
-  except UserError as e:
-    print("error: %s" % e, file=sys.stderr)
-    sys.exit(2)
-  except RuntimeError as e:
-    print("error: %s" % e, file=sys.stderr)
-    sys.exit(3)
+  child_runs.run_benchmark(main, parse_args)

@@ -7,7 +7,12 @@ side-by-side comparisons of benchmarks/, which time the whole process.
 
 import os
 import subprocess
+import sys
 import time
+
+from bertkit.common.errors import EXIT_TRAINING_FAILED
+from bertkit.common.errors import EXIT_USER_ERROR
+from bertkit.common.errors import UserError
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -52,3 +57,17 @@ def count_rate(short_count, long_count, short_seconds, long_seconds):
   second of its extra wall time; None if it took no longer."""
   extra = long_seconds - short_seconds
   return (long_count - short_count) / extra if extra > 0 else None
+
+
+def run_benchmark(main, parse_args):
+  """A benchmark script's entry: main(parse_args()), a bad flag or input
+  (UserError) one `error:` line and exit 2, a run that failed
+  (RuntimeError) one line and exit 3, never a traceback."""
+  try:
+    main(parse_args())
+  except UserError as e:
+    print("error: %s" % e, file=sys.stderr)
+    sys.exit(EXIT_USER_ERROR)
+  except RuntimeError as e:
+    print("error: %s" % e, file=sys.stderr)
+    sys.exit(EXIT_TRAINING_FAILED)
