@@ -144,6 +144,14 @@ def weight_table(config, head, num_labels=None):
   return table + _head_weights(config, head, num_labels)
 
 
+def variable_shapes(config, head, num_labels=None):
+  """{name: shape} of every trainable variable of a model (weight_table's
+  names and shapes): what --init_checkpoint is checked against before
+  training, without building the model a second time."""
+  return {name: shape for name, _, shape, _ in weight_table(config, head,
+                                                            num_labels)}
+
+
 def _head_weights(config, head, num_labels):
   """weight_table's rows of the head on top of the encoder."""
   h = config.hidden_size

@@ -74,13 +74,14 @@ def resolve_init_checkpoint(path):
   return resolve(path, "init_checkpoint")
 
 
-def check_init_checkpoint(init_checkpoint, build_variables_fn,
+def check_init_checkpoint(init_checkpoint, model_shapes,
                           config_source="--bert_config_file"):
   """Compares the checkpoint's shapes with the model's, before training.
 
   Args:
     init_checkpoint: checkpoint prefix or directory.
-    build_variables_fn: builds the model's variables in the default graph.
+    model_shapes: {name: shape} of the model's trainable variables
+      (Task.variable_shapes).
     config_source: where the model's config came from, for the message
       (run_directory.Model.config_source).
 
@@ -92,10 +93,6 @@ def check_init_checkpoint(init_checkpoint, build_variables_fn,
   # temporary directory: the messages name the directory the user gave.
   shown = (init_checkpoint if checkpoint_formats.is_hf_dir(init_checkpoint)
            else path)
-  with tf.Graph().as_default():
-    build_variables_fn()
-    model_shapes = {v.op.name: v.shape.as_list()
-                    for v in tf.trainable_variables()}
   ckpt_shapes = dict(tf.train.list_variables(path))
   mismatched = [(name, shape, ckpt_shapes[name])
                 for name, shape in sorted(model_shapes.items())

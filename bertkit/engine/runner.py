@@ -120,7 +120,7 @@ def prepare(options, task, model):
         options.train_batch_size)
   if options.init_checkpoint:
     checkpoints.check_init_checkpoint(options.init_checkpoint,
-                                      task.build_variables,
+                                      task.variable_shapes(),
                                       model.config_source)
   if setup.is_chief:
     run_directory.write_description(options.output_dir, model)

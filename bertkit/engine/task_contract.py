@@ -35,9 +35,9 @@ class Task:
   """What a program tells the runner about its task.
 
   Attributes:
-    build_variables: function() creating every trainable variable of the
-      model (B=1), to compare --init_checkpoint's shapes with before
-      training.
+    variable_shapes: function() -> {name: shape} of every trainable
+      variable of the model (checkpoint_formats.variable_shapes), to compare
+      --init_checkpoint's shapes with before training.
     train_loss_fns: function(features, num_micro_batches) -> K functions
       without arguments, one per micro-batch of this replica's [B, ...]
       features, each building the model (the first creates the variables,
@@ -52,7 +52,7 @@ class Task:
       training batch, when the throughput figures count more than rows
       (packed rows); None: rows.
   """
-  build_variables: Optional[Callable]
+  variable_shapes: Optional[Callable]
   train_loss_fns: Optional[Callable]
   eval_outputs: Optional[Callable]
   predictions: Optional[Callable] = None

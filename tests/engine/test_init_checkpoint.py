@@ -18,6 +18,12 @@ from bertkit.common import options
 from bertkit.engine import checkpoints
 from bertkit.engine import distribution
 from bertkit.engine import training_setup
+from bertkit.tasks.classification import task as classification
+from bertkit.tasks.features import extraction
+from bertkit.tasks.ner import task as ner
+from bertkit.tasks.pretraining import task as pretraining
+from bertkit.tasks.squad import model as squad_model
+from bertkit.tasks.swag import task as swag
 import modeling
 from conftest import (TINY_CONFIG, load_checkpoint, pretrain_in_process,
                       program_in_process, read_eval_results,
@@ -168,3 +174,47 @@ def test_fine_tuning_from_a_checkpoint_starts_where_one_device_does(tmp_path):
   assert results["central_storage"]["global_step"] == 1
   assert (results["central_storage"]["eval_loss"] ==
           results["one_device"]["eval_loss"])
+
+
+def built_shapes(build):
+  with tf.Graph().as_default():
+    build()
+    return {v.op.name: v.shape.as_list() for v in tf.trainable_variables()}
+
+
+def extraction_model(config):
+  ids = tf.zeros([1, 2], tf.int32)
+  extraction.extraction_task(config, extraction.Output((-1,))).predictions(
+      {"unique_ids": tf.zeros([1], tf.int32), "input_ids": ids,
+       "input_mask": ids, "segment_ids": ids})
+
+
+# Each program's Task, and the model it builds.
+TASK_MODELS = {
+    "pretraining": (pretraining.pretraining_task,
+                    pretraining.build_pretraining_variables),
+    "masked_lm": (lambda c: pretraining.pretraining_task(c, False),
+                  lambda c: pretraining.build_pretraining_variables(c, False)),
+    "classifier": (lambda c: classification.classifier_task(c, 3),
+                   lambda c: classification.build_classifier_variables(c, 3)),
+    "regression": (lambda c: classification.classifier_task(c, 1),
+                   lambda c: classification.build_classifier_variables(c, 1)),
+    "ner": (lambda c: ner.token_classification_task(c, 5),
+            lambda c: ner.build_variables(c, 5)),
+    "squad": (squad_model.question_answering_task,
+              squad_model.build_squad_variables),
+    "swag": (swag.multiple_choice_task, swag.build_variables),
+    "extract_features": (lambda c: extraction.extraction_task(
+        c, extraction.Output((-1,))), extraction_model),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TASK_MODELS))
+def test_each_tasks_variable_shapes_are_those_its_model_builds(name):
+  """--init_checkpoint is checked against Task.variable_shapes (a table, no
+  model built for it): the table must be the model's, head and labels
+  included."""
+  config = modeling.BertConfig.from_dict(TINY_CONFIG)
+  make_task, build = TASK_MODELS[name]
+  assert make_task(config).variable_shapes() == built_shapes(
+      lambda: build(config))

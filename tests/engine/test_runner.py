@@ -112,7 +112,7 @@ def linear_task():
     return tf.reduce_mean(tf.square(tf.matmul(features["x"], w)[:, 0] -
                                     features["y"]))
 
-  return task_contract.Task(build_variables=None,
+  return task_contract.Task(variable_shapes=None,
                      train_loss_fns=task_contract.mean_loss_shares(mean_loss),
                      eval_outputs=None)
 
@@ -147,7 +147,7 @@ def test_accumulation_is_one_update_of_the_whole_batch():
 
 
 def test_a_task_without_predictions_refuses_predict_mode():
-  task = task_contract.Task(build_variables=None, train_loss_fns=None,
+  task = task_contract.Task(variable_shapes=None, train_loss_fns=None,
                      eval_outputs=None)
   model_fn = task_contract.upstream_model_fn(task, None, 0.1, 10, 0)
   with pytest.raises(ValueError, match="no infer mode"):

@@ -20,6 +20,7 @@ import tensorflow.compat.v1 as tf
 
 from bertkit.common import heads
 from bertkit.common.errors import UserError
+from bertkit.engine import checkpoint_formats
 from bertkit.engine import distribution
 from bertkit.engine import input_pipeline
 from bertkit.engine import runner
@@ -180,8 +181,8 @@ def classifier_task(bert_config, num_labels):
             "example_index": features["example_index"]}
 
   return task_contract.Task(
-      build_variables=lambda: build_classifier_variables(bert_config,
-                                                         num_labels),
+      variable_shapes=lambda: checkpoint_formats.variable_shapes(
+          bert_config, checkpoint_formats.CLASSIFIER, num_labels),
       train_loss_fns=train_loss_fns, eval_outputs=eval_outputs,
       predictions=predictions)
 

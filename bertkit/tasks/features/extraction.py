@@ -22,6 +22,7 @@ max_seq_length), H = hidden size.
 
 import collections
 import dataclasses
+import functools
 import json
 import tempfile
 import time
@@ -34,6 +35,7 @@ import tensorflow.compat.v1 as tf
 from bertkit.common import atomic_io
 from bertkit.common import options
 from bertkit.common.errors import UserError
+from bertkit.engine import checkpoint_formats
 from bertkit.engine import distribution
 from bertkit.engine import input_pipeline
 from bertkit.engine import run_directory
@@ -138,10 +140,6 @@ def extraction_task(bert_config, output):
         input_ids=features["input_ids"], input_mask=features["input_mask"],
         token_type_ids=features["segment_ids"])
 
-  def build_variables():
-    ids = tf.zeros([1, 2], tf.int32)
-    build_model({"input_ids": ids, "input_mask": ids, "segment_ids": ids})
-
   def predictions(features):
     layers = build_model(features).get_all_encoder_layers()
     result = {"unique_id": features["unique_ids"]}
@@ -155,7 +153,9 @@ def extraction_task(bert_config, output):
                            if output.normalize else vectors)
     return result
 
-  return task_contract.Task(build_variables=build_variables,
+  return task_contract.Task(variable_shapes=functools.partial(
+      checkpoint_formats.variable_shapes, bert_config,
+      checkpoint_formats.ENCODER),
                             train_loss_fns=None, eval_outputs=None,
                             predictions=predictions)
 

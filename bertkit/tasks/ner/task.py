@@ -28,6 +28,7 @@ import tensorflow.compat.v1 as tf
 from bertkit.common import atomic_io
 from bertkit.common import heads
 from bertkit.common.errors import UserError
+from bertkit.engine import checkpoint_formats
 from bertkit.engine import distribution
 from bertkit.engine import input_pipeline
 from bertkit.engine import task_contract
@@ -136,7 +137,8 @@ def token_classification_task(bert_config, num_labels):
             "predicted_ids": tf.argmax(logits, -1, output_type=tf.int32)}
 
   return task_contract.Task(
-      build_variables=lambda: build_variables(bert_config, num_labels),
+      variable_shapes=lambda: checkpoint_formats.variable_shapes(
+          bert_config, checkpoint_formats.TOKEN_CLASSIFICATION, num_labels),
       train_loss_fns=train_loss_fns, eval_outputs=eval_outputs,
       predictions=predictions)
 

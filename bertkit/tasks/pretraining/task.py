@@ -20,6 +20,7 @@ import tensorflow.compat.v1 as tf
 from bertkit import kernels
 from bertkit.common import options
 from bertkit.data import packing
+from bertkit.engine import checkpoint_formats
 from bertkit.engine import distribution
 from bertkit.engine import task_contract
 import modeling
@@ -391,9 +392,10 @@ def pretraining_task(bert_config, next_sentence_prediction=True,
       from, one of options.INIT_DISTRIBUTIONS.
   """
   return task_contract.Task(
-      build_variables=functools.partial(
-          build_pretraining_variables, bert_config,
-          next_sentence_prediction=next_sentence_prediction),
+      variable_shapes=functools.partial(
+          checkpoint_formats.variable_shapes, bert_config,
+          checkpoint_formats.PRETRAINING if next_sentence_prediction
+          else checkpoint_formats.MASKED_LM),
       train_loss_fns=functools.partial(
           micro_batch_loss_fns, bert_config,
           next_sentence_prediction=next_sentence_prediction,

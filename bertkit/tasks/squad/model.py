@@ -14,6 +14,7 @@ import tensorflow.compat.v1 as tf
 
 from bertkit.common import heads
 from bertkit.data import pretraining_records
+from bertkit.engine import checkpoint_formats
 from bertkit.engine import task_contract
 import modeling
 
@@ -133,7 +134,8 @@ def question_answering_task(bert_config):
             "start_logits": start_logits, "end_logits": end_logits}
 
   return task_contract.Task(
-      build_variables=lambda: build_squad_variables(bert_config),
+      variable_shapes=lambda: checkpoint_formats.variable_shapes(
+          bert_config, checkpoint_formats.SQUAD),
       train_loss_fns=task_contract.mean_loss_shares(
           lambda features: loss(features, True)),
       eval_outputs=eval_outputs, predictions=predictions)

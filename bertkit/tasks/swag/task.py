@@ -22,6 +22,7 @@ import tensorflow.compat.v1 as tf
 from bertkit.common import atomic_io
 from bertkit.common import heads
 from bertkit.common.errors import UserError
+from bertkit.engine import checkpoint_formats
 from bertkit.engine import input_pipeline
 from bertkit.engine import task_contract
 from bertkit.tasks.fine_tuning import driver
@@ -104,7 +105,8 @@ def multiple_choice_task(bert_config):
     return {"logits": logits, "probabilities": tf.nn.softmax(logits, -1)}
 
   return task_contract.Task(
-      build_variables=lambda: build_variables(bert_config),
+      variable_shapes=lambda: checkpoint_formats.variable_shapes(
+          bert_config, checkpoint_formats.MULTIPLE_CHOICE),
       train_loss_fns=task_contract.mean_loss_shares(
           lambda features: mean_loss(features, True)),
       eval_outputs=eval_outputs, predictions=predictions)
