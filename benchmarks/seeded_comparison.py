@@ -24,7 +24,11 @@ a whole process of --num_train_steps steps, evaluated every
 A seed's runs are paired: the difference of two arms is taken seed by seed,
 and an arm is said to beat another at a step only when it does in every
 seed (with 5 seeds, a sign test's one-sided p = 1/32); otherwise the
-difference is within the spread. Writes summary.md and summary.json to
+difference is within the spread. Trainers with common random numbers differ
+by float rounding alone, which flips the argmax of a near-tied position or
+two (one of ~4,800 held-out positions moves accuracy by 0.0002): their pair
+is judged on the held-out loss first, "alike" when it agrees to within
+LOSS_ALIKE in every seed. Writes summary.md and summary.json to
 --output_dir, and each run's directory under runs/.
 
 Example:
@@ -60,6 +64,9 @@ MASK_RULES = {
     "mask_only": ["--mask_rule=mask_only"],
 }
 RECIPE = tta.PEER_RECIPE
+# Relative held-out loss difference two runs of the same computation stay
+# within (measured: <= 1.3e-5 at 180 steps of BERT-mini, seeds 1 and 2).
+LOSS_ALIKE = 1e-4
 
 
 def static_records(args, data, seed):
@@ -135,9 +142,17 @@ def run(argv, run_dir, label):
   return result
 
 
-def accuracies(run_dir):
-  return {int(e["step"]): float(e["masked_lm_accuracy"])
+def accuracies(run_dir, metric="masked_lm_accuracy"):
+  return {int(e["step"]): float(e[metric])
           for e in evaluation.read_history(run_dir)}
+
+
+def trainer_losses(args):
+  """{seed: {arm: {step: held-out masked-LM loss}}} of the trainers' runs."""
+  runs_dir = os.path.join(args.output_dir, "runs")
+  return {seed: {arm: accuracies(os.path.join(runs_dir, "%s_seed%d" % (
+      arm, seed)), "masked_lm_loss") for arm in ("peer", "ours")}
+          for seed in args.seeds}
 
 
 def seed_runs(args, data, seed, unmasked_records):
@@ -179,9 +194,18 @@ def spread(values):
           "values": values}
 
 
-def summarize(args, per_seed):
+def summarize(args, per_seed, losses=None):
   """Per arm and step the seeds' spread; per pair of arms and step the
-  seed-by-seed differences and the verdict."""
+  seed-by-seed differences and the verdict.
+
+  Args:
+    args: the parsed flags (seeds, comparison).
+    per_seed: {seed: {arm: {step: held-out accuracy}}}, the first arm the
+      baseline.
+    losses: for common random numbers, the same shape holding held-out
+      losses: a pair whose losses agree within LOSS_ALIKE in every seed is
+      "alike", whatever its accuracies' signs.
+  """
   arms = list(per_seed[args.seeds[0]])
   steps = sorted(set.intersection(*[set(per_seed[s][a]) for s in args.seeds
                                     for a in arms]))
@@ -195,7 +219,12 @@ def summarize(args, per_seed):
     for step in steps:
       differences = [per_seed[s][other][step] - per_seed[s][baseline][step]
                      for s in args.seeds]
-      if min(differences) > 0:
+      if losses and all(
+          abs(losses[s][other][step] - losses[s][baseline][step]) <=
+          LOSS_ALIKE * abs(losses[s][baseline][step]) for s in args.seeds):
+        verdict = "alike: held-out loss within %g in every seed" % (
+            LOSS_ALIKE)
+      elif min(differences) > 0:
         verdict = "%s above %s in every seed" % (other, baseline)
       elif max(differences) < 0:
         verdict = "%s below %s in every seed" % (other, baseline)
@@ -283,7 +312,8 @@ def main(args):
   data.mark_made_by(args)
   per_seed = {seed: seed_runs(args, data, seed, unmasked)
               for seed in args.seeds}
-  summary = summarize(args, per_seed)
+  summary = summarize(args, per_seed, trainer_losses(args)
+                      if args.compare == "trainers" else None)
   command = " ".join(["python", "benchmarks/seeded_comparison.py"] +
                      sys.argv[1:])
   with atomic_io.atomic_open(os.path.join(args.output_dir,

@@ -44,6 +44,21 @@ def test_an_arm_beats_another_only_in_every_seed():
                                         pytest.approx(0.02))
 
 
+def test_trainers_are_alike_when_their_losses_agree_in_every_seed():
+  """One near-tied position flipping puts ours below the peer in accuracy;
+  the losses agreeing to 1e-5 make the pair alike. Losses 1e-3 apart do
+  not, and the accuracies' signs decide."""
+  args = args_of("trainers", [1, 2])
+  per_seed = {s: {"peer": {60: 0.0833}, "ours": {60: 0.0831}} for s in (1, 2)}
+  def losses(ours):
+    return {s: {"peer": {60: 6.0951}, "ours": {60: ours}} for s in (1, 2)}
+  alike = seeded_comparison.summarize(args, per_seed, losses(6.09515))
+  assert alike["pairs"][0]["verdict"] == (
+      "alike: held-out loss within 0.0001 in every seed")
+  apart = seeded_comparison.summarize(args, per_seed, losses(6.1012))
+  assert apart["pairs"][0]["verdict"] == "ours below peer in every seed"
+
+
 def test_too_few_seeds_or_an_unknown_rule_is_refused():
   with pytest.raises(seeded_comparison.UserError, match="two seeds"):
     args_of("trainers", [1])
@@ -71,4 +86,5 @@ def test_ours_and_the_peer_train_alike_from_the_same_weights_and_masks(
     for step, loss in histories["peer"].items():
       assert histories["ours"][step] == pytest.approx(loss, rel=1e-5)
   summary = json.loads((tmp_path / "summary.json").read_text())
-  assert {p["verdict"] for p in summary["pairs"]} == {"within the spread"}
+  assert {p["verdict"] for p in summary["pairs"]} == {
+      "alike: held-out loss within 0.0001 in every seed"}
