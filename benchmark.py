@@ -51,26 +51,43 @@ from bertkit.perf.benchmark_options import BenchmarkOptions
 def run(opts):
   """Runs the sweep (or the report, the top ops, the peak) `opts`
   (BenchmarkOptions) ask for."""
-  # pylint: disable=g-import-not-at-top
+  if opts.measure_peak_only:
+    print_peak(opts)
+  elif opts.top_ops_of:
+    print_top_ops(opts)
+  elif opts.report:
+    print_accuracy_report(opts)
+  else:
+    run_sweep(opts)
+
+
+# pylint: disable=g-import-not-at-top
+def print_peak(opts):
+  from bertkit.perf import cpu_peak
+  print(json.dumps({"gflops": cpu_peak.matmul_peak_gflops(
+      opts.peak_threads or cpu_peak.available_cores())}))
+
+
+def print_top_ops(opts):
+  from bertkit.perf import profiles
+  path = profiles.latest_trace(opts.top_ops_of)
+  print("Trace: %s\n" % path)
+  print(profiles.trace_report(path, opts.top_ops))
+
+
+def print_accuracy_report(opts):
   from bertkit.perf import accuracy_reports
+  print(accuracy_reports.write_report(opts.output_dir, opts.report,
+                                      opts.report_target))
+
+
+def run_sweep(opts):
+  """Every cell of the sweep's axes, each a whole process; results.csv, .md
+  and .png in --output_dir."""
   from bertkit.perf import cpu_peak
   from bertkit.perf import model_flops
-  from bertkit.perf import profiles
   from bertkit.perf import reports
   from bertkit.perf import sweep
-  if opts.measure_peak_only:
-    print(json.dumps({"gflops": cpu_peak.matmul_peak_gflops(
-        opts.peak_threads or cpu_peak.available_cores())}))
-    return
-  if opts.top_ops_of:
-    path = profiles.latest_trace(opts.top_ops_of)
-    print("Trace: %s\n" % path)
-    print(profiles.trace_report(path, opts.top_ops))
-    return
-  if opts.report:
-    print(accuracy_reports.write_report(opts.output_dir, opts.report,
-                                        opts.report_target))
-    return
   cells = sweep.parse_axes(
       opts.strategies, opts.bert_config_files, opts.seq_lengths, opts.xla,
       opts.precisions, opts.per_replica_batches, opts.replicas,
