@@ -129,20 +129,21 @@ def run(argv, run_dir, label):
   if os.path.exists(done):
     with open(done) as f:
       if json.load(f) == argv[1:]:
-        return accuracies(run_dir)
+        return held_out(run_dir)
   shutil.rmtree(run_dir, ignore_errors=True)
   os.makedirs(run_dir)
   seconds, _ = tta.run_watched(argv, run_dir, 3600)
   with atomic_io.atomic_open(done) as f:
     json.dump(argv[1:], f)
-  result = accuracies(run_dir)
+  result = held_out(run_dir)
   print("%-12s %s in %.0f s" % (label, ", ".join(
       "%d: %.4f" % item for item in sorted(result.items())), seconds),
         flush=True)
   return result
 
 
-def accuracies(run_dir, metric="masked_lm_accuracy"):
+def held_out(run_dir, metric="masked_lm_accuracy"):
+  """{step: the held-out `metric`} of a run's evaluations."""
   return {int(e["step"]): float(e[metric])
           for e in evaluation.read_history(run_dir)}
 
@@ -150,7 +151,7 @@ def accuracies(run_dir, metric="masked_lm_accuracy"):
 def trainer_losses(args):
   """{seed: {arm: {step: held-out masked-LM loss}}} of the trainers' runs."""
   runs_dir = os.path.join(args.output_dir, "runs")
-  return {seed: {arm: accuracies(os.path.join(runs_dir, "%s_seed%d" % (
+  return {seed: {arm: held_out(os.path.join(runs_dir, "%s_seed%d" % (
       arm, seed)), "masked_lm_loss") for arm in ("peer", "ours")}
           for seed in args.seeds}
 
