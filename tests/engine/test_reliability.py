@@ -4,6 +4,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -228,16 +229,25 @@ def tiny_disk(tmp_path):
 
 
 def fill_disk(directory):
+  """Fills the disk to its last byte.
+
+  Down to single bytes: a tiny model's checkpoint (tens of KB) fits in what
+  a fill by 64 KB chunks leaves, and its save would then fail only at the
+  meta graph, after the checkpoint itself is complete.
+  """
   # Unbuffered: a buffered file would raise ENOSPC again when closed.
   fd = os.open(os.path.join(str(directory), "filler"),
                os.O_WRONLY | os.O_CREAT)
+  chunk = 65536
   try:
-    while True:
-      os.write(fd, b"\0" * 65536)
-  except OSError:
-    pass
+    while chunk:
+      try:
+        os.write(fd, b"\0" * chunk)
+      except OSError:
+        chunk //= 2
   finally:
     os.close(fd)
+  assert shutil.disk_usage(str(directory)).free == 0
 
 
 def test_a_checkpoint_save_on_a_full_disk_is_one_error_line(workdir,
@@ -249,7 +259,11 @@ def test_a_checkpoint_save_on_a_full_disk_is_one_error_line(workdir,
   proc = start(args, log=open(log, "w"))
   try:
     wait_for_checkpoint(out, 40)
+    # Paused while the disk fills, so that the next save meets a full disk
+    # however fast the steps run.
+    proc.send_signal(signal.SIGSTOP)
     fill_disk(tiny_disk)
+    proc.send_signal(signal.SIGCONT)
     returncode = proc.wait(timeout=120)
   finally:
     if proc.poll() is None:
@@ -259,9 +273,28 @@ def test_a_checkpoint_save_on_a_full_disk_is_one_error_line(workdir,
   assert "Traceback" not in text
   errors = [l for l in text.splitlines() if l.startswith("error:")]
   assert len(errors) == 1, text[-2000:]
-  assert re.match(r"error: could not write checkpoint model\.ckpt-80 in %s "
-                  r"\(.*\); 0\.\d MB free on its disk\. The latest complete "
-                  r"checkpoint, model\.ckpt-40, is intact" % re.escape(str(out)),
-                  errors[0]), errors[0]
-  assert load_checkpoint(str(out))["global_step"] == 40
-  assert not list(out.glob("model.ckpt-80*"))
+  message = re.match(r"error: could not write checkpoint model\.ckpt-(\d+) "
+                     r"in %s \(.*\); 0\.0 MB free on its disk\. The latest "
+                     r"complete checkpoint, model\.ckpt-(\d+), is intact" %
+                     re.escape(str(out)), errors[0])
+  assert message, errors[0]
+  failed, latest = int(message.group(1)), int(message.group(2))
+  assert failed % 40 == 0 and failed > 40
+  assert load_checkpoint(str(out))["global_step"] == latest
+  if latest == failed:
+    # Paused inside the save, after the checkpoint itself was written: only
+    # its meta graph, written last, met the full disk.
+    assert not list(out.glob("model.ckpt-%d.meta*" % failed))
+  else:
+    assert latest == failed - 40
+    assert not list(out.glob("model.ckpt-%d*" % failed))
+
+  # As the message says: with space freed, the same command continues.
+  (tiny_disk / "filler").unlink()
+  result = run_program(pretrain_args(workdir, out, "--save_checkpoints_steps=40",
+                                     "--log_every_n_steps=100000",
+                                     steps=latest + 4))
+  assert result.returncode == 0, result.stderr[-2000:]
+  summary = json.loads((out / "throughput_summary.json").read_text())
+  assert summary["first_step"] == latest
+  assert load_checkpoint(str(out))["global_step"] == latest + 4
