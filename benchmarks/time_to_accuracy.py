@@ -389,9 +389,10 @@ class Data:
       return
     with open(path) as f:
       before = json.load(f)
-    if before != made_by:
-      changed = sorted(k for k in set(made_by) | set(before)
-                       if before.get(k) != made_by.get(k))
+    # A flag added since the directory was made reads as unset there.
+    changed = sorted(k for k in set(made_by) | set(before)
+                     if before.get(k) != made_by.get(k))
+    if changed:
       raise UserError(
           "%s was made with other %s; pass another --output_dir or "
           "delete it" % (self.dir, ", ".join("--" + k for k in changed)))

@@ -383,6 +383,17 @@ def test_prepared_data_is_reused_only_with_the_same_flags(tmp_path):
   args.max_seq_length = 64
   with pytest.raises(errors.UserError, match="other --max_seq_length;"):
     data.check_made_by(args)
+  # Made before --fortunes existed: its data.json lacks the flag, which
+  # was as good as unset.
+  args.max_seq_length = 128
+  made = tmp_path / "data" / "data.json"
+  recorded = json.loads(made.read_text())
+  del recorded["fortunes"]
+  made.write_text(json.dumps(recorded))
+  data.check_made_by(args)
+  args.fortunes = "/usr/share/games/fortunes"
+  with pytest.raises(errors.UserError, match="other --fortunes;"):
+    data.check_made_by(args)
 
 
 def test_fortunes_are_documents_of_consecutive_fortunes_of_one_file(
