@@ -253,8 +253,8 @@ def fill_disk(directory):
 def test_a_checkpoint_save_on_a_full_disk_is_one_error_line(workdir,
                                                              tiny_disk):
   out = tiny_disk / "out"
-  args = pretrain_args(workdir, out, "--save_checkpoints_steps=40",
-                       "--log_every_n_steps=100000", steps=100000)
+  flags = ("--save_checkpoints_steps=40", "--log_every_n_steps=100000")
+  args = pretrain_args(workdir, out, *flags, steps=100000)
   log = workdir / "full_disk.log"
   proc = start(args, log=open(log, "w"))
   try:
@@ -291,9 +291,7 @@ def test_a_checkpoint_save_on_a_full_disk_is_one_error_line(workdir,
 
   # As the message says: with space freed, the same command continues.
   (tiny_disk / "filler").unlink()
-  result = run_program(pretrain_args(workdir, out, "--save_checkpoints_steps=40",
-                                     "--log_every_n_steps=100000",
-                                     steps=latest + 4))
+  result = run_program(pretrain_args(workdir, out, *flags, steps=latest + 4))
   assert result.returncode == 0, result.stderr[-2000:]
   summary = json.loads((out / "throughput_summary.json").read_text())
   assert summary["first_step"] == latest
