@@ -46,6 +46,7 @@ import uuid
 
 from absl import logging
 
+from bertkit.common import atomic_io
 from bertkit.common import file_patterns
 from bertkit.common import option_fields
 from bertkit.common import options
@@ -84,7 +85,8 @@ class ExportOptions(options.ModelFiles):
       None, "Classifier checkpoints: the class names in output order.",
       unset="the labels.txt the training program wrote next to the "
       "checkpoint, else LABEL_0, LABEL_1, ...")
-  overwrite: bool = option(False, "Replace a non-empty --output_dir.")
+  overwrite: bool = option(False, "Replace a non-empty --output_dir (never "
+                           "one that is or holds what the export reads).")
 
   def __post_init__(self):
     option_fields.check_fields(self)
@@ -123,14 +125,60 @@ def class_labels(labels, head, num_labels):
   return labels
 
 
-def check_output_dir(output_dir, overwrite):
-  """Refuses a non-empty --output_dir unless --overwrite."""
+def check_output_dir(output_dir, overwrite, read=()):
+  """Refuses an --output_dir the export may not replace.
+
+  Checked first, --overwrite or not: one that is, or holds, what the export
+  reads (replacing it would delete the model exported); then a non-empty one
+  without --overwrite, or a file.
+
+  Args:
+    output_dir: the --output_dir.
+    overwrite: --overwrite.
+    read: (flag, path) of each input: --checkpoint (a directory, or a
+      prefix, whose directory counts), --bert_config_file, --vocab_file.
+
+  Raises:
+    UserError: naming the input the --output_dir is or holds.
+  """
+  for flag, path in read:
+    kept = input_kept_from(output_dir, flag, path)
+    if kept:
+      raise UserError(kept)
   if os.path.isdir(output_dir) and os.listdir(output_dir) and not overwrite:
     raise UserError("--output_dir %s is not empty; pass --overwrite to "
                     "replace it" % output_dir)
   if os.path.exists(output_dir) and not os.path.isdir(output_dir):
     raise UserError("--output_dir %s exists and is not a directory" %
                     output_dir)
+
+
+def input_kept_from(output_dir, flag, path):
+  """The refusal of an --output_dir that is, or holds, the input `path`
+  (given as --`flag`), or None. Real paths are compared, symlinks
+  resolved; a checkpoint prefix stands for its directory."""
+  if not path or atomic_io.is_url(path) or atomic_io.is_url(output_dir):
+    return None
+  what = "--%s %s" % (flag, path)
+  if flag == "checkpoint" and os.path.isdir(path):
+    what = "the --checkpoint directory %s" % path
+  elif flag == "checkpoint":
+    prefix, path = path, os.path.dirname(path) or "."
+    what = "the directory %s of --checkpoint %s" % (path, prefix)
+  output, read = os.path.realpath(output_dir), os.path.realpath(path)
+  if os.path.commonpath([output, read]) != output:
+    return None
+  return ("--output_dir %s %s %s, which the export reads: replacing it "
+          "would delete it (--overwrite or not); give another --output_dir, "
+          "e.g. %s" % (output_dir, "is" if output == read else "holds", what,
+                       os.path.join(path if os.path.isdir(read) else
+                                    os.path.dirname(path), "export")))
+
+
+def exported_inputs(checkpoint, bert_config_file, vocab_file):
+  """check_output_dir's `read`: the inputs named on the command line."""
+  return (("checkpoint", checkpoint), ("bert_config_file", bert_config_file),
+          ("vocab_file", vocab_file))
 
 
 def write_google(directory, weights, bert_config_file, bert_config,
@@ -279,7 +327,9 @@ def export(checkpoint, bert_config_file, vocab_file, do_lower_case,
     model.require_vocab(" for the google and huggingface formats")
     tokenization.check_vocab_fits_config(vocab_file, bert_config.vocab_size)
   output_dir = os.path.abspath(output_dir)
-  check_output_dir(output_dir, overwrite)
+  # The vocab may be the checkpoint directory's: it is read too.
+  check_output_dir(output_dir, overwrite, exported_inputs(
+      checkpoint, bert_config_file, vocab_file))
   if hf_dir:
     prefix = checkpoint_formats.converted_hf_checkpoint(hf_dir)
   shapes = dict(tf.train.list_variables(prefix))
@@ -350,7 +400,8 @@ def run(opts):
   # --bert_config_file and --vocab_file: export takes those the --checkpoint
   # directory holds when they are not given.
   file_patterns.check_paths(opts)
-  check_output_dir(os.path.abspath(opts.output_dir), opts.overwrite)
+  check_output_dir(opts.output_dir, opts.overwrite, exported_inputs(
+      opts.checkpoint, opts.bert_config_file, opts.vocab_file))
   prefix, head = export(opts.checkpoint, opts.bert_config_file,
                         opts.vocab_file, opts.do_lower_case, opts.output_dir,
                         formats, opts.labels, opts.overwrite)

@@ -535,6 +535,102 @@ def test_non_empty_output_dir_needs_overwrite(work):
       "occupied"]
 
 
+@pytest.fixture
+def run_dir(tmp_path):
+  """What a training run leaves, of a tiny model with random weights:
+  model.ckpt-1 with its `checkpoint` file, bert_config.json and vocab.txt;
+  beside it a symlink to it (`link`) and a copy of its vocab
+  (vocabs/vocab.txt)."""
+  run = tmp_path / "run"
+  run.mkdir()
+  config = modeling.BertConfig.from_dict(TINY_CONFIG)
+  rng = np.random.RandomState(0)
+  checkpoint_formats.write_checkpoint(str(run / "model.ckpt-1"), {
+      name: rng.standard_normal(shape).astype(np.float32)
+      for name, _, shape, _ in checkpoint_formats.weight_table(
+          config, checkpoint_formats.PRETRAINING)})
+  tf.train.update_checkpoint_state(str(run), str(run / "model.ckpt-1"))
+  (run / "bert_config.json").write_text(config.to_json_string())
+  (run / "vocab.txt").write_text("".join(
+      "%s\n" % t for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] +
+      ["word%d" % i for i in range(VOCAB_SIZE - 5)]))
+  (tmp_path / "link").symlink_to(run)
+  (tmp_path / "vocabs").mkdir()
+  shutil.copy(run / "vocab.txt", tmp_path / "vocabs")
+  return run
+
+
+def snapshot(directory):
+  """{path under `directory`: its bytes (None: a directory or symlink)}."""
+  found = {}
+  for parent, dirs, files in os.walk(str(directory)):
+    for name in dirs + files:
+      path = os.path.join(parent, name)
+      found[os.path.relpath(path, str(directory))] = (
+          None if name in dirs else open(path, "rb").read())
+  return found
+
+
+# How the --output_dir is, or holds, what the export reads: the flags
+# ({run}: the run directory, {tmp} where it is, {tmp}/link a symlink to it)
+# and the message.
+READ_BY_THE_EXPORT = {
+    "the run directory": (
+        ["--checkpoint={run}", "--output_dir={run}"],
+        "--output_dir {run} is the --checkpoint directory {run}"),
+    "a prefix's directory": (
+        ["--checkpoint={run}/model.ckpt-1", "--output_dir={run}/"],
+        "--output_dir {run}/ is the directory {run} of --checkpoint "
+        "{run}/model.ckpt-1"),
+    "a directory holding it": (
+        ["--checkpoint={run}", "--output_dir={run}/.."],
+        "--output_dir {run}/.. holds the --checkpoint directory {run}"),
+    "a symlink to it": (
+        ["--checkpoint={tmp}/link", "--output_dir={run}"],
+        "--output_dir {run} is the --checkpoint directory {tmp}/link"),
+    "the vocab's directory": (
+        ["--checkpoint={run}", "--vocab_file={tmp}/vocabs/vocab.txt",
+         "--output_dir={tmp}/vocabs"],
+        "--output_dir {tmp}/vocabs holds --vocab_file "
+        "{tmp}/vocabs/vocab.txt"),
+}
+
+
+@pytest.mark.parametrize("case, overwrite", [
+    (case, True) for case in sorted(READ_BY_THE_EXPORT)] + [
+        ("the run directory", False)])
+def test_an_export_never_replaces_what_it_reads(run_dir, case, overwrite):
+  """Refused in one line, --overwrite or not, without advising it; every
+  file is left as it was, nothing is made beside it."""
+  tmp = run_dir.parent
+  before = snapshot(tmp)
+  args, message = READ_BY_THE_EXPORT[case]
+  result = run_program(
+      ["export_checkpoint.py", "--format=huggingface"] +
+      [a.format(run=run_dir, tmp=tmp) for a in args] +
+      ["--overwrite"] * overwrite, timeout=120)
+  line = expect_user_error(result, message.format(run=run_dir, tmp=tmp),
+                           "which the export reads: replacing it would "
+                           "delete it (--overwrite or not)")
+  assert "pass --overwrite" not in line
+  assert snapshot(tmp) == before
+
+
+def test_an_export_may_go_inside_the_run_directory(run_dir):
+  """run_pre.sh's layout: OUTPUT_DIR/export holds nothing the export reads
+  (scripts/settings.sh's export_model)."""
+  (run_dir / "export").mkdir()
+  for checkpoint in (run_dir, run_dir / "model.ckpt-1"):
+    export_checkpoint.check_output_dir(
+        str(run_dir / "export"), False, export_checkpoint.exported_inputs(
+            str(checkpoint), str(run_dir / "bert_config.json"),
+            str(run_dir / "vocab.txt")))
+  with pytest.raises(errors.UserError, match="holds --vocab_file"):
+    export_checkpoint.check_output_dir(
+        str(run_dir / "export"), True, export_checkpoint.exported_inputs(
+            str(run_dir), None, str(run_dir / "export" / "vocab.txt")))
+
+
 def test_classifier_labels_must_match_the_head():
   with pytest.raises(errors.UserError, match="names 2 distinct label"):
     export_checkpoint.class_labels(["a", "b"], checkpoint_formats.CLASSIFIER,
