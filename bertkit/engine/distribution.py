@@ -337,6 +337,21 @@ def check_global_batch(plan, global_batch):
         "replicas (%s)" % (global_batch, plan.num_replicas, plan.name))
 
 
+def micro_batch_size(global_batch_size, num_replicas, num_accumulation_steps):
+  """Examples per replica per micro-batch.
+
+  Raises:
+    UserError: the global batch does not split evenly.
+  """
+  if global_batch_size % (num_replicas * num_accumulation_steps):
+    raise UserError(
+        "--train_batch_size=%d (the global batch per update) must divide by "
+        "%d replicas x --num_accumulation_steps=%d = %d" %
+        (global_batch_size, num_replicas, num_accumulation_steps,
+         num_replicas * num_accumulation_steps))
+  return global_batch_size // (num_replicas * num_accumulation_steps)
+
+
 def describe(plan, global_batch):
   """One log line: strategy, replicas, global and per-replica batch."""
   return ("strategy=%s replicas=%d (%d worker(s) x %s) global_batch=%d "

@@ -37,7 +37,6 @@ import tensorflow.compat.v1 as tf
 
 from bertkit.common import errors
 from bertkit.common import options as run_options
-from bertkit.common.errors import UserError
 from bertkit.engine import checkpoints
 from bertkit.engine import cluster_environment
 from bertkit.engine import distribution
@@ -56,21 +55,6 @@ from bertkit.engine import training_update
 
 TRAIN, EVAL, PREDICT = (task_contract.TRAIN, task_contract.EVAL,
                         task_contract.PREDICT)
-
-
-def micro_batch_size(global_batch_size, num_replicas, num_accumulation_steps):
-  """Examples per replica per micro-batch.
-
-  Raises:
-    UserError: the global batch does not split evenly.
-  """
-  if global_batch_size % (num_replicas * num_accumulation_steps):
-    raise UserError(
-        "--train_batch_size=%d (the global batch per update) must divide by "
-        "%d replicas x --num_accumulation_steps=%d = %d" %
-        (global_batch_size, num_replicas, num_accumulation_steps,
-         num_replicas * num_accumulation_steps))
-  return global_batch_size // (num_replicas * num_accumulation_steps)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,21 +91,22 @@ def prepare(options, task, model):
 
   Raises:
     UserError: options that contradict the machine or the global batch, or
-      an --init_checkpoint that does not fit the model.
+      an --init_checkpoint that does not fit the model; before anything is
+      written.
   """
-  setup = training_setup.prepare(options)
-  accumulation = options.optimizer.num_accumulation_steps
-  micro_batch = micro_batch_size(options.train_batch_size,
-                                 setup.plan.num_replicas, accumulation)
-  if accumulation > 1:
-    logging.info(
-        "gradient accumulation: %d micro-batches of %d examples per replica, "
-        "one update per %d examples", accumulation, micro_batch,
-        options.train_batch_size)
   if options.init_checkpoint:
     checkpoints.check_init_checkpoint(options.init_checkpoint,
                                       task.variable_shapes(),
                                       model.config_source)
+  setup = training_setup.prepare(options)
+  accumulation = options.optimizer.num_accumulation_steps
+  if accumulation > 1:
+    logging.info(
+        "gradient accumulation: %d micro-batches of %d examples per replica, "
+        "one update per %d examples", accumulation,
+        distribution.micro_batch_size(options.train_batch_size,
+                                      setup.plan.num_replicas, accumulation),
+        options.train_batch_size)
   if setup.is_chief:
     run_directory.write_description(options.output_dir, model)
   # One vote per run: the optimizer sums it, StopOnSignalHook reads the sum.

@@ -235,6 +235,8 @@ def prepare(options):
   precision = _decide_precision(options.precision, num_gpus)
   plan = distribution.plan(options.distribution, num_gpus)
   distribution.check_global_batch(plan, options.train_batch_size)
+  distribution.micro_batch_size(options.train_batch_size, plan.num_replicas,
+                                options.optimizer.num_accumulation_steps)
   logging.info(distribution.describe(plan, options.train_batch_size))
   check_output_dir(options.output_dir)
   checkpoints.fall_back_to_readable(options.output_dir)

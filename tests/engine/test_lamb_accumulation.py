@@ -17,7 +17,6 @@ import tensorflow.compat.v1 as tf
 
 import conftest
 from bertkit.engine import distribution
-from bertkit.engine import runner
 from bertkit.engine import task_contract
 from bertkit.perf import synthetic_data
 from bertkit.tasks.pretraining import task as pretraining
@@ -378,12 +377,12 @@ def test_fp16_nonfinite_micro_batch_skips_the_whole_update(mixed_precision,
 @pytest.mark.parametrize("batch,replicas,k,expected", [
     (8, 1, 1, 8), (8, 1, 4, 2), (8, 2, 2, 2), (32, 4, 8, 1)])
 def test_micro_batch_size(batch, replicas, k, expected):
-  assert runner.micro_batch_size(batch, replicas, k) == expected
+  assert distribution.micro_batch_size(batch, replicas, k) == expected
 
 
 def test_micro_batch_size_must_divide():
   with pytest.raises(UserError) as e:
-    runner.micro_batch_size(8, 2, 3)
+    distribution.micro_batch_size(8, 2, 3)
   assert str(e.value) == (
       "--train_batch_size=8 (the global batch per update) must divide by 2 "
       "replicas x --num_accumulation_steps=3 = 6")

@@ -5,8 +5,9 @@
     pretraining's weights only is one line naming the checkpoint and the
     head's missing variables, exit 2, nothing trained or predicted;
   * from the program's own fine-tuned output directory it works;
-  * a missing data directory (SQuAD: file) and a bad dev file are refused
-    before anything is written.
+  * a missing data directory (SQuAD: file), a bad dev file and training
+    examples that make no whole step are refused before anything is
+    written.
 
 The pretrained checkpoint is trained here on records create_pretraining_data
 made from sample_data/corpus.txt, with a vocab create_vocab made from it.
@@ -31,31 +32,32 @@ SQUAD_FILE = os.path.join(REPO_ROOT, "tests", "fixtures", "squad",
 
 # Each program: its head, its data arguments, the flag that evaluates (or
 # predicts) without training, the epochs that make 2 steps of batch 8 on the
-# sample, and how to break its dev (or predicted) file.
+# sample, how to break its dev (or predicted) file, and what its training
+# steps count.
 PROGRAMS = {
     "run_classifier.py": dict(
         head=heads.CLASSIFIER, evaluate="--do_eval", epochs="0.04",
         data=lambda d: ["--task_name=tsv", "--data_dir=%s" % d],
         source=os.path.join(SAMPLE, "classify"), dev="dev.tsv",
         broken="label\ttext\nsports\tthe label is not one of train's\n",
-        results="eval_results.txt"),
+        results="eval_results.txt", counted="examples"),
     "run_ner.py": dict(
         head=heads.TOKEN_CLASSIFICATION, evaluate="--do_eval",
         epochs="0.06", data=lambda d: ["--data_dir=%s" % d],
         source=os.path.join(SAMPLE, "ner"), dev="dev.txt",
-        broken="London X-LOC\n", results="dev_predictions.txt"),
+        broken="London X-LOC\n", results="dev_predictions.txt", counted="windows"),
     "run_swag.py": dict(
         head=heads.MULTIPLE_CHOICE, evaluate="--do_eval", epochs="0.034",
         data=lambda d: ["--data_dir=%s" % d],
         source=os.path.join(SAMPLE, "swag"), dev="val.csv",
-        broken="not,a,swag,header\n", results="dev_results.tsv"),
+        broken="not,a,swag,header\n", results="dev_results.tsv", counted="examples"),
     "run_squad.py": dict(
         head=heads.SQUAD, evaluate="--do_predict", epochs="0.7",
         data=lambda d: ["--train_file=%s" % os.path.join(d, "train.json"),
                         "--predict_file=%s" % os.path.join(d, "dev.json"),
                         "--max_query_length=16", "--doc_stride=8"],
         source=None, dev="dev.json", broken='{"data": [\n',
-        results="predictions.json"),
+        results="predictions.json", counted="questions"),
 }
 
 
@@ -159,6 +161,44 @@ def test_a_bad_dev_file_is_refused_before_anything_is_written(
   assert spec["dev"] in str(raised.value)
   assert "\n" not in str(raised.value)
   assert not out.exists() or not os.listdir(out)
+
+
+def no_whole_step(program, pretrained, tmp_path):
+  """The program's arguments with epochs too few for one step of 8."""
+  args = arguments(program, data_dir(program, tmp_path / "data"),
+                   tmp_path / "out", "--do_train",
+                   init_checkpoint=pretrained)
+  return [a for a in args if not a.startswith("--num_train_epochs=")] + [
+      "--num_train_epochs=0.001"]
+
+
+def no_whole_step_message(program):
+  return ("training %s at --train_batch_size=8 for --num_train_epochs=0.001 "
+          "make no whole step; raise --num_train_epochs or lower "
+          "--train_batch_size" % PROGRAMS[program]["counted"])
+
+
+@pytest.mark.parametrize("program", sorted(PROGRAMS))
+def test_examples_that_make_no_whole_step_are_refused_before_writing(
+    program, pretrained, tmp_path):
+  with pytest.raises(UserError) as raised:
+    program_in_process(no_whole_step(program, pretrained, tmp_path))
+  assert no_whole_step_message(program) in str(raised.value)
+  assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("program", ["run_classifier.py", "run_ner.py"])
+def test_no_whole_step_leaves_an_earlier_runs_directory_as_it_was(
+    program, pretrained, tmp_path):
+  """As launched: one `error:` line, exit 2; the output directory of an
+  earlier run keeps its files, labels.txt unchanged, and gets none."""
+  out = tmp_path / "out"
+  out.mkdir()
+  (out / "labels.txt").write_text("an earlier run's\n")
+  expect_user_error(run_program(no_whole_step(program, pretrained, tmp_path)),
+                    no_whole_step_message(program))
+  assert os.listdir(out) == ["labels.txt"]
+  assert (out / "labels.txt").read_text() == "an earlier run's\n"
 
 
 def test_the_contract_covers_every_fine_tuning_program():

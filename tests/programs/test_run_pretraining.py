@@ -260,6 +260,16 @@ def test_batch_must_divide_by_replicas(workdir):
   expect_refused(e, "--train_batch_size=8", "3 replicas")
 
 
+def test_a_batch_that_splits_into_no_micro_batches_makes_no_output_dir(
+    workdir):
+  out = workdir / "bad_accumulation"
+  with pytest.raises(UserError) as e:
+    pretrain_in_process(workdir, out, "--num_accumulation_steps=3")
+  expect_refused(e, "--train_batch_size=8 (the global batch per update) "
+                 "must divide by 1 replicas x --num_accumulation_steps=3")
+  assert not out.exists()
+
+
 def test_more_gpus_than_present_is_refused(workdir):
   with pytest.raises(UserError) as e:
     pretrain_in_process(workdir, workdir / "bad_gpus", "--num_gpus=2")

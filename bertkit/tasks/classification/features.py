@@ -125,25 +125,41 @@ def pad_to_batches(examples, batch_size):
   return list(examples) + [PaddingInputExample()] * num_padding
 
 
+def pack_examples(examples, label_list, max_seq_length, tokenizer,
+                  max_sequences_per_pack, batch_size=None):
+  """The packed rows of `examples`, of up to max_sequences_per_pack each
+  (classification/packing.py), followed by empty rows up to a whole batch
+  if batch_size is given, else shuffled (training).
+
+  Returns:
+    (rows, packing.PackingReport), for classifier_packing.write_rows.
+  """
+  features = [convert_single_example(i, example, label_list,
+                                     max_seq_length, tokenizer)
+              for i, example in enumerate(examples)]
+  return classifier_packing.pack_features(
+      features, max_seq_length, max_sequences_per_pack, batch_size,
+      shuffle=not batch_size)
+
+
 def write_features(path, examples, label_list, max_seq_length, tokenizer,
-                   batch_size=None, max_sequences_per_pack=None):
+                   batch_size=None, max_sequences_per_pack=None, packed=None):
   """Writes the records of `examples` to `path`, padded to whole batches if
   batch_size is given.
 
   With max_sequences_per_pack, the records are packed rows of up to that
-  many examples (classification/packing.py), shuffled if no batch_size is given
-  (training).
+  many examples (pack_examples); `packed`, when given, is what
+  pack_examples returned for them (the training rows, packed to count them
+  before anything was written).
 
   Returns:
     (path, the number of records).
   """
   if max_sequences_per_pack:
-    features = [convert_single_example(i, example, label_list,
-                                       max_seq_length, tokenizer)
-                for i, example in enumerate(examples)]
-    return path, classifier_packing.write_packed_features(
-        path, features, max_seq_length, max_sequences_per_pack, batch_size,
-        shuffle=not batch_size)
+    if packed is None:
+      packed = pack_examples(examples, label_list, max_seq_length, tokenizer,
+                             max_sequences_per_pack, batch_size)
+    return path, classifier_packing.write_rows(path, *packed)
   if batch_size:
     examples = pad_to_batches(examples, batch_size)
   file_based_convert_examples_to_features(examples, label_list,

@@ -134,17 +134,13 @@ def serialize_row(row):
           for name in TOKEN_FEATURES + SLOT_FEATURES)))).SerializeToString()
 
 
-def write_packed_features(path, features, max_seq_length,
-                          max_sequences_per_pack, batch_size=None,
-                          shuffle=False):
-  """Packs the examples' features (`pack_features`) and writes the rows to
-  a TFRecord file, atomically; logs the padding before and after.
+def write_rows(path, rows, report):
+  """Writes packed rows (`pack_features`) to a TFRecord file, atomically;
+  logs the padding before and after (`report`).
 
   Returns:
     The number of rows written.
   """
-  rows, report = pack_features(features, max_seq_length,
-                               max_sequences_per_pack, batch_size, shuffle)
   atomic_io.write_tfrecords(path, (serialize_row(row) for row in rows))
   logging.info("%s: %s", os.path.basename(path), packing.describe(report))
   return len(rows)

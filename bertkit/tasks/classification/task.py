@@ -211,7 +211,7 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
 
 def write_inputs(is_chief, output_dir, examples, label_list, tokenizer,
                  max_seq_length, eval_batch_size, predict_batch_size,
-                 max_sequences_per_pack=None):
+                 max_sequences_per_pack=None, packed_train=None):
   """Writes labels.txt (chief) and the records of each requested split.
 
   Args:
@@ -226,6 +226,8 @@ def write_inputs(is_chief, output_dir, examples, label_list, tokenizer,
     eval_batch_size, predict_batch_size: dev and test sets are padded to
       whole batches of these.
     max_sequences_per_pack: pack rows of up to this many examples, or None.
+    packed_train: the training split's packed rows, when they were packed
+      before (features.pack_examples), or None.
 
   Returns:
     ({split: [record file]}, {split: number of records}) of the splits in
@@ -240,7 +242,7 @@ def write_inputs(is_chief, output_dir, examples, label_list, tokenizer,
     path, counts[split] = classifier_features.write_features(
         driver.record_file(output_dir, split), examples[split],
         label_list, max_seq_length, tokenizer, batch_size,
-        max_sequences_per_pack)
+        max_sequences_per_pack, packed_train if split == "train" else None)
     files[split] = [path]
   return files, counts
 
@@ -334,12 +336,23 @@ class ClassificationFineTuning(driver.FineTuningTask):
   def runner_task(self, bert_config, inputs):
     return classifier_task(bert_config, len(inputs.label_list))
 
-  def write_records(self, opts, inputs, tokenizer, is_chief):
+  def training_set(self, opts, inputs, tokenizer):
+    """The training examples, or with --pack_sequences their packed rows
+    (packed here, written by write_records)."""
+    train = inputs.examples["train"]
+    if not opts.pack_sequences:
+      return driver.TrainingSet(len(train))
+    rows, report = classifier_features.pack_examples(
+        train, inputs.label_list, opts.max_seq_length, tokenizer,
+        opts.max_sequences_per_pack)
+    return driver.TrainingSet(len(rows), "packed rows", (rows, report))
+
+  def write_records(self, opts, inputs, tokenizer, is_chief, training):
     per_pack = opts.max_sequences_per_pack if opts.pack_sequences else None
     files, counts = write_inputs(
         is_chief, opts.run.output_dir, inputs.examples, inputs.label_list,
         tokenizer, opts.max_seq_length, opts.eval_batch_size,
-        opts.predict_batch_size, per_pack)
+        opts.predict_batch_size, per_pack, training and training.computed)
     glue_run = inputs.glue_task and glue_task_outputs.GlueRun(
         inputs.glue_task, inputs.label_list, inputs.examples, files, counts,
         per_pack is not None)
@@ -347,7 +360,7 @@ class ClassificationFineTuning(driver.FineTuningTask):
       glue_run.remove_stale_results(opts.run.output_dir)
     train = len(inputs.examples.get("train", ()))
     return driver.Records(
-        files, counts.get("train", 0), "%d examples%s" % (
+        files, "%d examples%s" % (
             train, " in %d packed rows" % counts["train"] if per_pack and
             train else ""), glue_run)
 

@@ -15,9 +15,11 @@ follows, once:
   * evaluating or predicting without --do_train needs weights holding the
     task's head: a checkpoint in --output_dir, else --init_checkpoint
     (chance-level figures that look real are refused);
-  * the training steps, as upstream counts them, and one line saying so;
-  * the engine, the output directory's description, train / evaluate /
-    predict (engine/runner.py).
+  * the training steps, as upstream counts them, counted before anything is
+    written (examples that make no whole step are refused with the output
+    directory untouched), and one line saying so;
+  * the engine, the output directory's description, the records, train /
+    evaluate / predict (engine/runner.py).
 
 This module imports TensorFlow only inside `run`, after `check_inputs`.
 """
@@ -35,21 +37,36 @@ from bertkit.common.errors import UserError
 
 
 @dataclasses.dataclass(frozen=True)
+class TrainingSet:
+  """What --do_train trains on, counted before anything is written.
+
+  Attributes:
+    count: the number the training steps are counted from (upstream's
+      examples, which for some tasks are not the records: NER's windows,
+      packed rows, SQuAD's questions).
+    counted: what `count` counts, plural, for the messages ("examples",
+      "windows").
+    computed: what counting it computed that write_records writes (NER's
+      windows, the packed rows), or None.
+  """
+  count: int
+  counted: str = "examples"
+  computed: Any = None
+
+
+@dataclasses.dataclass(frozen=True)
 class Records:
   """The records a task wrote for a run.
 
   Attributes:
     files: {split: [record file]}: "train" is trained on; the task's
       evaluation and prediction read the others.
-    train_count: the number the training steps are counted from (upstream's
-      examples, which for some tasks are not the records).
     train_description: what is trained on, for the log ("120 sentences in
       131 windows").
     details: what else the task's later stages need of the writing (the
       windows of each split, the records' counts).
   """
   files: Dict[str, List[str]]
-  train_count: int = 0
   train_description: str = ""
   details: Any = None
 
@@ -81,9 +98,18 @@ class FineTuningTask:
     """The task_contract.Task of the model with this task's head."""
     raise NotImplementedError
 
-  def write_records(self, opts, inputs, tokenizer, is_chief):
+  def training_set(self, opts, inputs, tokenizer):
+    """The TrainingSet of --do_train, counted without writing anything (the
+    driver refuses one that makes no whole step before the output
+    directory is touched)."""
+    raise NotImplementedError
+
+  def write_records(self, opts, inputs, tokenizer, is_chief, training):
     """Writes the records of each split read (and, on the chief, what else
-    the output directory keeps, e.g. labels.txt); returns the Records."""
+    the output directory keeps, e.g. labels.txt); returns the Records.
+
+    `training` is the training_set (None without --do_train): its
+    `computed` part is what the train split's records are made of."""
     raise NotImplementedError
 
   def input_fn_maker(self, opts, inputs):
@@ -192,12 +218,21 @@ def run(task, opts):
   model = load_checked_model(opts)
   inputs = task.read(opts)
   check_weights_hold_head(opts, task.head)
+  tokenizer = tokenization.FullTokenizer(model.vocab_file,
+                                         model.do_lower_case)
+  training = task.training_set(opts, inputs, tokenizer) if opts.do_train \
+      else None
+  schedule = training_schedule(opts, training)
+  # Nothing is written before this line.
   prepared = runner.prepare(opts.run, task.runner_task(model.bert_config,
                                                        inputs), model)
-  records = task.write_records(opts, inputs, tokenization.FullTokenizer(
-      model.vocab_file, model.do_lower_case), prepared.setup.is_chief)
-  runner.run(prepared, task.input_fn_maker(opts, inputs),
-             training_schedule(opts, records),
+  records = task.write_records(opts, inputs, tokenizer,
+                               prepared.setup.is_chief, training)
+  if training:
+    logging.info("***** Training: %s, global batch %d, %d steps *****",
+                 records.train_description, opts.run.train_batch_size,
+                 schedule.num_train_steps)
+  runner.run(prepared, task.input_fn_maker(opts, inputs), schedule,
              train_files=records.files.get("train"),
              evaluation=task.evaluation(opts, inputs, records),
              prediction=task.prediction(opts, inputs, records, model))
@@ -269,25 +304,28 @@ def check_weights_hold_head(opts, head):
             "is" if len(missing) == 1 else "are", head.program))
 
 
-def training_schedule(opts, records):
+def training_schedule(opts, training):
   """The runner.TrainingSchedule of a fine-tuning run: upstream's steps and
-  warm-up, logged; none without --do_train.
+  warm-up; none without --do_train (`training` None).
+
+  Args:
+    opts: the run's options.
+    training: the task's TrainingSet, or None.
 
   Raises:
-    UserError: the examples make no whole step.
+    UserError: the training set makes no whole step.
   """
   from bertkit.engine import runner  # pylint: disable=g-import-not-at-top
-  if not opts.do_train:
+  if training is None:
     return runner.TrainingSchedule(0, 0)
-  num_train_steps = int(records.train_count / opts.run.train_batch_size *
+  num_train_steps = int(training.count / opts.run.train_batch_size *
                         opts.num_train_epochs)
   if num_train_steps < 1:
-    raise UserError("%d training examples at --train_batch_size=%d for "
-                    "--num_train_epochs=%s make no whole step" % (
-                        records.train_count, opts.run.train_batch_size,
-                        opts.num_train_epochs))
-  logging.info("***** Training: %s, global batch %d, %d steps *****",
-               records.train_description, opts.run.train_batch_size,
-               num_train_steps)
+    raise UserError("%d training %s at --train_batch_size=%d for "
+                    "--num_train_epochs=%s make no whole step; raise "
+                    "--num_train_epochs or lower --train_batch_size" % (
+                        training.count, training.counted,
+                        opts.run.train_batch_size, opts.num_train_epochs))
   return runner.TrainingSchedule(num_train_steps,
-                         int(num_train_steps * opts.warmup_proportion))
+                                 int(num_train_steps *
+                                     opts.warmup_proportion))

@@ -176,7 +176,15 @@ def write_records(path, sentences, windows, label_list, tokenizer,
                     tokenizer, seq_length) for window in windows))
 
 
-def write_inputs(output_dir, sentences, label_list, tokenizer, seq_length):
+def train_windows(sentences, tokenizer, seq_length):
+  """The training sentences' windows, shuffled (TRAIN_SHUFFLE_SEED)."""
+  windows = ner_data.windows_of(sentences, tokenizer, seq_length)
+  random.Random(TRAIN_SHUFFLE_SEED).shuffle(windows)
+  return windows
+
+
+def write_inputs(output_dir, sentences, label_list, tokenizer, seq_length,
+                 windows_of_train=None):
   """The records of each split read.
 
   Args:
@@ -185,16 +193,20 @@ def write_inputs(output_dir, sentences, label_list, tokenizer, seq_length):
     label_list: the labels.
     tokenizer: the FullTokenizer.
     seq_length: S.
+    windows_of_train: train_windows of sentences["train"], when they were
+      made before (to count them), or None.
 
   Returns:
     ({split: [record file]}, {split: windows in file order}).
   """
   files, windows = {}, {}
   for split, split_sentences in sentences.items():
-    windows[split] = ner_data.windows_of(split_sentences, tokenizer,
-                                         seq_length)
     if split == "train":
-      random.Random(TRAIN_SHUFFLE_SEED).shuffle(windows[split])
+      windows[split] = (train_windows(split_sentences, tokenizer, seq_length)
+                        if windows_of_train is None else windows_of_train)
+    else:
+      windows[split] = ner_data.windows_of(split_sentences, tokenizer,
+                                           seq_length)
     path = driver.record_file(output_dir, split)
     write_records(path, split_sentences, windows[split], label_list,
                   tokenizer, seq_length)
@@ -316,15 +328,23 @@ class NerFineTuning(driver.FineTuningTask):
   def runner_task(self, bert_config, inputs):
     return token_classification_task(bert_config, len(inputs.label_list))
 
-  def write_records(self, opts, inputs, tokenizer, is_chief):
+  def training_set(self, opts, inputs, tokenizer):
+    """The training windows (the steps count them), made here and written
+    by write_records."""
+    windows = train_windows(inputs.sentences["train"], tokenizer,
+                            opts.max_seq_length)
+    return driver.TrainingSet(len(windows), "windows", windows)
+
+  def write_records(self, opts, inputs, tokenizer, is_chief, training):
     if is_chief:
       driver.write_labels(opts.run.output_dir, inputs.label_list)
     files, windows = write_inputs(opts.run.output_dir, inputs.sentences,
                                   inputs.label_list, tokenizer,
-                                  opts.max_seq_length)
+                                  opts.max_seq_length,
+                                  training and training.computed)
     train = windows.get("train", ())
     return driver.Records(
-        files, len(train), "%d sentences in %d windows" % (
+        files, "%d sentences in %d windows" % (
             len(inputs.sentences.get("train", ())), len(train)), windows)
 
   def input_fn_maker(self, opts, inputs):

@@ -180,16 +180,19 @@ class SquadFineTuning(driver.FineTuningTask):
   def runner_task(self, bert_config, inputs):
     return squad_model.question_answering_task(bert_config)
 
-  def write_records(self, opts, inputs, tokenizer, is_chief):
+  def training_set(self, opts, inputs, tokenizer):
+    # Upstream counts the training steps in questions, not windows.
+    return driver.TrainingSet(len(inputs.train_examples), "questions")
+
+  def write_records(self, opts, inputs, tokenizer, is_chief, training):
     train_files, num_train_windows, predict_files, predict_features = (
         write_inputs(opts.run.output_dir, inputs.train_examples,
                      inputs.predict_examples, tokenizer, opts.max_seq_length,
                      opts.doc_stride, opts.max_query_length))
     files = {"train": train_files, "test": predict_files}
     questions = len(inputs.train_examples or ())
-    # Upstream counts the training steps in questions, not windows.
     return driver.Records(
-        {split: f for split, f in files.items() if f}, questions,
+        {split: f for split, f in files.items() if f},
         "%d questions in %d windows" % (questions, num_train_windows),
         predict_features)
 

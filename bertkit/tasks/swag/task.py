@@ -236,11 +236,14 @@ class MultipleChoiceFineTuning(driver.FineTuningTask):
   def runner_task(self, bert_config, inputs):
     return multiple_choice_task(bert_config)
 
-  def write_records(self, opts, inputs, tokenizer, is_chief):
+  def training_set(self, opts, inputs, tokenizer):
+    return driver.TrainingSet(len(inputs["train"]))
+
+  def write_records(self, opts, inputs, tokenizer, is_chief, training):
     files = write_inputs(opts.run.output_dir, inputs, tokenizer,
                          opts.max_seq_length)
     train = inputs.get("train", ())
-    return driver.Records(files, len(train), "%d examples of %d choices" % (
+    return driver.Records(files, "%d examples of %d choices" % (
         len(train), num_choices(inputs)))
 
   def input_fn_maker(self, opts, inputs):
