@@ -92,13 +92,22 @@ class ExportOptions(options.ModelFiles):
     option_fields.check_fields(self)
 
 
-def parse_formats(values):
-  """The requested formats, in FORMATS order, each once."""
+def parse_formats(values, name="--format"):
+  """The requested formats, in FORMATS order, each once.
+
+  Args:
+    values: the formats named.
+    name: what named them, for the message: the flag, or the scripts'
+      EXPORT_FORMAT setting (scripts/settings.sh asks this function).
+
+  Raises:
+    UserError: a format is unknown, or none is named.
+  """
   formats = [v.strip() for v in values or [] if v.strip()]
   unknown = [f for f in formats if f not in FORMATS]
   if unknown or not formats:
-    raise UserError("--format=%s: unknown format %s; choose from %s" %
-                    (",".join(values or []),
+    raise UserError("%s=%s: unknown format %s; choose from %s" %
+                    (name, ",".join(values or []),
                      ", ".join(unknown) or "(none given)", ",".join(FORMATS)))
   return [f for f in FORMATS if f in formats]
 

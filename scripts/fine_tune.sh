@@ -109,6 +109,19 @@ check_finetuning_inputs() {
 source "$REPO_ROOT/scripts/settings.sh"
 parse_settings "$@"
 
+# A setting given as its --flag too: one value (setting_from_flag).
+for name in "${SETTINGS[@]}"; do
+  flag="${SETTING_FLAG[$name]}"
+  [[ "$name" != INIT_CHECKPOINT ]] || flag=--init_checkpoint
+  [[ -n "$flag" ]] || continue
+  given=""
+  if [[ "${SETTING_KIND[$name]}" == may_be_empty && -v $name ||
+        -n "${!name:-}" ]]; then
+    given=given
+  fi
+  setting_from_flag "$name" "${flag#--}" "$given"
+done
+
 # Each setting: the environment's or NAME=VALUE's value, else its default;
 # "may_be_empty" settings keep a value set empty.
 for name in "${SETTINGS[@]}"; do
@@ -126,6 +139,8 @@ for name in "${SETTINGS[@]}"; do
   esac
 done
 check_finetuning_inputs
+check_export_format
+check_seq_lengths_fit MAX_SEQ_LENGTH
 
 COMMAND=("$PYTHON" "$REPO_ROOT/$PROGRAM" "${STAGE_FLAGS[@]}")
 for name in "${SETTINGS[@]}"; do

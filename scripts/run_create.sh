@@ -50,6 +50,10 @@ EOF
 # shellcheck source=scripts/settings.sh
 source "$REPO_ROOT/scripts/settings.sh"
 parse_settings "$@"
+settings_from_flags INPUT_FILE:input_file DO_LOWER_CASE:do_lower_case \
+  MAX_SEQ_LENGTH:max_seq_length \
+  MAX_PREDICTIONS_PER_SEQ:max_predictions_per_seq DUPE_FACTOR:dupe_factor \
+  MASKED_LM_PROB:masked_lm_prob RANDOM_SEED:random_seed
 
 PYTHON="${PYTHON:-python3}"
 WORK_DIR="${WORK_DIR:-/tmp/bert_sample}"
@@ -69,6 +73,9 @@ if [[ -n "$VOCAB_FILE" && ! -f "$VOCAB_FILE" ]]; then
   die "VOCAB_FILE=$VOCAB_FILE does not exist (leave it empty to train one)"
 fi
 command -v "$PYTHON" > /dev/null || die "PYTHON=$PYTHON is not a command"
+# The records are made with the vocab the next scripts read.
+flag_made_from_setting output_file "$OUTPUT_DIR/pretrain.tfrecord" OUTPUT_DIR
+flag_made_from_setting vocab_file "$OUTPUT_DIR/vocab.txt" VOCAB_FILE
 
 mkdir -p "$OUTPUT_DIR"
 if [[ -z "$VOCAB_FILE" ]]; then

@@ -54,6 +54,12 @@ USAGE
 # shellcheck source=scripts/settings.sh
 source "$REPO_ROOT/scripts/settings.sh"
 parse_settings "$@"
+settings_from_flags GLUE_DIR:glue_dir VOCAB_FILE:vocab_file \
+  INIT_CHECKPOINT:init_checkpoint OUTPUT_DIR:output_dir \
+  DO_LOWER_CASE:do_lower_case TASKS:tasks SEEDS:seeds DO_PREDICT:do_predict
+# Set but empty means "the Hugging Face directory's config.json" (below).
+setting_from_flag BERT_CONFIG_FILE bert_config_file \
+  "$([[ -v BERT_CONFIG_FILE ]] && echo given || true)"
 
 PYTHON="${PYTHON:-python3}"
 WORK_DIR="${WORK_DIR:-/tmp/bert_sample}"

@@ -57,6 +57,14 @@ EOF
 # shellcheck source=scripts/settings.sh
 source "$REPO_ROOT/scripts/settings.sh"
 parse_settings "$@"
+settings_from_flags INPUT_FILE:input_file VOCAB_FILE:vocab_file \
+  BERT_CONFIG_FILE:bert_config_file OUTPUT_DIR:output_dir \
+  INIT_CHECKPOINT:init_checkpoint MAX_SEQ_LENGTH:max_seq_length \
+  MAX_PREDICTIONS_PER_SEQ:max_predictions_per_seq \
+  TRAIN_BATCH_SIZE:train_batch_size EVAL_BATCH_SIZE:eval_batch_size \
+  NUM_TRAIN_STEPS:num_train_steps NUM_WARMUP_STEPS:num_warmup_steps \
+  LEARNING_RATE:learning_rate SAVE_CHECKPOINTS_STEPS:save_checkpoints_steps \
+  MAX_EVAL_STEPS:max_eval_steps DO_LOWER_CASE:do_lower_case
 
 PYTHON="${PYTHON:-python3}"
 WORK_DIR="${WORK_DIR:-/tmp/bert_sample}"
@@ -86,6 +94,8 @@ check_inputs INPUT_FILE "$INPUT_FILE" \
 [[ -f "$BERT_CONFIG_FILE" ]] ||
   die "BERT_CONFIG_FILE=$BERT_CONFIG_FILE does not exist"
 command -v "$PYTHON" > /dev/null || die "PYTHON=$PYTHON is not a command"
+check_export_format
+check_seq_lengths_fit MAX_SEQ_LENGTH
 
 INIT_FLAGS=()
 if [[ -n "$INIT_CHECKPOINT" ]]; then

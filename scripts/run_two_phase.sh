@@ -91,6 +91,26 @@ EOF
 # shellcheck source=scripts/settings.sh
 source "$REPO_ROOT/scripts/settings.sh"
 parse_settings "$@"
+settings_from_flags BERT_CONFIG_FILE:bert_config_file OPTIMIZER:optimizer \
+  SAVE_CHECKPOINTS_STEPS:save_checkpoints_steps NUM_GPUS:num_gpus \
+  CPU_REPLICAS:cpu_replicas
+# What differs between the phases, or follows from the step rule: passed to
+# both, the flag would stand for both phases' settings.
+flag_set_by_script output_dir OUTPUT_DIR
+flag_set_by_script input_file PHASE1_INPUT_FILE PHASE2_INPUT_FILE
+flag_set_by_script init_checkpoint INIT_CHECKPOINT
+flag_set_by_script max_seq_length PHASE1_SEQ_LENGTH PHASE2_SEQ_LENGTH
+flag_set_by_script max_predictions_per_seq PHASE1_MAX_PREDICTIONS \
+  PHASE2_MAX_PREDICTIONS
+flag_set_by_script train_batch_size PHASE1_BATCH_PER_GPU \
+  PHASE2_BATCH_PER_GPU NUM_GPUS CPU_REPLICAS PHASE1_ACCUMULATION \
+  PHASE2_ACCUMULATION
+flag_set_by_script num_accumulation_steps PHASE1_ACCUMULATION \
+  PHASE2_ACCUMULATION
+flag_set_by_script num_train_steps BASELINE_BATCH PHASE1_BASELINE_STEPS \
+  PHASE2_BASELINE_STEPS
+flag_set_by_script num_warmup_steps PHASE1_WARMUP_RATIO PHASE2_WARMUP_RATIO
+flag_set_by_script learning_rate PHASE1_LEARNING_RATE PHASE2_LEARNING_RATE
 
 PYTHON="${PYTHON:-python3}"
 WORK_DIR="${WORK_DIR:-/tmp/bert_two_phase}"
@@ -231,6 +251,9 @@ if [[ "$DRY_RUN" != 1 ]]; then
   [[ -f "$BERT_CONFIG_FILE" ]] ||
     die "BERT_CONFIG_FILE=$BERT_CONFIG_FILE does not exist"
 fi
+# Phase 2 starts after phase 1 has trained: what would refuse it, refused
+# before (a dry run too, when the config is there).
+check_seq_lengths_fit PHASE1_SEQ_LENGTH PHASE2_SEQ_LENGTH
 
 describe() {  # phase, seq, batch per gpu, accumulation, batch, steps, ...
   echo "[$NAME] phase $1: seq $2, global batch $5 ($3 per replica x" \

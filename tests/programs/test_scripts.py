@@ -91,6 +91,80 @@ def test_missing_input_is_one_line_and_exit_2(tmp_path, name, args, message):
   assert lines[0].startswith(message.format(**fill)), lines[0]
 
 
+UNKNOWN_FORMAT = ("unknown format onnx; choose from google,huggingface,"
+                  "saved_model")
+
+
+def disagree(script, setting, value, flag, other):
+  return ("%s: error: %s=%s and --%s=%s disagree (%s passes %s as --%s); "
+          "give one of them" % (script, setting, value, flag, other, script,
+                                setting, flag))
+
+
+# Settings a script checks before its first program starts: the script,
+# its arguments ({tmp}: the test's directory, holding vocab.txt and
+# records.tfrecord) and its one line.
+CHECKED_FIRST = {
+    "an export format, classify": (
+        "run_classify.sh", ["EXPORT_FORMAT=onnx"],
+        "run_classify.sh: error: EXPORT_FORMAT=onnx: " + UNKNOWN_FORMAT),
+    "an export format, pretraining": (
+        "run_pre.sh", ["EXPORT_FORMAT=google,onnx"],
+        "run_pre.sh: error: EXPORT_FORMAT=google,onnx: " + UNKNOWN_FORMAT),
+    "two output dirs, classify": (
+        "run_classify.sh", ["OUTPUT_DIR={tmp}/a", "--output_dir={tmp}/b"],
+        disagree("run_classify.sh", "OUTPUT_DIR", "{tmp}/a", "output_dir",
+                 "{tmp}/b")),
+    "two output dirs, pretraining": (
+        "run_pre.sh", ["OUTPUT_DIR={tmp}/a", "--output_dir={tmp}/b"],
+        disagree("run_pre.sh", "OUTPUT_DIR", "{tmp}/a", "output_dir",
+                 "{tmp}/b")),
+    "two output dirs, GLUE": (
+        "run_glue.sh", ["OUTPUT_DIR={tmp}/a", "--output_dir={tmp}/b"],
+        disagree("run_glue.sh", "OUTPUT_DIR", "{tmp}/a", "output_dir",
+                 "{tmp}/b")),
+    "two casings, NER": (
+        "run_ner.sh", ["DO_LOWER_CASE=true", "--nodo_lower_case"],
+        disagree("run_ner.sh", "DO_LOWER_CASE", "true", "do_lower_case",
+                 "false")),
+    # Equal values are one value: the next check speaks.
+    "equal values": (
+        "run_classify.sh", ["OUTPUT_DIR={tmp}/a", "--output_dir={tmp}/a/",
+                            "LEARNING_RATE=1e-4", "--learning_rate=0.0001",
+                            "EXPORT_FORMAT=onnx"],
+        "run_classify.sh: error: EXPORT_FORMAT=onnx: " + UNKNOWN_FORMAT),
+    # A flag alone is its setting's value.
+    "a length beyond the config": (
+        "run_swag.sh", ["--max_seq_length=1024"],
+        "run_swag.sh: error: MAX_SEQ_LENGTH=1024 exceeds the "
+        "max_position_embeddings 512 of BERT_CONFIG_FILE=%s; use a config "
+        "that covers it, or MAX_SEQ_LENGTH <= 512" % os.path.join(
+            REPO_ROOT, "configs", "bert_tiny.json")),
+    "another vocab for the records": (
+        "run_create.sh", ["--vocab_file={tmp}/vocab.txt"],
+        "run_create.sh: error: --vocab_file={tmp}/vocab.txt: run_create.sh "
+        "passes --vocab_file={tmp}/work/data/vocab.txt, made from VOCAB_FILE; "
+        "set VOCAB_FILE instead"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CHECKED_FIRST))
+def test_settings_are_checked_before_the_first_program(tmp_path, case):
+  """One line, exit 2, no program started (no line of the script's own),
+  nothing written."""
+  name, args, message = CHECKED_FIRST[case]
+  (tmp_path / "vocab.txt").write_text("[PAD]\n")
+  (tmp_path / "records.tfrecord").write_bytes(b"")
+  # The inputs from the environment: not every script has every setting.
+  result = run_script(name, *[a.format(tmp=tmp_path) for a in args], env={
+      "WORK_DIR": str(tmp_path / "work"), "INIT_CHECKPOINT": "",
+      "VOCAB_FILE": str(tmp_path / "vocab.txt"),
+      "INPUT_FILE": str(tmp_path / "records.tfrecord")})
+  assert (result.returncode, result.stdout) == (2, "")
+  assert result.stderr.splitlines() == [message.format(tmp=tmp_path)]
+  assert sorted(os.listdir(tmp_path)) == ["records.tfrecord", "vocab.txt"]
+
+
 @pytest.mark.slow
 def test_the_three_scripts_chain_on_the_sample(tmp_path):
   work_dir = str(tmp_path / "work")

@@ -144,17 +144,51 @@ def test_dry_run_scales_steps_with_replicas_and_accumulation():
     (["NUM_STEPS=3"], "run_two_phase.sh: error: unknown setting NUM_STEPS"),
     (["OPTIMIZER=sgd", "DRY_RUN=1"], "run_two_phase.sh: error: OPTIMIZER "
      "must be lamb or adamw, got 'sgd'"),
+    # Phase 2's length against the config, before phase 1 trains (the
+    # config's max_position_embeddings: 64).
+    (["PHASE1_INPUT_FILE={data}", "PHASE2_INPUT_FILE={data}",
+      "BERT_CONFIG_FILE={config}", "PHASE1_SEQ_LENGTH=32"],
+     "run_two_phase.sh: error: PHASE2_SEQ_LENGTH=512 exceeds the "
+     "max_position_embeddings 64 of BERT_CONFIG_FILE={config}; use a config "
+     "that covers it, or PHASE2_SEQ_LENGTH <= 64"),
+    (["DRY_RUN=1", "BERT_CONFIG_FILE={config}"], "run_two_phase.sh: error: "
+     "PHASE1_SEQ_LENGTH=128 exceeds the max_position_embeddings 64"),
+    # A flag the script sets per phase, passed to both.
+    (["DRY_RUN=1", "--max_seq_length=128"], "run_two_phase.sh: error: "
+     "--max_seq_length=128: run_two_phase.sh sets --max_seq_length itself, "
+     "from PHASE1_SEQ_LENGTH, PHASE2_SEQ_LENGTH; set those instead"),
+    (["DRY_RUN=1", "--output_dir={tmp}/elsewhere"], "run_two_phase.sh: "
+     "error: --output_dir={tmp}/elsewhere: run_two_phase.sh sets "
+     "--output_dir itself, from OUTPUT_DIR; set that instead"),
+    # A setting and its flag, given different values.
+    (["DRY_RUN=1", "OPTIMIZER=lamb", "--optimizer=adamw"],
+     "run_two_phase.sh: error: OPTIMIZER=lamb and --optimizer=adamw disagree "
+     "(run_two_phase.sh passes OPTIMIZER as --optimizer); give one of them"),
 ])
 def test_bad_settings_are_one_line_and_exit_2(tmp_path, args, message):
+  """Before anything runs: nothing in OUTPUT_DIR."""
   data = tmp_path / "present.tfrecord"
   data.write_bytes(b"")
-  fill = {"tmp": str(tmp_path), "data": str(data)}
-  result = run_script(*[a.format(**fill) for a in args])
+  (tmp_path / "tiny.json").write_text(json.dumps(TINY_CONFIG))
+  fill = {"tmp": str(tmp_path), "data": str(data),
+          "config": str(tmp_path / "tiny.json")}
+  result = run_script("OUTPUT_DIR=%s" % (tmp_path / "out"),
+                      *[a.format(**fill) for a in args])
   assert result.returncode == 2
   assert result.stdout == ""
   lines = result.stderr.splitlines()
   assert len(lines) == 1, result.stderr
   assert lines[0].startswith(message.format(**fill)), lines[0]
+  assert not (tmp_path / "out").exists()
+
+
+def test_a_flag_of_a_setting_is_the_setting():
+  """--cpu_replicas=2 is CPU_REPLICAS=2: the step rule counts 2 replicas."""
+  result = run_script("DRY_RUN=1", "--cpu_replicas=2")
+  assert result.returncode == 0, result.stderr
+  assert "(64 per replica x 2 replica(s) x 8 micro-batches), 450000 steps" \
+      in result.stdout.splitlines()[0]
+  assert "--cpu_replicas=2" in result.stdout.splitlines()[3].split()
 
 
 PHASE2_LR, PHASE2_STEPS = 0.01, 4
