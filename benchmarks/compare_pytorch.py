@@ -41,12 +41,10 @@ Example (BERT-mini, seq 128, batch 32, 20 predictions):
   python benchmarks/compare_pytorch.py --output_dir=/tmp/vs_torch
 """
 
-import argparse
 import json
 import os
 import statistics
 import shutil
-import subprocess
 import sys
 import time
 
@@ -58,6 +56,7 @@ sys.path.insert(0, REPO_ROOT)
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from bertkit.common import atomic_io
 from bertkit.engine import training_setup
+from bertkit.perf import benchmark_args
 from bertkit.perf import child_runs
 from bertkit.perf import cpu_peak
 from bertkit.perf import model_flops
@@ -114,9 +113,8 @@ def make_records(args, vocab_size):
        "--output_file=%s" % records, "--vocab_file=%s" % vocab,
        "--max_seq_length=%d" % args.max_seq_length,
        "--max_predictions_per_seq=%d" % args.max_predictions_per_seq]):
-    subprocess.run([sys.executable] + argv, cwd=REPO_ROOT, check=True,
-                   env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    child_runs.wall_seconds([sys.executable] + argv, child_runs.child_env(),
+                            args.timeout)
   return records
 
 
@@ -182,16 +180,16 @@ def summarize(rounds, numpy_gflops, gflop_per_example):
 
 
 def parse_args(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser = benchmark_args.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--output_dir", required=True)
-  parser.add_argument("--bert_config_file",
+  parser.add_argument("--bert_config_file", type=benchmark_args.existing_file,
                       default=os.path.join(REPO_ROOT, "configs",
                                            "bert_mini.json"))
-  parser.add_argument("--corpus",
+  parser.add_argument("--corpus", type=benchmark_args.existing_file,
                       default=os.path.join(REPO_ROOT, "sample_data",
                                            "corpus.txt"),
                       help="text to make the training records from")
-  parser.add_argument("--input_file",
+  parser.add_argument("--input_file", type=benchmark_args.existing_file,
                       help="pretraining records to use instead of --corpus")
   parser.add_argument("--max_seq_length", type=int, default=128)
   parser.add_argument("--max_predictions_per_seq", type=int, default=20)
@@ -287,4 +285,4 @@ def main(args):
 
 
 if __name__ == "__main__":
-  main(parse_args())
+  child_runs.run_benchmark(main, parse_args)

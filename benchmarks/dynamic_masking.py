@@ -20,7 +20,6 @@ Example:
     --unmasked=dynamic.tfrecord --static=static10.tfrecord
 """
 
-import argparse
 import json
 import os
 import statistics
@@ -39,6 +38,8 @@ from bertkit.data import pretraining_instances
 from bertkit.engine import dynamic_masking
 from bertkit.engine import input_pipeline
 from bertkit.engine import record_checks
+from bertkit.perf import benchmark_args
+from bertkit.perf import child_runs
 
 
 def dataset_iterator(path, kind, masking, args, batch):
@@ -156,13 +157,16 @@ def speed_figures(args, masking):
   }
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--vocab_file", required=True)
+def parse_args(argv=None):
+  parser = benchmark_args.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--vocab_file", required=True,
+                      type=benchmark_args.existing_file)
   parser.add_argument("--unmasked", required=True,
+                      type=benchmark_args.existing_file,
                       help="create_pretraining_data.py --masking=dynamic "
                       "records")
   parser.add_argument("--static", required=True,
+                      type=benchmark_args.existing_file,
                       help="create_pretraining_data.py records (static)")
   parser.add_argument("--max_seq_length", type=int, default=128)
   parser.add_argument("--max_predictions_per_seq", type=int, default=20)
@@ -177,7 +181,10 @@ def main():
                       "(0: all)")
   parser.add_argument("--skip", default="",
                       help="comma-separated parts to leave out: rule, speed")
-  args = parser.parse_args()
+  return parser.parse_args(argv)
+
+
+def main(args):
   tf.disable_v2_behavior()
   vocab = pretraining_instances.load_checked_vocab(args.vocab_file)
   masking = dynamic_masking.masking_params_from_vocab(
@@ -197,4 +204,4 @@ def main():
 
 
 if __name__ == "__main__":
-  main()
+  child_runs.run_benchmark(main, parse_args)

@@ -14,7 +14,6 @@ each form is from the function computed in float64, and from each other:
   python benchmarks/gelu_speed.py --rounds=21
 """
 
-import argparse
 import math
 import os
 import statistics
@@ -31,6 +30,8 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 from bertkit import kernels
+from bertkit.perf import benchmark_args
+from bertkit.perf import child_runs
 from bertkit.perf import profiles
 import modeling
 
@@ -113,10 +114,13 @@ def accuracy():
   return lines
 
 
-def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_args(argv=None):
+  parser = benchmark_args.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--rounds", type=int, default=21)
-  args = parser.parse_args(argv)
+  return parser.parse_args(argv)
+
+
+def main(args):
   tf.disable_eager_execution()
   ops = build(SHAPES)
   with tf.Session() as sess:
@@ -139,4 +143,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-  main()
+  child_runs.run_benchmark(main, parse_args)

@@ -33,7 +33,6 @@ Example (BERT-mini, seq 512, a corpus of short documents):
     --vocab_file=vocab.txt --output_dir=/tmp/packing_speed
 """
 
-import argparse
 import json
 import os
 import shutil
@@ -48,6 +47,7 @@ sys.path.insert(0, REPO_ROOT)
 from bertkit.common import atomic_io
 from bertkit.common import options as run_options
 from bertkit.data import packing
+from bertkit.perf import benchmark_args
 from bertkit.perf import child_runs
 from bertkit.perf import sweep
 
@@ -61,7 +61,7 @@ def make_records(options, kind):
   output directory."""
   path = os.path.join(options.output_dir, kind + ".tfrecord")
   if not os.path.exists(path):
-    subprocess.run(
+    child_runs.wall_seconds(
         [sys.executable, "create_pretraining_data.py",
          "--input_file=" + options.input_file, "--output_file=" + path,
          "--vocab_file=" + options.vocab_file,
@@ -70,8 +70,7 @@ def make_records(options, kind):
          "--dupe_factor=%d" % options.dupe_factor] +
         (["--pack_sequences", "--max_sequences_per_pack=%d" %
           options.max_sequences_per_pack] if kind == "packed" else []),
-        cwd=REPO_ROOT, check=True, stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE)
+        child_runs.child_env(), options.timeout)
   return path
 
 
@@ -154,12 +153,14 @@ def summarize(rounds):
 
 
 def parse_args(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser = benchmark_args.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--input_file", required=True,
+                      type=benchmark_args.existing_file,
                       help="the text corpus to make both records of")
-  parser.add_argument("--vocab_file", required=True)
+  parser.add_argument("--vocab_file", required=True,
+                      type=benchmark_args.existing_file)
   parser.add_argument("--output_dir", required=True)
-  parser.add_argument("--bert_config_file",
+  parser.add_argument("--bert_config_file", type=benchmark_args.existing_file,
                       default=os.path.join(REPO_ROOT, "configs",
                                            "bert_mini.json"))
   parser.add_argument("--max_seq_length", type=int, default=512)
@@ -246,4 +247,4 @@ def main(options):
 
 
 if __name__ == "__main__":
-  main(parse_args())
+  child_runs.run_benchmark(main, parse_args)

@@ -36,6 +36,9 @@ sys.path.insert(0, REPO_ROOT)
 # CHECKOUT_MODULES (the runner, checkpoints, ...) is then ours already, built
 # on our modeling rather than on the checkout's, bound only while they load.
 from bertkit.tasks.pretraining import task  # noqa: F401
+from bertkit.common.errors import UserError
+from bertkit.perf import benchmark_args
+from bertkit.perf import child_runs
 
 
 # A checkout's modules loaded as its own, lowest first: each is bound under
@@ -57,18 +60,32 @@ def checkout_files(checkout):
   """{module name: path} of the modules of `checkout` that it has.
 
   Raises:
-    SystemExit: `checkout` predates the bertkit layout; its modules import
+    UserError: `checkout` predates the bertkit layout (its modules import
       each other by their old top-level names, which this process does not
-      have.
+      have), or is no checkout.
   """
   files = {name: os.path.join(checkout, *path.split("/"))
            for name, path in CHECKOUT_MODULES}
   files = {name: path for name, path in files.items() if os.path.exists(path)}
   if not (set(HEADS) & set(files) and "bertkit.engine.optimizers" in files):
-    raise SystemExit("error: %s has no bertkit/tasks/pretraining/task.py and "
-                     "bertkit/engine/optimizers.py: compare checkouts of the "
-                     "bertkit layout" % checkout)
+    raise UserError("%s has no bertkit/tasks/pretraining/task.py and "
+                    "bertkit/engine/optimizers.py: compare checkouts of the "
+                    "bertkit layout" % checkout)
   return files
+
+
+def variant(text):
+  """An argparse type: CHECKOUT[:INTER_OP_THREADS], checked before any
+  graph is built."""
+  checkout, _, inter_op = text.partition(":")
+  if inter_op and not inter_op.isdigit():
+    raise argparse.ArgumentTypeError(
+        "%s: INTER_OP_THREADS must be a whole number" % text)
+  try:
+    checkout_files(checkout)
+  except UserError as e:
+    raise argparse.ArgumentTypeError(str(e)) from None
+  return text
 
 
 @contextlib.contextmanager
@@ -192,10 +209,10 @@ def main(args):
 
 
 def parse_args(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("variants", nargs="+",
+  parser = benchmark_args.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("variants", nargs="+", type=variant,
                       help="CHECKOUT or CHECKOUT:INTER_OP_THREADS")
-  parser.add_argument("--bert_config_file",
+  parser.add_argument("--bert_config_file", type=benchmark_args.existing_file,
                       default=os.path.join(REPO_ROOT, "configs",
                                            "bert_mini.json"))
   parser.add_argument("--batch", type=int, default=32)
@@ -207,4 +224,4 @@ def parse_args(argv=None):
 
 
 if __name__ == "__main__":
-  main(parse_args())
+  child_runs.run_benchmark(main, parse_args)

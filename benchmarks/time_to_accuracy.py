@@ -86,7 +86,6 @@ Examples:
   python benchmarks/time_to_accuracy.py --output_dir=/tmp/tta_smoke --smoke
 """
 
-import argparse
 import hashlib
 import html.parser
 import json
@@ -106,11 +105,13 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 from bertkit.common import atomic_io
+from bertkit.common import text_files
 from bertkit.common.errors import UserError
 from bertkit.data import corpus_input
 from bertkit.data import pretraining_instances
 from bertkit.engine import evaluation
 from bertkit.perf import accuracy_reports
+from bertkit.perf import benchmark_args
 from bertkit.perf import child_runs
 
 CONTESTANTS = ("bert_2018", "fast", "peer")
@@ -219,7 +220,7 @@ def kjv_chapters(bible_program):
 def text_documents(path):
   """The documents of a text corpus: lists of lines between blank lines."""
   documents, current = [], []
-  with open(path, encoding="utf-8") as f:
+  with text_files.open_text(path) as f:
     for line in f:
       if line.strip():
         current.append(line.strip())
@@ -360,6 +361,9 @@ def write_documents(path, documents):
 class Data:
   """The paths of the prepared data (under OUTPUT_DIR/data)."""
 
+  # Made with the directory: a preparation's own, which it may empty.
+  STARTED = ".preparation"
+
   def __init__(self, data_dir):
     self.dir = data_dir
     self.train_text = os.path.join(data_dir, "train.txt")
@@ -374,18 +378,40 @@ class Data:
     """A recipe's training records; `key` names the flags that made them."""
     return os.path.join(self.dir, "%s_train_%s.tfrecord" % (recipe, key))
 
-  def check_made_by(self, args):
-    """Refuses a data directory made with other corpus or model flags, and
-    empties one whose preparation never finished.
+  def make(self):
+    """Creates the directory, marked as a preparation's (before the first
+    file of one is written)."""
+    os.makedirs(self.dir, exist_ok=True)
+    open(os.path.join(self.dir, self.STARTED), "a").close()
+
+  def remove(self):
+    """Deletes the directory of a preparation that did not finish.
 
     Raises:
-      UserError: data.json records other values.
+      UserError: it holds files no preparation made (a folder of the
+        user's that --output_dir/data happens to name); nothing is deleted.
+    """
+    if not os.path.isdir(self.dir):
+      return
+    if os.listdir(self.dir) and not os.path.exists(
+        os.path.join(self.dir, self.STARTED)):
+      raise UserError("%s holds files no preparation of the benchmarks "
+                      "made; pass another --output_dir (nothing was "
+                      "deleted)" % self.dir)
+    shutil.rmtree(self.dir)
+
+  def check_made_by(self, args):
+    """Refuses a data directory made with other corpus or model flags, and
+    empties one whose preparation never finished (`remove`).
+
+    Raises:
+      UserError: data.json records other values, or the directory is not
+        a preparation's.
     """
     made_by = {name: getattr(args, name) for name in DATA_FLAGS}
     path = os.path.join(self.dir, "data.json")
     if not os.path.exists(path):
-      shutil.rmtree(self.dir, ignore_errors=True)
-      os.makedirs(self.dir)
+      self.remove()
       return
     with open(path) as f:
       before = json.load(f)
@@ -408,7 +434,9 @@ def prepare_text_and_model(args, data):
   the model config with the vocab's size."""
   data.check_made_by(args)
   if not os.path.exists(data.train_text):
+    # Read (and refused) before anything is made.
     train, heldout = split_corpus(args)
+    data.make()
     write_documents(data.heldout_text, heldout)
     write_documents(data.train_text, train)
   if not os.path.exists(data.vocab):
@@ -1126,7 +1154,7 @@ def write_results(args, runs, target, how):
 
 def parse_args(argv=None):
   """The benchmark's flags (--smoke fills in a seconds-long run)."""
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser = benchmark_args.ArgumentParser(description=__doc__.splitlines()[0])
   add = parser.add_argument
   add("--output_dir", required=True)
   add("--protocol", choices=PROTOCOLS, default="budget",
@@ -1150,18 +1178,21 @@ def parse_args(argv=None):
   add("--num_train_steps", type=int,
       help="train this many steps instead of a time budget")
   add("--train_batch_size", type=int, help="default: each recipe's")
+  # argparse formats help with %: a per cent sign is %%.
   add("--eval_every_n_steps", type=int,
-      help="default: evaluation about %d %% of training" % (100 * EVAL_SHARE))
+      help="default: evaluation about %d %%%% of training (budget: %d %%%%)"
+      % (100 * EVAL_SHARE, 100 * BUDGET_EVAL_SHARE))
   add("--eval_batch_size", type=int, default=32)
   add("--max_eval_steps", type=int, help="default: every held-out batch")
   add("--stop_at_target", action="store_true",
       help="pass the target to each run (it stops there)")
-  add("--corpus", help="a text corpus (blank lines between documents) "
-      "instead of the KJV")
+  add("--corpus", type=benchmark_args.existing_file,
+      help="a text corpus (blank lines between documents) instead of the "
+      "KJV")
   add("--heldout_every", type=int, default=20,
       help="with --corpus: hold out every N-th document")
   add("--bible", default="bible", help="Debian's bible program")
-  add("--bert_config_file",
+  add("--bert_config_file", type=benchmark_args.existing_file,
       default=os.path.join(REPO_ROOT, "configs", "bert_mini.json"))
   add("--max_seq_length", type=int, default=128)
   add("--heldout_predictions", type=int, default=20)
@@ -1172,18 +1203,19 @@ def parse_args(argv=None):
   add("--peer_dense_decoder", action="store_true",
       help="the peer computes logits at every position, as run_mlm.py "
       "trains (a labelled second figure, not the headline peer)")
-  add("--python_docs",
+  add("--python_docs", type=benchmark_args.existing_dir,
       help="the second corpus: the <p> paragraphs of the HTML pages of "
       "Python's documentation in this folder (Debian's python3.11-doc: "
       "/usr/share/doc/python3.11/html), a page a document")
-  add("--fortunes", help="the third corpus: Debian's fortune files in "
+  add("--fortunes", type=benchmark_args.existing_dir,
+      help="the third corpus: Debian's fortune files in "
       "this folder (/usr/share/games/fortunes)")
   add("--peer_threads", type=int,
       help="the peer's intra-op threads (default: the usable cores, as "
       "TensorFlow uses)")
   add("--throughput_warmup_steps", type=int,
       help="steps left out of examples/sec (default: the programs' 10)")
-  add("--recipes_dir", default=RECIPES_DIR)
+  add("--recipes_dir", type=benchmark_args.existing_dir, default=RECIPES_DIR)
   add("--seed", type=int, default=1)
   add("--timeout_minutes", type=float, default=120.0)
   add("--smoke", action="store_true",

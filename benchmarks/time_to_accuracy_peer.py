@@ -81,6 +81,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))))
 from bertkit.engine import lr_schedules
 from bertkit.engine import training_clock
+from bertkit.perf import benchmark_args
 
 # transformers imports a class's module on first use: done here, so that
 # the clock below counts no imports.
@@ -391,15 +392,19 @@ def write_outputs(args, recorder, final_step):
 
 def parse_args(argv=None):
   """The peer's flags: run_pretraining.py's names for the same values."""
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  for name in ("bert_config_file", "vocab_file", "heldout", "output_dir"):
-    parser.add_argument("--" + name, required=True)
+  parser = benchmark_args.ArgumentParser(
+      description=__doc__.splitlines()[0])
+  for name in ("bert_config_file", "vocab_file", "heldout"):
+    parser.add_argument("--" + name, required=True,
+                        type=benchmark_args.existing_file)
+  parser.add_argument("--output_dir", required=True)
   training = parser.add_mutually_exclusive_group(required=True)
   training.add_argument("--train_sequences",
+                        type=benchmark_args.existing_file,
                         help="token sequences; the collator draws masks")
-  training.add_argument("--train_records",
+  training.add_argument("--train_records", type=benchmark_args.existing_file,
                         help="masked records; their own masks are used")
-  parser.add_argument("--initial_weights",
+  parser.add_argument("--initial_weights", type=benchmark_args.existing_dir,
                       help="a Hugging Face directory to start from")
   parser.add_argument("--save_initial_weights",
                       help="write the initial weights here, as a Hugging "

@@ -12,7 +12,6 @@ other round), so that the rule can be checked on another CPU:
   TF_ENABLE_ONEDNN_OPTS=0 python benchmarks/weight_gradient_gemm.py  # Eigen
 """
 
-import argparse
 import os
 import statistics
 import sys
@@ -29,6 +28,8 @@ import tensorflow.compat.v1 as tf
 
 from bertkit import kernels
 from bertkit.engine import training_setup
+from bertkit.perf import benchmark_args
+from bertkit.perf import child_runs
 from bertkit.perf import profiles
 
 # (M, fan_in, fan_out): BERT-mini's QKV, attention output, intermediate and
@@ -55,10 +56,13 @@ def build(shapes):
   return fetches
 
 
-def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def parse_args(argv=None):
+  parser = benchmark_args.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--rounds", type=int, default=9)
-  args = parser.parse_args(argv)
+  return parser.parse_args(argv)
+
+
+def main(args):
   tf.disable_eager_execution()
   fetches = build(SHAPES)
   with tf.Session() as sess:
@@ -76,4 +80,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-  main()
+  child_runs.run_benchmark(main, parse_args)

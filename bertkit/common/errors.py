@@ -89,9 +89,13 @@ def parse_flags(argv):
   that is not one, an unknown flag) and what it would let through unnoticed
   (a stray argument, a flagfile line without `--`, a missing flagfile, a
   float flag given nan or inf; flag_parsing.py) give one `error:` line and
-  exit 2, as every other bad input does, before the program's main runs."""
+  exit 2, as every other bad input does, before the program's main runs.
+  --help (and --helpshort, --helpfull, --helpxml) print what was asked
+  for and exit 0: absl exits 1 after them, but help given is no failure."""
   try:
     return flag_parsing.parse(argv, flags.FLAGS)
   except flag_parsing.CommandLineError as e:
     print("error: %s" % e, file=sys.stderr, flush=True)
     sys.exit(EXIT_USER_ERROR)
+  except SystemExit as e:  # absl's help flags are the only ones that exit
+    sys.exit(0 if e.code == 1 else e.code)

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import REPO_ROOT, run_ok
+from conftest import REPO_ROOT, expect_user_error, run_ok, run_program
 
 sys.path.insert(0, os.path.join(REPO_ROOT, "benchmarks"))
 # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -65,6 +65,22 @@ def test_too_few_seeds_or_an_unknown_rule_is_refused():
   with pytest.raises(seeded_comparison.UserError, match="median"):
     seeded_comparison.parse_args(["--output_dir=/x", "--compare=mask_rules",
                                   "--mask_rules=upstream,median"])
+
+
+@pytest.mark.parametrize("flag, line", [
+    ("--seeds=1,two", "error: argument --seeds: expected comma-separated "
+     "integers, got '1,two'"),
+    ("--compare=bogus", "error: argument --compare: invalid choice: 'bogus' "
+     "(choose from 'trainers', 'mask_rules')")])
+def test_a_bad_flag_is_one_line_and_makes_nothing(tmp_path, flag, line):
+  """As launched: argparse's refusal as the toolkit's one `error:` line,
+  without its usage."""
+  out = tmp_path / "out"
+  result = run_program(["benchmarks/seeded_comparison.py",
+                        "--output_dir=%s" % out, "--compare=trainers", flag])
+  assert expect_user_error(result) == line
+  assert "usage:" not in result.stderr
+  assert not out.exists()
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import REPO_ROOT, run_ok
+from conftest import REPO_ROOT, expect_user_error, run_ok, run_program
 from bertkit.common import errors
 from bertkit.data import pretraining_records
 from bertkit.perf import accuracy_reports
@@ -375,9 +375,11 @@ def test_prepared_data_is_reused_only_with_the_same_flags(tmp_path):
   data = time_to_accuracy.Data(str(tmp_path / "data"))
   args = time_to_accuracy.parse_args(["--output_dir=%s" % tmp_path])
   data.check_made_by(args)
+  data.make()
   (tmp_path / "data" / "vocab.txt").write_text("half-made")
   data.check_made_by(args)  # never finished: emptied
-  assert os.listdir(str(tmp_path / "data")) == []
+  assert not os.path.exists(str(tmp_path / "data"))
+  data.make()
   data.mark_made_by(args)
   data.check_made_by(args)
   args.max_seq_length = 64
@@ -424,8 +426,34 @@ def test_fortunes_are_documents_of_consecutive_fortunes_of_one_file(
   with pytest.raises(errors.UserError, match="holds 3 documents of fortunes"):
     time_to_accuracy.fortunes_documents(str(tmp_path))
   with pytest.raises(errors.UserError, match="give one corpus"):
-    time_to_accuracy.parse_args(["--output_dir=x", "--fortunes=a",
-                                 "--corpus=b"])
+    time_to_accuracy.parse_args(["--output_dir=x", "--fortunes=%s" % tmp_path,
+                                 "--corpus=%s" % (tmp_path / "zen")])
+
+
+def test_a_data_folder_no_preparation_made_is_never_deleted(tmp_path):
+  """--output_dir naming a folder of the user's whose data/ holds files of
+  their own: refused, nothing deleted (an unfinished preparation's folder,
+  marked when it was made, is emptied: the test above)."""
+  (tmp_path / "data").mkdir()
+  (tmp_path / "data" / "mine.txt").write_text("mine")
+  data = time_to_accuracy.Data(str(tmp_path / "data"))
+  with pytest.raises(errors.UserError) as raised:
+    data.check_made_by(time_to_accuracy.parse_args([
+        "--output_dir=%s" % tmp_path]))
+  assert str(raised.value) == (
+      "%s holds files no preparation of the benchmarks made; pass another "
+      "--output_dir (nothing was deleted)" % (tmp_path / "data"))
+  assert os.listdir(str(tmp_path / "data")) == ["mine.txt"]
+
+
+def test_a_corpus_that_is_not_there_is_one_line_and_makes_nothing(tmp_path):
+  """As launched: before the output's data folder is made."""
+  out, missing = tmp_path / "out", tmp_path / "no_fortunes"
+  expect_user_error(
+      run_program(["benchmarks/time_to_accuracy.py",
+                   "--output_dir=%s" % out, "--fortunes=%s" % missing]),
+      "error: argument --fortunes: no such directory: %s" % missing)
+  assert not out.exists()
 
 
 @pytest.mark.slow

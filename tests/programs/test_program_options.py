@@ -1,15 +1,17 @@
 """Each program's flags are exactly its options' fields, made from them
 (common/option_flags.py), and its --help lists every option with its
 default. Read from the programs as launched: a flag defined by hand
-anywhere on a program's way to main, or a field no flag sets, fails here."""
+anywhere on a program's way to main, or a field no flag sets, fails here.
+Every program, the benchmarks' too, answers --help with exit 0."""
 
 import json
+import os
 import re
 
 import pytest
 
 from bertkit.common import option_fields
-from conftest import PROGRAM_OPTIONS, run_program
+from conftest import PROGRAM_OPTIONS, REPO_ROOT, run_program
 
 # Runs PROGRAM up to absl's app.run, then prints as JSON the flags filed
 # under the program itself (absl files a flag under the module that asks
@@ -53,11 +55,51 @@ def help_entries(text, program):
   return found
 
 
-@pytest.mark.parametrize("program", sorted(p + ".py" for p in PROGRAM_OPTIONS))
-def test_help_lists_every_option_with_its_default(program):
-  # absl ends --help with exit code 1, after the help.
-  result = run_program([program, "--help"], timeout=120)
-  assert "Try --helpfull" in result.stdout, result.stderr[-2000:]
+def launched_programs():
+  """Every program at the root and in benchmarks/, found by listing the
+  files: a .py file that runs as a script (`if __name__ == "__main__":`)."""
+  found = []
+  for folder in ("", "benchmarks"):
+    for name in sorted(os.listdir(os.path.join(REPO_ROOT, folder))):
+      path = os.path.join(folder, name)
+      if name.endswith(".py"):
+        with open(os.path.join(REPO_ROOT, path), encoding="utf-8") as f:
+          if 'if __name__ == "__main__":' in f.read():
+            found.append(path)
+  return found
+
+
+def argparse_flags(program):
+  """The flags (and positional arguments) a benchmark program's source
+  gives argparse by name: `add_argument("--name", ...)`, `add("--name")`."""
+  with open(os.path.join(REPO_ROOT, program), encoding="utf-8") as f:
+    return sorted(set(re.findall(r'\badd(?:_argument)?\(\s*"([-\w]+)"',
+                                 f.read())))
+
+
+def test_the_programs_are_found_by_listing_them():
+  programs = launched_programs()
+  assert sorted(p for p in programs if "/" not in p) == sorted(
+      p + ".py" for p in PROGRAM_OPTIONS)
+  assert {"benchmarks/time_to_accuracy.py", "benchmarks/seeded_comparison.py",
+          "benchmarks/pytorch_peer.py"} <= set(programs)
+  assert "benchmarks/startup_data.py" not in programs  # a module, no program
+
+
+@pytest.mark.parametrize("program", launched_programs())
+def test_help_exits_0_and_lists_every_flag(program):
+  """As launched: exit 0, no traceback; a root program lists each option
+  with its default, a benchmark every flag its parser is given."""
+  result = run_program([program, "--help"], timeout=300)
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert "Traceback" not in result.stderr
+  if "/" in program:
+    flags = argparse_flags(program)
+    assert flags, program
+    for flag in flags:
+      assert flag in result.stdout, flag
+    return
+  assert "Try --helpfull" in result.stdout
   entries = help_entries(result.stdout, program)
   assert sorted(entries) == field_names(program)
   without_default = [name for name, text in entries.items()
