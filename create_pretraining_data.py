@@ -178,6 +178,10 @@ def run_faithful_mode(options):
   vocab = pretraining_instances.load_checked_vocab(options.vocab_file)
   input_files = corpus_input.expand_corpus(options.corpus,
                                            read_directories=False)
+  file_patterns.check_output_reads_nothing(
+      "output_file", output_files, [("input_file", f.path)
+                                    for f in input_files] +
+      [("vocab_file", options.vocab_file)])
   logging.info("*** Reading from input files ***")
   for f in input_files:
     logging.info("  %s (%s)", f.path, f.format)

@@ -43,6 +43,7 @@ import tokenizers
 
 from bertkit.common import atomic_io
 from bertkit.common import errors
+from bertkit.common import file_patterns
 from bertkit.common import option_fields
 from bertkit.common import programs
 from bertkit.common.option_fields import REQUIRED, option
@@ -221,6 +222,9 @@ def run(options):
               options.limit_alphabet)
   files = corpus_input.expand_corpus(corpus_input.Corpus(
       options.input_file, options.input_format, options.text_field))
+  file_patterns.check_output_reads_nothing(
+      "output_file", [options.output_file],
+      [("input_file", f.path) for f in files])
   logging.info("Training a %d-token vocab on %d file(s)", options.vocab_size,
                len(files))
   reader = CorpusReader(files, options.text_field)

@@ -262,3 +262,31 @@ def check_paths(options):
         raise errors.UserError("--%s %s is not a directory" % (name, path))
     elif not atomic_io.is_url(path) and not os.path.isfile(path):
       raise errors.UserError("--%s %s: no such file" % (name, path))
+
+
+def check_output_reads_nothing(output_flag, outputs, inputs):
+  """Refuses an output file that is one of the files the program reads:
+  writing it would replace what was read (a corpus replaced by its vocab or
+  its records). Real paths are compared, symlinks resolved; URLs are not.
+
+  Args:
+    output_flag: the output's flag name, e.g. "output_file".
+    outputs: the output file paths.
+    inputs: (flag name, path) of each file read.
+
+  Raises:
+    UserError: "--output_file c.txt is --input_file c.txt, which ...".
+  """
+  read = {}
+  for flag, path in inputs:
+    if path and not atomic_io.is_url(path):
+      read.setdefault(os.path.realpath(path), (flag, path))
+  for output in outputs:
+    if atomic_io.is_url(output):
+      continue
+    same = read.get(os.path.realpath(output))
+    if same:
+      raise errors.UserError(
+          "--%s %s is --%s %s, which the program reads: writing it would "
+          "replace it; give another --%s" % ((output_flag, output) + same +
+                                             (output_flag,)))

@@ -104,5 +104,11 @@ def read_checked(opts):
   """
   file_patterns.check_paths(opts)
   check_output_file(opts.output_file)
-  return read_examples(corpus_input.expand_corpus(corpus_input.Corpus(
-      opts.input_file, opts.input_format, opts.text_field)), opts.text_field)
+  files = corpus_input.expand_corpus(corpus_input.Corpus(
+      opts.input_file, opts.input_format, opts.text_field))
+  file_patterns.check_output_reads_nothing(
+      "output_file", [opts.output_file], [("input_file", f.path)
+                                          for f in files] +
+      [("vocab_file", opts.vocab_file),
+       ("bert_config_file", opts.bert_config_file)])
+  return read_examples(files, opts.text_field)

@@ -4,7 +4,8 @@
 Every case is one `error:` line naming the file or flag, exit code 2, and no
 output left behind: a truncated or mislabelled compressed corpus, a damaged
 Parquet file, a URL output directory, a corpus without a usable document,
-a malformed Dask address, training input at a URL TensorFlow cannot read.
+a malformed Dask address, training input at a URL TensorFlow cannot read,
+an output file that is one of the files read.
 And the programs agree: create_vocab reads what create_pretraining_data
 reads, --masked_lm_prob has one range for the records and for training, and
 every reader of user text refuses a byte that is not UTF-8 in one line.
@@ -41,7 +42,7 @@ from bertkit.tasks.ner import data as ner_data
 from bertkit.tasks.squad import data as squad_data
 from bertkit.tasks.swag import data as swag_data
 from conftest import REPO_ROOT, expect_user_error, pretrain_args
-from conftest import run_program
+from conftest import program_in_process, run_program
 from test_corpus_input import read_all
 from test_corpus_input import sample_paragraphs
 from test_corpus_input import write_jsonl
@@ -590,3 +591,45 @@ def test_a_vocab_file_keeps_its_byte_order_mark_as_upstream_reads_it(
   path = tmp_path / "vocab.txt"
   path.write_bytes(b"\xef\xbb\xbfthe\n[UNK]\n")
   assert tokenization.load_vocab(str(path)) == {"\ufeffthe": 0, "[UNK]": 1}
+
+
+# -------------------------------------------- an output that is an input ----
+
+
+# Each program, writing over a file it reads (through a symlink for
+# create_vocab): its arguments ({corpus}, {vocab}: copies in the test's
+# directory, {link} a symlink to the corpus) and the one line.
+OVER_AN_INPUT = {
+    "create_vocab": (
+        ["create_vocab.py", "--input_file={corpus}", "--output_file={link}",
+         "--vocab_size=500"],
+        "--output_file {link} is --input_file {corpus}"),
+    "create_pretraining_data": (
+        ["create_pretraining_data.py", "--input_file={corpus}",
+         "--vocab_file={vocab}", "--output_file={tmp}/ok.tfrecord,{vocab}"],
+        "--output_file {vocab} is --vocab_file {vocab}"),
+    "extract_features": (
+        ["extract_features.py", "--input_file={corpus}",
+         "--output_file={corpus}"] + HF_MODEL,
+        "--output_file {corpus} is --input_file {corpus}"),
+}
+
+
+@pytest.mark.parametrize("program", sorted(OVER_AN_INPUT))
+def test_an_output_that_is_an_input_is_refused(tmp_path, program):
+  """Refused before anything is written: the input keeps its bytes."""
+  corpus, vocab = tmp_path / "corpus.txt", tmp_path / "vocab.txt"
+  corpus.write_bytes(open(SAMPLE_CORPUS, "rb").read())
+  vocab.write_bytes(open(CPD_VOCAB, "rb").read())
+  (tmp_path / "link.txt").symlink_to(corpus)
+  fill = {"corpus": corpus, "vocab": vocab, "link": tmp_path / "link.txt",
+          "tmp": tmp_path}
+  args, message = OVER_AN_INPUT[program]
+  before = {p: p.read_bytes() for p in (corpus, vocab)}
+  with pytest.raises(errors.UserError) as raised:
+    program_in_process([a.format(**fill) for a in args])
+  assert str(raised.value) == (
+      message.format(**fill) + ", which the program reads: writing it would "
+      "replace it; give another --output_file")
+  assert {p: p.read_bytes() for p in before} == before
+  assert left_behind(tmp_path, corpus, vocab, "link.txt") == []
