@@ -77,6 +77,17 @@ command -v "$PYTHON" > /dev/null || die "PYTHON=$PYTHON is not a command"
 flag_made_from_setting output_file "$OUTPUT_DIR/pretrain.tfrecord" OUTPUT_DIR
 flag_made_from_setting vocab_file "$OUTPUT_DIR/vocab.txt" VOCAB_FILE
 
+CREATE_DATA_FLAGS=(--input_file="$INPUT_FILE"
+  --output_file="$OUTPUT_DIR/pretrain.tfrecord"
+  --vocab_file="$OUTPUT_DIR/vocab.txt" --do_lower_case="$DO_LOWER_CASE"
+  --max_seq_length="$MAX_SEQ_LENGTH"
+  --max_predictions_per_seq="$MAX_PREDICTIONS_PER_SEQ"
+  --masked_lm_prob="$MASKED_LM_PROB" --random_seed="$RANDOM_SEED"
+  --dupe_factor="$DUPE_FACTOR" ${EXTRA_FLAGS[@]+"${EXTRA_FLAGS[@]}"})
+# Training the vocab can take long: the records' settings first.
+check_program_flags create_pretraining_data.py \
+  bertkit.data.creation_options:CreationOptions "${CREATE_DATA_FLAGS[@]}"
+
 mkdir -p "$OUTPUT_DIR"
 if [[ -z "$VOCAB_FILE" ]]; then
   echo "[$NAME] training a $VOCAB_SIZE-token vocab on $INPUT_FILE"
@@ -92,11 +103,5 @@ elif [[ "$(realpath "$VOCAB_FILE")" != \
 fi
 
 echo "[$NAME] writing $OUTPUT_DIR/pretrain.tfrecord"
-"$PYTHON" "$REPO_ROOT/create_pretraining_data.py" --input_file="$INPUT_FILE" \
-  --output_file="$OUTPUT_DIR/pretrain.tfrecord" \
-  --vocab_file="$OUTPUT_DIR/vocab.txt" --do_lower_case="$DO_LOWER_CASE" \
-  --max_seq_length="$MAX_SEQ_LENGTH" \
-  --max_predictions_per_seq="$MAX_PREDICTIONS_PER_SEQ" \
-  --masked_lm_prob="$MASKED_LM_PROB" --random_seed="$RANDOM_SEED" \
-  --dupe_factor="$DUPE_FACTOR" ${EXTRA_FLAGS[@]+"${EXTRA_FLAGS[@]}"}
+"$PYTHON" "$REPO_ROOT/create_pretraining_data.py" "${CREATE_DATA_FLAGS[@]}"
 echo "[$NAME] done: $OUTPUT_DIR/vocab.txt, $OUTPUT_DIR/pretrain.tfrecord"

@@ -252,8 +252,28 @@ if [[ "$DRY_RUN" != 1 ]]; then
     die "BERT_CONFIG_FILE=$BERT_CONFIG_FILE does not exist"
 fi
 # Phase 2 starts after phase 1 has trained: what would refuse it, refused
-# before (a dry run too, when the config is there).
+# before (a dry run too, when the config is there): its length against the
+# config, its records against its length and masks (run_pretraining.py's
+# own check of the first record of each file).
 check_seq_lengths_fit PHASE1_SEQ_LENGTH PHASE2_SEQ_LENGTH
+if [[ "$DRY_RUN" != 1 ]]; then
+  status=0
+  refused="$(TF_CPP_MIN_LOG_LEVEL=3 "$PYTHON" -c 'import sys
+sys.path.insert(0, sys.argv[1])
+from bertkit.common import file_patterns
+from bertkit.common.errors import UserError
+from bertkit.engine import record_checks
+try:
+  record_checks.check_pretraining_records(
+      file_patterns.expand_file_patterns(sys.argv[2]), int(sys.argv[3]),
+      int(sys.argv[4]))
+except UserError as e:
+  print(e)' "$REPO_ROOT" "$PHASE2_INPUT_FILE" "$PHASE2_SEQ_LENGTH" \
+    "$PHASE2_MAX_PREDICTIONS" 2> /dev/null)" || status=$?
+  (( status == 0 )) || die "phase 2: PYTHON=$PYTHON cannot check its" \
+    "records (exit $status)"
+  [[ -z "$refused" ]] || die "phase 2: $refused (PHASE2_* settings)"
+fi
 
 describe() {  # phase, seq, batch per gpu, accumulation, batch, steps, ...
   echo "[$NAME] phase $1: seq $2, global batch $5 ($3 per replica x" \

@@ -138,6 +138,27 @@ except UserError as e:
   [[ -z "$refused" ]] || die "$refused"
 }
 
+# Dies when the options of program $1 (its options class $2, module:Class)
+# refuse the flags that follow: the program's own checks, asked before an
+# earlier, longer step.
+check_program_flags() {
+  local program="$1" class="$2" refused status=0
+  shift 2
+  refused="$("$PYTHON" -c 'import importlib, sys
+sys.path.insert(0, sys.argv[1])
+from bertkit.common import option_flags
+from bertkit.common.errors import UserError
+module, name = sys.argv[2].split(":")
+try:
+  option_flags.options_from_args(
+      getattr(importlib.import_module(module), name), sys.argv[3:])
+except UserError as e:
+  print(e)' "$REPO_ROOT" "$class" "$@" 2> /dev/null)" || status=$?
+  (( status == 0 )) || die "PYTHON=$PYTHON cannot check the flags of" \
+    "$program (exit $status)"
+  [[ -z "$refused" ]] || die "$program: $refused"
+}
+
 # Dies when a setting named in the arguments, a sequence length, exceeds
 # the max_position_embeddings of BERT_CONFIG_FILE. A config that is not
 # there, not JSON or without the field is left to the program (which also

@@ -140,6 +140,11 @@ CHECKED_FIRST = {
         "max_position_embeddings 512 of BERT_CONFIG_FILE=%s; use a config "
         "that covers it, or MAX_SEQ_LENGTH <= 512" % os.path.join(
             REPO_ROOT, "configs", "bert_tiny.json")),
+    # The records' settings, before the vocab is trained.
+    "a setting create_pretraining_data.py refuses": (
+        "run_create.sh", ["MASKED_LM_PROB=2"],
+        "run_create.sh: error: create_pretraining_data.py: --masked_lm_prob="
+        "2.0 is out of range; expected 0 < masked_lm_prob <= 1"),
     "another vocab for the records": (
         "run_create.sh", ["--vocab_file={tmp}/vocab.txt"],
         "run_create.sh: error: --vocab_file={tmp}/vocab.txt: run_create.sh "

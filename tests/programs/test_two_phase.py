@@ -153,6 +153,13 @@ def test_dry_run_scales_steps_with_replicas_and_accumulation():
      "that covers it, or PHASE2_SEQ_LENGTH <= 64"),
     (["DRY_RUN=1", "BERT_CONFIG_FILE={config}"], "run_two_phase.sh: error: "
      "PHASE1_SEQ_LENGTH=128 exceeds the max_position_embeddings 64"),
+    # Phase 2's records, made for another length.
+    (["PHASE1_INPUT_FILE={data}", "PHASE2_INPUT_FILE={records}",
+      "BERT_CONFIG_FILE={config}", "PHASE1_SEQ_LENGTH=32",
+      "PHASE2_SEQ_LENGTH=64", "PHASE2_MAX_PREDICTIONS=5"],
+     "run_two_phase.sh: error: phase 2: {records}: feature input_ids has "
+     "length 32 but --max_seq_length=64; recreate the data or pass "
+     "--max_seq_length=32 (PHASE2_* settings)"),
     # A flag the script sets per phase, passed to both.
     (["DRY_RUN=1", "--max_seq_length=128"], "run_two_phase.sh: error: "
      "--max_seq_length=128: run_two_phase.sh sets --max_seq_length itself, "
@@ -170,7 +177,10 @@ def test_bad_settings_are_one_line_and_exit_2(tmp_path, args, message):
   data = tmp_path / "present.tfrecord"
   data.write_bytes(b"")
   (tmp_path / "tiny.json").write_text(json.dumps(TINY_CONFIG))
-  fill = {"tmp": str(tmp_path), "data": str(data),
+  records = tmp_path / "records_32.tfrecord"
+  synthetic_data.write_synthetic_pretraining_records(str(records), 8, 32, 5,
+                                                     128)
+  fill = {"tmp": str(tmp_path), "data": str(data), "records": str(records),
           "config": str(tmp_path / "tiny.json")}
   result = run_script("OUTPUT_DIR=%s" % (tmp_path / "out"),
                       *[a.format(**fill) for a in args])
