@@ -111,18 +111,6 @@ CHECKED_FIRST = {
     "an export format, pretraining": (
         "run_pre.sh", ["EXPORT_FORMAT=google,onnx"],
         "run_pre.sh: error: EXPORT_FORMAT=google,onnx: " + UNKNOWN_FORMAT),
-    "two output dirs, classify": (
-        "run_classify.sh", ["OUTPUT_DIR={tmp}/a", "--output_dir={tmp}/b"],
-        disagree("run_classify.sh", "OUTPUT_DIR", "{tmp}/a", "output_dir",
-                 "{tmp}/b")),
-    "two output dirs, pretraining": (
-        "run_pre.sh", ["OUTPUT_DIR={tmp}/a", "--output_dir={tmp}/b"],
-        disagree("run_pre.sh", "OUTPUT_DIR", "{tmp}/a", "output_dir",
-                 "{tmp}/b")),
-    "two output dirs, GLUE": (
-        "run_glue.sh", ["OUTPUT_DIR={tmp}/a", "--output_dir={tmp}/b"],
-        disagree("run_glue.sh", "OUTPUT_DIR", "{tmp}/a", "output_dir",
-                 "{tmp}/b")),
     "two casings, NER": (
         "run_ner.sh", ["DO_LOWER_CASE=true", "--nodo_lower_case"],
         disagree("run_ner.sh", "DO_LOWER_CASE", "true", "do_lower_case",
@@ -151,6 +139,11 @@ CHECKED_FIRST = {
         "passes --vocab_file={tmp}/work/data/vocab.txt, made from VOCAB_FILE; "
         "set VOCAB_FILE instead"),
 }
+CHECKED_FIRST.update({
+    "two output dirs, " + script: (
+        script, ["OUTPUT_DIR={tmp}/a", "--output_dir={tmp}/b"],
+        disagree(script, "OUTPUT_DIR", "{tmp}/a", "output_dir", "{tmp}/b"))
+    for script in ("run_classify.sh", "run_pre.sh", "run_glue.sh")})
 
 
 @pytest.mark.parametrize("case", sorted(CHECKED_FIRST))
