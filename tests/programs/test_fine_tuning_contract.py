@@ -5,9 +5,10 @@
     pretraining's weights only is one line naming the checkpoint and the
     head's missing variables, exit 2, nothing trained or predicted;
   * from the program's own fine-tuned output directory it works;
-  * a missing data directory (SQuAD: file), a bad dev file and training
-    examples that make no whole step are refused before anything is
-    written.
+  * a missing data directory (SQuAD: file), a bad dev file, training
+    examples that make no whole step and an --output_dir holding a
+    checkpoint without the head (the pretraining run's) are refused before
+    anything is written.
 
 The pretrained checkpoint is trained here on records create_pretraining_data
 made from sample_data/corpus.txt, with a vocab create_vocab made from it.
@@ -161,6 +162,27 @@ def test_a_bad_dev_file_is_refused_before_anything_is_written(
   assert spec["dev"] in str(raised.value)
   assert "\n" not in str(raised.value)
   assert not out.exists() or not os.listdir(out)
+
+
+@pytest.mark.parametrize("program", sorted(PROGRAMS))
+def test_training_into_the_pretrained_directory_is_refused(
+    program, pretrained, tmp_path):
+  """--output_dir and --init_checkpoint both the pretraining run: its
+  checkpoint has no head to resume from; refused before anything is
+  written, the pretraining run's files as they were."""
+  spec = PROGRAMS[program]
+  run = tmp_path / "pretrain"
+  shutil.copytree(pretrained, run)
+  before = sorted(os.listdir(run))
+  with pytest.raises(UserError) as raised:
+    program_in_process(arguments(program, data_dir(program, tmp_path / "data"),
+                                 run, "--do_train", init_checkpoint=run))
+  assert str(raised.value) == (
+      "--output_dir %s holds model.ckpt-2, which --do_train would resume "
+      "from, but it has no %s head (%s are missing): another program's run; "
+      "give another --output_dir" % (run, spec["head"].name,
+                                     ", ".join(spec["head"].variables)))
+  assert sorted(os.listdir(run)) == before
 
 
 def no_whole_step(program, pretrained, tmp_path):
