@@ -74,6 +74,38 @@ def resolve_init_checkpoint(path):
   return resolve(path, "init_checkpoint")
 
 
+def check_resumable(output_dir, task):
+  """Refuses an --output_dir whose latest checkpoint lacks variables of the
+  model: another program's run (pretraining's, given to a fine-tuning
+  program as --output_dir and --init_checkpoint both), which the run would
+  resume from, fail to restore once its files are written, and whose
+  checkpoints it would rotate away.
+
+  Args:
+    output_dir: the run's --output_dir.
+    task: the run's task_contract.Task (its variable_shapes: the model's
+      trainable variables).
+
+  Raises:
+    UserError: naming the checkpoint and the variables it lacks.
+  """
+  latest = tf.train.latest_checkpoint(output_dir)
+  if not latest:
+    return
+  try:
+    held = {name for name, _ in tf.train.list_variables(latest)}
+  except tf.errors.OpError:
+    return  # unreadable: fall_back_to_readable's to say
+  missing = sorted(set(task.variable_shapes()) - held)
+  if missing:
+    raise UserError(
+        "--output_dir %s holds %s, which this run would resume from, but it "
+        "lacks %d of the model's variables (%s%s): another program's run; "
+        "give another --output_dir" % (
+            output_dir, os.path.basename(latest), len(missing),
+            ", ".join(missing[:3]), ", ..." if len(missing) > 3 else ""))
+
+
 def check_init_checkpoint(init_checkpoint, model_shapes,
                           config_source="--bert_config_file"):
   """Compares the checkpoint's shapes with the model's, before training.

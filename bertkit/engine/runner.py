@@ -90,10 +90,11 @@ def prepare(options, task, model):
     A PreparedRun.
 
   Raises:
-    UserError: options that contradict the machine or the global batch, or
-      an --init_checkpoint that does not fit the model; before anything is
-      written.
+    UserError: options that contradict the machine or the global batch, an
+      --output_dir holding another program's run, or an --init_checkpoint
+      that does not fit the model; before anything is written.
   """
+  checkpoints.check_resumable(options.output_dir, task)
   if options.init_checkpoint:
     checkpoints.check_init_checkpoint(options.init_checkpoint,
                                       task.variable_shapes(),

@@ -16,6 +16,8 @@ from conftest import (REPO_ROOT, TINY_CONFIG, expect_user_error,
                       load_checkpoint, pretrain_args, pretrain_in_process,
                       program_in_process, read_json, run_ok, run_program)
 from bertkit.common.errors import UserError
+from bertkit.engine import checkpoint_formats
+import modeling
 
 @pytest.fixture(scope="module")
 def strategy_runs(workdir):
@@ -268,6 +270,29 @@ def test_a_batch_that_splits_into_no_micro_batches_makes_no_output_dir(
   expect_refused(e, "--train_batch_size=8 (the global batch per update) "
                  "must divide by 1 replicas x --num_accumulation_steps=3")
   assert not out.exists()
+
+
+def test_pretraining_into_another_programs_run_is_refused(workdir,
+                                                          tmp_path):
+  """A classifier's run as --output_dir: its checkpoint lacks the
+  pretraining heads this run would resume with; nothing is written."""
+  out = tmp_path / "classifier_run"
+  out.mkdir()
+  rng = np.random.RandomState(0)
+  checkpoint_formats.write_checkpoint(str(out / "model.ckpt-3"), {
+      name: rng.standard_normal(shape).astype(np.float32)
+      for name, _, shape, _ in checkpoint_formats.weight_table(
+          modeling.BertConfig.from_dict(TINY_CONFIG),
+          checkpoint_formats.CLASSIFIER, 2)})
+  tf.train.update_checkpoint_state(str(out), str(out / "model.ckpt-3"))
+  before = sorted(os.listdir(out))
+  with pytest.raises(UserError) as e:
+    pretrain_in_process(workdir, out)
+  expect_refused(e, "--output_dir %s holds model.ckpt-3, which this run "
+                 "would resume from, but it lacks 7 of the model's variables "
+                 "(cls/predictions/output_bias, " % out,
+                 "another program's run; give another --output_dir")
+  assert sorted(os.listdir(out)) == before
 
 
 def test_more_gpus_than_present_is_refused(workdir):

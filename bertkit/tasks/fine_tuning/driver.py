@@ -267,40 +267,25 @@ def load_checked_model(opts):
 
 
 def check_weights_hold_head(opts, head):
-  """The weights a run starts from hold `head` where they must.
+  """Evaluating or predicting without training needs weights with `head`.
 
-  Training resumes from --output_dir's latest checkpoint when it has one
-  (the Estimator restores it): without the head it is another program's run
-  (pretraining's, say, given as --output_dir and --init_checkpoint both),
-  which the restore would fail on after the records are written, and whose
-  checkpoints the new ones would rotate away.
-
-  Evaluating or predicting without training reads --output_dir's latest
-  checkpoint when it has one, else --init_checkpoint's (upstream predicts
-  from a fine-tuned --init_checkpoint; run_glue.py's AX from MNLI's).
-  Without the head, the head's variables would be drawn at random and the
-  figures would be chance that looks like a result.
+  Those weights are --output_dir's latest checkpoint when it has one (the
+  Estimator restores it), else --init_checkpoint's (upstream predicts from
+  a fine-tuned --init_checkpoint; run_glue.py's AX from MNLI's). Without
+  the head, the head's variables would be drawn at random and the figures
+  would be chance that looks like a result.
 
   Raises:
     UserError: there are no such weights, or they lack the head; the line
       names the checkpoint and the variables missing.
   """
+  if opts.do_train:
+    return
   # pylint: disable=g-import-not-at-top
   import tensorflow.compat.v1 as tf
   from bertkit.engine import checkpoints
-  path = shown = tf.train.latest_checkpoint(opts.run.output_dir)
-  if opts.do_train:
-    missing = path and heads.missing_variables(
-        head, dict(tf.train.list_variables(path)))
-    if missing:
-      raise UserError(
-          "--output_dir %s holds %s, which --do_train would resume from, but "
-          "it has no %s head (%s %s missing): another program's run; give "
-          "another --output_dir" % (
-              opts.run.output_dir, os.path.basename(path), head.name,
-              ", ".join(missing), "is" if len(missing) == 1 else "are"))
-    return
   stages = opts.evaluation_stages
+  path = shown = tf.train.latest_checkpoint(opts.run.output_dir)
   if not path and opts.run.init_checkpoint:
     path = checkpoints.resolve_init_checkpoint(opts.run.init_checkpoint)
     shown = "--init_checkpoint %s" % opts.run.init_checkpoint
