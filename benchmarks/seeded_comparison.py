@@ -287,7 +287,8 @@ def parse_args(argv=None):
   add("--max_seq_length", type=int, default=128)
   add("--heldout_predictions", type=int, default=20)
   add("--vocab_size", type=int, default=30522)
-  add("--recipes_dir", type=benchmark_args.existing_dir, default=tta.RECIPES_DIR)
+  add("--recipes_dir", type=benchmark_args.existing_dir,
+      default=tta.RECIPES_DIR)
   add("--smoke", action="store_true",
       help="a seconds-long check: a 2-layer model on sample_data/corpus.txt")
   args = parser.parse_args(argv)

@@ -418,18 +418,17 @@ def parse_args(argv=None):
       "cores, as TensorFlow uses; --smoke: 1, as PyTorch's threads wait "
       "spinning on a busy machine, which a seconds-long check cannot "
       "afford)")
-  add("--recipes_dir", type=benchmark_args.existing_dir, default=tta.RECIPES_DIR)
+  add("--recipes_dir", type=benchmark_args.existing_dir,
+      default=tta.RECIPES_DIR)
   add("--timeout_minutes", type=float, default=30.0, help="per run")
   add("--smoke", action="store_true",
       help="a seconds-long check: a 2-layer model, seq 64, a 1000-word "
       "vocab, one run of %d steps" % SMOKE_STEPS)
   args = parser.parse_args(argv)
   if args.smoke:
-    for name, value in dict(max_seq_length=64, vocab_size=1000, runs=1,
-                            steps=SMOKE_STEPS, pretrain_steps=4,
-                            peer_threads=1).items():
-      if getattr(args, name) == parser.get_default(name):
-        setattr(args, name, value)
+    benchmark_args.fill_defaults(parser, args, dict(
+        max_seq_length=64, vocab_size=1000, runs=1, steps=SMOKE_STEPS,
+        pretrain_steps=4, peer_threads=1))
   return checked(args)
 
 

@@ -159,6 +159,13 @@ BUDGET_EVAL_SHARE = 0.05
 DATA_FLAGS = ("smoke", "corpus", "python_docs", "fortunes", "heldout_every",
               "bert_config_file", "max_seq_length", "heldout_predictions",
               "vocab_size", "eval_batch_size", "max_eval_steps")
+# What --smoke fills in of the flags left at their defaults.
+SMOKE_FLAGS = dict(
+    corpus=os.path.join(REPO_ROOT, "sample_data", "corpus.txt"),
+    heldout_every=8, max_seq_length=64, heldout_predictions=10,
+    vocab_size=1000, num_train_steps=30, eval_every_n_steps=10,
+    train_batch_size=8, eval_batch_size=8, max_eval_steps=2, dupe_factor=1,
+    throughput_warmup_steps=2, peer_threads=1, divisors="1,2,3")
 # --smoke: a 2-layer model small enough for a test.
 SMOKE_CONFIG = {
     "attention_probs_dropout_prob": 0.1, "hidden_act": "gelu",
@@ -1223,17 +1230,7 @@ def parse_args(argv=None):
       "sample_data/corpus.txt, a few steps")
   args = parser.parse_args(argv)
   if args.smoke:
-    defaults = dict(corpus=os.path.join(REPO_ROOT, "sample_data",
-                                        "corpus.txt"),
-                    heldout_every=8, max_seq_length=64, heldout_predictions=10,
-                    vocab_size=1000, num_train_steps=30,
-                    eval_every_n_steps=10, train_batch_size=8,
-                    eval_batch_size=8, max_eval_steps=2,
-                    dupe_factor=1, throughput_warmup_steps=2,
-                    peer_threads=1, divisors="1,2,3")
-    for name, value in defaults.items():
-      if getattr(args, name) == parser.get_default(name):
-        setattr(args, name, value)
+    benchmark_args.fill_defaults(parser, args, SMOKE_FLAGS)
   return checked(args)
 
 

@@ -20,6 +20,14 @@ class ArgumentParser(argparse.ArgumentParser):
     self.exit(2, "error: %s\n" % message)
 
 
+def fill_defaults(parser, args, values):
+  """Sets each flag of `values` ({name: value}) that the command line left
+  at the parser's default: what --smoke fills in for a seconds-long run."""
+  for name, value in values.items():
+    if getattr(args, name) == parser.get_default(name):
+      setattr(args, name, value)
+
+
 def existing_file(path):
   """A flag type: `path`, a file that is there."""
   if not os.path.isfile(path):

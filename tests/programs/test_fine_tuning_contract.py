@@ -46,12 +46,14 @@ PROGRAMS = {
         head=heads.TOKEN_CLASSIFICATION, evaluate="--do_eval",
         epochs="0.06", data=lambda d: ["--data_dir=%s" % d],
         source=os.path.join(SAMPLE, "ner"), dev="dev.txt",
-        broken="London X-LOC\n", results="dev_predictions.txt", counted="windows"),
+        broken="London X-LOC\n", results="dev_predictions.txt",
+        counted="windows"),
     "run_swag.py": dict(
         head=heads.MULTIPLE_CHOICE, evaluate="--do_eval", epochs="0.034",
         data=lambda d: ["--data_dir=%s" % d],
         source=os.path.join(SAMPLE, "swag"), dev="val.csv",
-        broken="not,a,swag,header\n", results="dev_results.tsv", counted="examples"),
+        broken="not,a,swag,header\n", results="dev_results.tsv",
+        counted="examples"),
     "run_squad.py": dict(
         head=heads.SQUAD, evaluate="--do_predict", epochs="0.7",
         data=lambda d: ["--train_file=%s" % os.path.join(d, "train.json"),
