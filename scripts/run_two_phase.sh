@@ -257,22 +257,13 @@ fi
 # own check of the first record of each file).
 check_seq_lengths_fit PHASE1_SEQ_LENGTH PHASE2_SEQ_LENGTH
 if [[ "$DRY_RUN" != 1 ]]; then
-  status=0
-  refused="$(TF_CPP_MIN_LOG_LEVEL=3 "$PYTHON" -c 'import sys
-sys.path.insert(0, sys.argv[1])
-from bertkit.common import file_patterns
-from bertkit.common.errors import UserError
+  CHECK_RECORDS='from bertkit.common import file_patterns
 from bertkit.engine import record_checks
-try:
-  record_checks.check_pretraining_records(
-      file_patterns.expand_file_patterns(sys.argv[2]), int(sys.argv[3]),
-      int(sys.argv[4]))
-except UserError as e:
-  print(e)' "$REPO_ROOT" "$PHASE2_INPUT_FILE" "$PHASE2_SEQ_LENGTH" \
-    "$PHASE2_MAX_PREDICTIONS" 2> /dev/null)" || status=$?
-  (( status == 0 )) || die "phase 2: PYTHON=$PYTHON cannot check its" \
-    "records (exit $status)"
-  [[ -z "$refused" ]] || die "phase 2: $refused (PHASE2_* settings)"
+record_checks.check_pretraining_records(
+    file_patterns.expand_file_patterns(sys.argv[1]), int(sys.argv[2]),
+    int(sys.argv[3]))'
+  python_check "phase 2: " " (PHASE2_* settings)" "$CHECK_RECORDS" \
+    "$PHASE2_INPUT_FILE" "$PHASE2_SEQ_LENGTH" "$PHASE2_MAX_PREDICTIONS"
 fi
 
 describe() {  # phase, seq, batch per gpu, accumulation, batch, steps, ...

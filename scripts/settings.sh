@@ -120,43 +120,44 @@ flag_made_from_setting() {
     die "--$1=$PASSED: $NAME passes --$1=$2, made from $3; set $3 instead"
 }
 
+# Runs the Python statements $3 (the repository first on the path,
+# sys.argv[1:] the arguments after $3), which raise the UserError of a
+# program's own check; dies with its line between $1 and $2.
+python_check() {
+  local before="$1" after="$2" code="$3" refused status=0
+  shift 3
+  refused="$(TF_CPP_MIN_LOG_LEVEL=3 "$PYTHON" -c "import sys
+sys.path.insert(0, sys.argv.pop(1))
+from bertkit.common.errors import UserError
+try:
+$(sed 's/^/  /' <<< "$code")
+except UserError as e:
+  print(e)" "$REPO_ROOT" "$@" 2> /dev/null)" || status=$?
+  (( status == 0 )) || die "PYTHON=$PYTHON cannot run $NAME's checks" \
+    "(exit $status)"
+  [[ -z "$refused" ]] || die "$before$refused$after"
+}
+
 # Dies unless EXPORT_FORMAT names formats export_checkpoint.py writes: the
 # program says which (its parse_formats), so they are listed there only.
 check_export_format() {
-  [[ -n "$EXPORT_FORMAT" ]] || return 0
-  local refused status=0
-  refused="$("$PYTHON" -c 'import sys
-sys.path.insert(0, sys.argv[1])
-from bertkit.common.errors import UserError
-import export_checkpoint
-try:
-  export_checkpoint.parse_formats(sys.argv[2].split(","), "EXPORT_FORMAT")
-except UserError as e:
-  print(e)' "$REPO_ROOT" "$EXPORT_FORMAT" 2>&1)" || status=$?
-  (( status == 0 )) || die "PYTHON=$PYTHON cannot run export_checkpoint.py" \
-    "(exit $status${refused:+: ${refused##*$'\n'}})"
-  [[ -z "$refused" ]] || die "$refused"
+  [[ -z "$EXPORT_FORMAT" ]] || python_check "" "" 'import export_checkpoint
+export_checkpoint.parse_formats(sys.argv[1].split(","), "EXPORT_FORMAT")' \
+    "$EXPORT_FORMAT"
 }
 
 # Dies when the options of program $1 (its options class $2, module:Class)
 # refuse the flags that follow: the program's own checks, asked before an
 # earlier, longer step.
 check_program_flags() {
-  local program="$1" class="$2" refused status=0
+  local program="$1" class="$2"
   shift 2
-  refused="$("$PYTHON" -c 'import importlib, sys
-sys.path.insert(0, sys.argv[1])
+  python_check "$program: " "" 'import importlib
 from bertkit.common import option_flags
-from bertkit.common.errors import UserError
-module, name = sys.argv[2].split(":")
-try:
-  option_flags.options_from_args(
-      getattr(importlib.import_module(module), name), sys.argv[3:])
-except UserError as e:
-  print(e)' "$REPO_ROOT" "$class" "$@" 2> /dev/null)" || status=$?
-  (( status == 0 )) || die "PYTHON=$PYTHON cannot check the flags of" \
-    "$program (exit $status)"
-  [[ -z "$refused" ]] || die "$program: $refused"
+module, name = sys.argv[1].split(":")
+option_flags.options_from_args(
+    getattr(importlib.import_module(module), name), sys.argv[2:])' \
+    "$class" "$@"
 }
 
 # Dies when a setting named in the arguments, a sequence length, exceeds

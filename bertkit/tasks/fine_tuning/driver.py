@@ -228,7 +228,7 @@ def run(task, opts):
                                                        inputs), model)
   records = task.write_records(opts, inputs, tokenizer,
                                prepared.setup.is_chief, training)
-  if training:
+  if training is not None:
     logging.info("***** Training: %s, global batch %d, %d steps *****",
                  records.train_description, opts.run.train_batch_size,
                  schedule.num_train_steps)
