@@ -26,6 +26,8 @@ Beyond upstream:
   * --cpu_replicas / --num_gpus / --multi_gpu and --distribution_strategy
     (mirrored, central_storage, one_device): the replicas predict each batch
     together, the output in input order;
+  * --use_bf16: bfloat16 compute through oneDNN's graph rewrite (fast on
+    CPUs with avx512_bf16 or AMX; the log's `precision:` line says which);
   * input as text, JSON lines or Parquet (--input_format, --text_field), as
     create_pretraining_data.py reads them: one record (line, JSON line, row)
     per example;

@@ -20,6 +20,13 @@ a whole process of --num_train_steps steps, evaluated every
       own rule; for each seed every arm starts from the same initial weights
       (ours, a step at learning rate 0 of the seed) and reads the same
       records in the same order.
+  --compare=precisions  float32 against --use_bf16 (oneDNN's bfloat16
+      rewrite, float32 variables and optimizer), with --recipe's values
+      (fast or bert_2018); for each seed both arms start from the same
+      initial weights and read the same records, masks and dropout draws in
+      the same order, so what differs is the precision alone. On a CPU
+      without avx512_bf16 or AMX, bfloat16 is emulated: its figures say how
+      bfloat16 trains, not how fast.
 
 A seed's runs are paired: the difference of two arms is taken seed by seed,
 and an arm is said to beat another at a step only when it does in every
@@ -35,6 +42,8 @@ accuracy as any pair. Writes summary.md and summary.json to
 Example:
   python benchmarks/seeded_comparison.py --output_dir=/tmp/seeded_kjv \\
     --compare=mask_rules --seeds=1,2,3,4,5 --num_train_steps=180
+  python benchmarks/seeded_comparison.py --output_dir=/tmp/seeded_bf16 \\
+    --compare=precisions --recipe=bert_2018 --seeds=1,2,3,4,5
 """
 
 import json
@@ -54,7 +63,7 @@ from bertkit.engine import evaluation
 from bertkit.perf import benchmark_args
 from bertkit.perf import child_runs
 
-COMPARISONS = ("trainers", "mask_rules")
+COMPARISONS = ("trainers", "mask_rules", "precisions")
 # Each mask rule's run_pretraining.py flags beside the fast recipe's. The
 # per-token draw's count varies from sequence to sequence: room for all of
 # them (0.3 x 128 = 38 on average, rarely above 55).
@@ -64,7 +73,12 @@ MASK_RULES = {
     "whole_word": ["--do_whole_word_mask"],
     "mask_only": ["--mask_rule=mask_only"],
 }
-RECIPE = tta.PEER_RECIPE
+# --compare=precisions: each arm's run_pretraining.py flags, the first the
+# baseline.
+PRECISIONS = {"fp32": [], "bf16": ["--use_bf16"]}
+# The recipes --compare=precisions takes; the others compare under the
+# peer's (fast).
+RECIPES = ("fast", "bert_2018")
 # Relative held-out loss difference two runs of the same computation stay
 # within. Measured at 180 steps of BERT-mini: <= 1.2e-5 in seeds 1 and 2;
 # seeds 3-5 part after step 48, by 2.5e-5 to 8.1e-4 (docs/benchmarks.md),
@@ -77,11 +91,11 @@ def static_records(args, data, seed):
   (--compare=trainers: both trainers read these masks)."""
   path = os.path.join(data.dir, "fast_static_seed%d.tfrecord" % seed)
   if not os.path.exists(path):
-    values = tta.read_flagfile(tta.recipe_file(args, RECIPE,
+    values = tta.read_flagfile(tta.recipe_file(args, args.recipe,
                                                "run_pretraining"))
     tta.run_checked([
         sys.executable, "create_pretraining_data.py",
-        "--flagfile=%s" % tta.recipe_file(args, RECIPE,
+        "--flagfile=%s" % tta.recipe_file(args, args.recipe,
                                           "create_pretraining_data"),
         "--input_file=%s" % data.train_text, "--vocab_file=%s" % data.vocab,
         "--output_file=%s" % path,
@@ -94,9 +108,10 @@ def static_records(args, data, seed):
 
 
 def ours(args, data, run_dir, records, seed, extra):
-  """run_pretraining.py with the fast recipe, for --num_train_steps."""
+  """run_pretraining.py with --recipe, for --num_train_steps."""
   return [sys.executable, child_runs.RUN_PRETRAINING,
-          "--flagfile=%s" % tta.recipe_file(args, RECIPE, "run_pretraining"),
+          "--flagfile=%s" % tta.recipe_file(args, args.recipe,
+                                            "run_pretraining"),
           "--bert_config_file=%s" % data.model_config,
           "--input_file=%s" % records, "--vocab_file=%s" % data.vocab,
           "--output_dir=%s" % run_dir, "--do_train",
@@ -181,13 +196,14 @@ def seed_runs(args, data, seed, unmasked_records):
   run(ours(args, data, initial, unmasked_records, seed,
            ["--learning_rate=0", "--num_train_steps=1"]), initial,
       "initial s%d" % seed)
+  arms = (PRECISIONS if args.compare == "precisions" else
+          {rule: MASK_RULES[rule] for rule in args.mask_rules})
   result = {}
-  for rule in args.mask_rules:
-    run_dir = os.path.join(runs_dir, "%s_seed%d" % (rule, seed))
-    result[rule] = run(ours(args, data, run_dir, unmasked_records, seed,
-                            MASK_RULES[rule] +
-                            ["--init_checkpoint=%s" % initial]),
-                       run_dir, "%s s%d" % (rule, seed))
+  for arm, flags in arms.items():
+    run_dir = os.path.join(runs_dir, "%s_seed%d" % (arm, seed))
+    result[arm] = run(ours(args, data, run_dir, unmasked_records, seed,
+                           flags + ["--init_checkpoint=%s" % initial]),
+                      run_dir, "%s s%d" % (arm, seed))
   return result
 
 
@@ -270,6 +286,9 @@ def parse_args(argv=None):
   add("--compare", choices=COMPARISONS, required=True)
   add("--seeds", type=benchmark_args.integers, default="1,2,3,4,5",
       help="comma-separated")
+  add("--recipe", choices=RECIPES, default=tta.PEER_RECIPE,
+      help="--compare=precisions: the recipe both arms train with (the "
+      "other comparisons: the peer's, fast)")
   add("--mask_rules", default=",".join(MASK_RULES),
       help="--compare=mask_rules: the arms, the first the baseline")
   add("--num_train_steps", type=int, default=180)
@@ -298,6 +317,10 @@ def parse_args(argv=None):
     raise UserError("expected at least two seeds and two of --mask_rules "
                     "%s; got seeds %s, rules %s" % (
                         ",".join(MASK_RULES), args.seeds, args.mask_rules))
+  if args.compare != "precisions" and args.recipe != tta.PEER_RECIPE:
+    raise UserError("--recipe=%s: --compare=%s compares under the peer's "
+                    "recipe, %s" % (args.recipe, args.compare,
+                                    tta.PEER_RECIPE))
   # What time_to_accuracy's preparation reads of its own flags.
   args.train_batch_size = args.dupe_factor = None
   if args.smoke:
@@ -314,7 +337,7 @@ def main(args):
   data = tta.Data(os.path.join(args.output_dir, "data"))
   tta.prepare_text_and_model(args, data)
   args.heldout_rows = tta.prepare_heldout(args, data)
-  unmasked = tta.prepare_records(args, data, RECIPE)
+  unmasked = tta.prepare_records(args, data, args.recipe)
   data.mark_made_by(args)
   per_seed = {seed: seed_runs(args, data, seed, unmasked)
               for seed in args.seeds}

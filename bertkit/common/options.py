@@ -87,16 +87,22 @@ class DistributionOptions:
 
 
 @dataclasses.dataclass(frozen=True)
-class PrecisionOptions:
+class Bfloat16Options:
+  """The precision of a program that only predicts (extract_features.py):
+  bfloat16 or not. Training programs have it inside PrecisionOptions."""
+  use_bf16: bool = option(
+      False, "Mixed precision: bfloat16 compute, float32 variables, no loss "
+      "scaling, through TensorFlow's oneDNN bfloat16 graph rewrite (CPUs; "
+      "fast with avx512_bf16 or amx).")
+
+
+@dataclasses.dataclass(frozen=True)
+class PrecisionOptions(Bfloat16Options):
   """What the kernels compute in (training_setup.resolve_precision decides,
   with the machine's facts)."""
   use_fp16: bool = option(
       False, "Mixed precision: enable_mixed_precision_graph_rewrite with "
       "dynamic loss scaling (GPU kernels only).")
-  use_bf16: bool = option(
-      False, "Mixed precision: bfloat16 compute, float32 variables, no loss "
-      "scaling, through TensorFlow's oneDNN bfloat16 graph rewrite (CPUs; "
-      "fast with avx512_bf16 or amx).")
   init_loss_scale: int = option(2**15, "--use_fp16: initial dynamic loss "
                                 "scale.", **AT_LEAST_ONE)
   loss_scale_growth_steps: int = option(

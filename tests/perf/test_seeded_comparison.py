@@ -71,7 +71,7 @@ def test_too_few_seeds_or_an_unknown_rule_is_refused():
     ("--seeds=1,two", "error: argument --seeds: expected comma-separated "
      "integers, got '1,two'"),
     ("--compare=bogus", "error: argument --compare: invalid choice: 'bogus' "
-     "(choose from 'trainers', 'mask_rules')")])
+     "(choose from 'trainers', 'mask_rules', 'precisions')")])
 def test_a_bad_flag_is_one_line_and_makes_nothing(tmp_path, flag, line):
   """As launched: argparse's refusal as the toolkit's one `error:` line,
   without its usage."""

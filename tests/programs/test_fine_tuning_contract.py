@@ -8,12 +8,16 @@
   * a missing data directory (SQuAD: file), a bad dev file, training
     examples that make no whole step and an --output_dir holding a
     checkpoint without the head (the pretraining run's) are refused before
-    anything is written.
+    anything is written;
+  * evaluating and predicting with --use_bf16 (oneDNN's bfloat16 rewrite)
+    gives float32's outputs within a stated tolerance, and not float32's
+    exactly (the rewrite ran).
 
 The pretrained checkpoint is trained here on records create_pretraining_data
 made from sample_data/corpus.txt, with a vocab create_vocab made from it.
 """
 
+import json
 import os
 import shutil
 
@@ -31,36 +35,69 @@ SQUAD_FILE = os.path.join(REPO_ROOT, "tests", "fixtures", "squad",
                           "squad_v1.json")
 
 
+def tsv_floats(out, *names):
+  """{(file, line, column): number} of the tab-separated files `names` in
+  `out`."""
+  return {(name, row, column): float(value) for name in names
+          for row, line in enumerate(open(os.path.join(out, name),
+                                          encoding="utf-8"))
+          for column, value in enumerate(line.split("\t"))}
+
+
+def nbest_logits(out):
+  """{(question, answer, start or end): logit} of a SQuAD run's
+  nbest_predictions.json (which answers make the n best may change with a
+  logit's rounding; those in both are compared)."""
+  with open(os.path.join(out, "nbest_predictions.json"),
+            encoding="utf-8") as f:
+    nbest = json.load(f)
+  return {(qid, entry["text"], end): entry[end + "_logit"]
+          for qid, entries in nbest.items() for entry in entries
+          for end in ("start", "end")}
+
+
 # Each program: its head, its data arguments, the flag that evaluates (or
 # predicts) without training, the epochs that make 2 steps of batch 8 on the
-# sample, how to break its dev (or predicted) file, and what its training
-# steps count.
+# sample, how to break its dev (or predicted) file, what its training steps
+# count, and the floats its
+# evaluation and prediction write (class or choice probabilities; NER's dev
+# and test losses, computed from the token logits; SQuAD's span logits) with
+# the largest difference bfloat16 may make to them.
 PROGRAMS = {
     "run_classifier.py": dict(
         head=heads.CLASSIFIER, evaluate="--do_eval", epochs="0.04",
         data=lambda d: ["--task_name=tsv", "--data_dir=%s" % d],
         source=os.path.join(SAMPLE, "classify"), dev="dev.tsv",
         broken="label\ttext\nsports\tthe label is not one of train's\n",
-        results="eval_results.txt", counted="examples"),
+        results="eval_results.txt", counted="examples",
+        floats=lambda out: tsv_floats(out, "test_results.tsv"),
+        bf16_tolerance=1e-3),
     "run_ner.py": dict(
         head=heads.TOKEN_CLASSIFICATION, evaluate="--do_eval",
         epochs="0.06", data=lambda d: ["--data_dir=%s" % d],
         source=os.path.join(SAMPLE, "ner"), dev="dev.txt",
         broken="London X-LOC\n", results="dev_predictions.txt",
-        counted="windows"),
+        counted="windows",
+        floats=lambda out: {name: read_eval_results(out)[name] for name
+                            in ("eval_loss", "test_loss")},
+        bf16_tolerance=1e-3),
     "run_swag.py": dict(
         head=heads.MULTIPLE_CHOICE, evaluate="--do_eval", epochs="0.034",
         data=lambda d: ["--data_dir=%s" % d],
         source=os.path.join(SAMPLE, "swag"), dev="val.csv",
         broken="not,a,swag,header\n", results="dev_results.tsv",
-        counted="examples"),
+        counted="examples",
+        floats=lambda out: tsv_floats(out, "dev_results.tsv",
+                                      "test_results.tsv"),
+        bf16_tolerance=1e-3),
     "run_squad.py": dict(
         head=heads.SQUAD, evaluate="--do_predict", epochs="0.7",
         data=lambda d: ["--train_file=%s" % os.path.join(d, "train.json"),
                         "--predict_file=%s" % os.path.join(d, "dev.json"),
                         "--max_query_length=16", "--doc_stride=8"],
         source=None, dev="dev.json", broken='{"data": [\n',
-        results="predictions.json", counted="questions"),
+        results="predictions.json", counted="questions", floats=nbest_logits,
+        bf16_tolerance=1e-2),
 }
 
 
@@ -223,6 +260,31 @@ def test_no_whole_step_leaves_an_earlier_runs_directory_as_it_was(
                     no_whole_step_message(program))
   assert os.listdir(out) == ["labels.txt"]
   assert (out / "labels.txt").read_text() == "an earlier run's\n"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("program", sorted(PROGRAMS))
+def test_bf16_predicts_float32s_outputs_within_tolerance(program, pretrained,
+                                                        tmp_path):
+  spec = PROGRAMS[program]
+  data, trained = data_dir(program, tmp_path / "data"), tmp_path / "trained"
+  program_in_process(arguments(program, data, trained, "--do_train",
+                               init_checkpoint=pretrained))
+  outputs = {}
+  for precision in ("fp32", "bf16"):
+    out = tmp_path / precision
+    shutil.copytree(trained, out)
+    run = program_in_process(
+        arguments(program, data, out, spec["evaluate"], "--do_predict") +
+        (["--use_bf16"] if precision == "bf16" else []))
+    if precision == "bf16":
+      assert "precision: mixed_bfloat16" in run.stderr
+    outputs[precision] = spec["floats"](str(out))
+  common = set(outputs["fp32"]) & set(outputs["bf16"])
+  assert len(common) >= 0.9 * len(outputs["fp32"])
+  difference = max(abs(outputs["bf16"][key] - outputs["fp32"][key])
+                   for key in common)
+  assert 0 < difference <= spec["bf16_tolerance"], difference
 
 
 def test_the_contract_covers_every_fine_tuning_program():

