@@ -342,8 +342,8 @@ def parse_args(argv=None):
       help="the teacher's starting weights (default: all-MiniLM-L6-v2)")
   add("--student_config",
       default=os.path.join(REPO_ROOT, "configs", "L4_H128.json"))
-  add("--pretrain_steps", type=int, default=2000)
-  add("--pretrain_batch_size", type=int, default=64)
+  add("--pretrain_steps", type=int, default=1200)
+  add("--pretrain_batch_size", type=int, default=32)
   add("--max_seq_length", type=int, default=64)
   add("--temperature", type=float, default=1.0)
   add("--prepare_only", action="store_true",

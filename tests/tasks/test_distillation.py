@@ -396,3 +396,132 @@ def test_swag_student_learns_each_choice_from_its_teacher(tmp_path):
       "--teacher_outputs=%s" % (teacher / teacher_outputs.FILE_NAME),
       "--distillation_weight=0.5", "--temperature=2"))
   assert 0.0 <= read_eval_results(student)["eval_accuracy"] <= 1.0
+
+
+# ------------------------------------------------------------------ slow
+
+
+@pytest.mark.slow
+def test_two_replicas_and_micro_batches_distill_as_one_device(work,
+                                                              tmp_path):
+  teacher = predict(work, work / "teacher", TRANSFER)
+  runs = {}
+  for name, extra in (("one", []), ("two", ["--cpu_replicas=2"]),
+                      ("accumulated", ["--num_accumulation_steps=2"])):
+    runs[name] = tmp_path / name
+    program_in_process(classify(
+        work, runs[name], "--do_train", "--train_file=%s" % TRANSFER,
+        "--teacher_outputs=%s" % teacher, "--temperature=2",
+        "--num_train_epochs=0.5", "--tf_random_seed=4", *extra))
+  one = load_checkpoint(str(runs["one"]))
+  assert one["global_step"] == 12  # int(800 / 32 * 0.5)
+  for other in ("two", "accumulated"):
+    weights = load_checkpoint(str(runs[other]))
+    assert weights["global_step"] == one["global_step"]
+    for name, value in one.items():
+      if "adam" not in name:
+        np.testing.assert_allclose(weights[name], value, atol=1e-5, rtol=0,
+                                   err_msg="%s %s" % (other, name))
+
+
+@pytest.mark.slow
+def test_fp16_distillation_with_two_replicas_runs(work, tmp_path):
+  # A launch: --use_fp16's graph rewrite is process-global state.
+  teacher = predict(work, work / "teacher", TRANSFER)
+  out = tmp_path / "out"
+  result = run_program(classify(
+      work, out, "--do_train", "--do_eval", "--train_file=%s" % TRANSFER,
+      "--teacher_outputs=%s" % teacher, "--num_train_epochs=0.5",
+      "--cpu_replicas=2", "--use_fp16"))
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert "strategy=mirrored replicas=2" in result.stderr
+  assert load_checkpoint(str(out))["global_step"] == 12
+  assert 0.0 <= read_eval_results(out)["eval_accuracy"] <= 1.0
+
+
+@pytest.mark.slow
+def test_a_distillation_run_stops_on_sigterm_and_resumes(work, tmp_path):
+  import signal
+  import test_preemption
+  teacher = predict(work, work / "teacher", TRANSFER)
+  out = tmp_path / "out"
+  out.mkdir()
+  args = classify(work, out, "--do_train", "--train_file=%s" % TRANSFER,
+                  "--teacher_outputs=%s" % teacher, "--train_batch_size=4",
+                  "--num_train_epochs=1", "--log_every_n_steps=1",
+                  "--tf_random_seed=1", test_preemption.FAR_AWAY)
+  log = out / "run.log"
+  proc = test_preemption.start(args, log=open(log, "w"))
+  signalled_at = test_preemption.signal_after_step([proc], proc.pid, out,
+                                                   signal.SIGTERM)
+  assert test_preemption.wait_all([proc]) == [errors.EXIT_STOPPED]
+  stopped_at = test_preemption.check_stopped_run(out, log, signalled_at,
+                                                 "by SIGTERM")
+  result = run_program(args)
+  assert result.returncode == 0, result.stderr[-3000:]
+  test_preemption.check_resumed(out, stopped_at, 200)  # 800 rows / batch 4
+
+
+def test_run_distill_sh_help_documents_every_setting():
+  import test_scripts
+  result = test_scripts.run_script("run_distill.sh", "--help")
+  assert result.returncode == 0, result.stderr
+  for name in test_scripts.settings_of("run_distill.sh"):
+    assert re.search(r"^  %s " % name, result.stdout, re.M), name
+
+
+def test_run_distill_sh_refuses_an_unknown_size_before_any_step(tmp_path):
+  import test_scripts
+  result = test_scripts.run_script("run_distill.sh", "WORK_DIR=%s" % tmp_path,
+                                   "STUDENT_CONFIG=L3_H100")
+  assert result.returncode == 2
+  lines = result.stderr.splitlines()
+  assert len(lines) == 1 and lines[0].startswith(
+      "run_distill.sh: error: STUDENT_CONFIG=L3_H100 is neither a file nor "
+      "one of configs/: L10_H128 "), lines
+  assert "bert_tiny" in lines[0] and not os.listdir(str(tmp_path))
+
+
+def hf_logits(hf_dir, sentences, seq_length):
+  import transformers
+  model = transformers.BertForSequenceClassification.from_pretrained(hf_dir)
+  tokenizer = transformers.BertTokenizer.from_pretrained(hf_dir)
+  model.eval()
+  batch = tokenizer(sentences, max_length=seq_length, truncation=True,
+                    padding="max_length", return_tensors="pt")
+  with torch.no_grad():
+    return model(**batch).logits.numpy()
+
+
+@pytest.mark.slow
+def test_run_distill_sh_and_its_student_in_hugging_face(tmp_path):
+  """The script on the bundled sample from a fresh WORK_DIR (its vocab made
+  there), shortened; the exported student's Hugging Face logits are ours."""
+  import test_scripts
+  result = test_scripts.run_ok(
+      "run_distill.sh", "WORK_DIR=%s" % tmp_path, "TEACHER_EPOCHS=2",
+      "DISTILL_EPOCHS=1", "FINE_TUNE_EPOCHS=1", "STUDENT_CONFIG=L2_H128",
+      "EXPORT_FORMAT=huggingface")
+  last = result.stdout.rstrip().splitlines()[-2:]
+  assert re.fullmatch(r"\[run_distill.sh\] teacher dev eval_accuracy = "
+                      r"[01]\.\d+ \(\S+/distill/teacher\)", last[0]), last
+  assert re.fullmatch(r"\[run_distill.sh\] student dev eval_accuracy = "
+                      r"[01]\.\d+ \(L2_H128, \S+/distill/student_labels\)",
+                      last[1]), last
+  student = tmp_path / "distill" / "student_labels"
+  rows = read_jsonl(str(tmp_path / "distill" / "teacher" /
+                        teacher_outputs.FILE_NAME))
+  assert len(rows) == 800
+  dev = os.path.join(SAMPLE, "dev.tsv")
+  predicted = tmp_path / "predicted"
+  program_in_process(["run_classifier.py", "--task_name=tsv",
+                      "--data_dir=%s" % SAMPLE,
+                      "--init_checkpoint=%s" % student,
+                      "--output_dir=%s" % predicted, "--max_seq_length=64",
+                      "--do_predict", "--predict_file=%s" % dev])
+  ours = np.array([r["logits"] for r in read_jsonl(
+      str(predicted / teacher_outputs.FILE_NAME))])
+  sentences = [row[0] for row in test_run_classifier.read_tsv(dev)[1:]]
+  theirs = hf_logits(str(student / "export" / "huggingface"), sentences, 64)
+  assert ours.shape == theirs.shape == (100, 2)
+  np.testing.assert_allclose(theirs, ours, atol=1e-4, rtol=0)
