@@ -238,14 +238,39 @@ def prediction_speed(args, data, run_dir, seed, rows):
     return rows / float(f.read())
 
 
-def run_seed(args, data, pretrained, seed, rows):
-  """The four arms of one seed: {arm: (accuracy, train eps, predict eps)}."""
+def run_paths(args, seed):
   runs = os.path.join(args.output_dir, "runs", "seed%d" % seed)
-  paths = {arm: os.path.join(runs, arm.replace("+", "_"))
-           for arm in ARMS}
+  return {arm: os.path.join(runs, arm.replace("+", "_")) for arm in ARMS}
+
+
+def run_arm(args, data, seed, arm, flags, rows):
+  """One arm's run (made once): (dev accuracy, training examples/sec,
+  prediction examples/sec or None)."""
+  path = run_paths(args, seed)[arm]
+  if not finished(path):
+    timed(classifier(args, data, path, seed, "--do_train", "--do_eval",
+                     *flags), "%s seed %d" % (arm, seed))
+  predict_eps = None
+  if arm in ("teacher", "distilled+labels"):
+    predict_eps = prediction_speed(args, data, path, seed, rows)
+  figures = (dev_accuracy(path), training_speed(path), predict_eps)
+  print("seed %d %-17s dev accuracy %.4f" % (seed, arm, figures[0]),
+        flush=True)
+  return figures
+
+
+def run_teacher(args, data, seed, rows):
+  """Teacher s fine-tuned, and its logits of the transfer set (the
+  students' soft targets, predicted by prediction_speed's run)."""
+  return run_arm(args, data, seed, "teacher",
+                 ["--init_checkpoint=%s" % args.teacher, "--do_lower_case"] +
+                 list(TEACHER_FLAGS), rows)
+
+
+def run_students(args, data, pretrained, seed, rows):
+  """The three students of one seed: {arm: run_arm's figures}."""
+  paths = run_paths(args, seed)
   steps = (
-      ("teacher", ["--init_checkpoint=%s" % args.teacher, "--do_lower_case"]
-       + list(TEACHER_FLAGS)),
       ("labels", ["--init_checkpoint=%s" % pretrained] + list(STUDENT_FLAGS)),
       ("distilled", [
           "--init_checkpoint=%s" % pretrained,
@@ -255,21 +280,8 @@ def run_seed(args, data, pretrained, seed, rows):
           "--temperature=%s" % args.temperature] + list(DISTILL_FLAGS)),
       ("distilled+labels", ["--init_checkpoint=%s" % paths["distilled"]] +
        list(STUDENT_FLAGS)))
-  figures = {}
-  for arm, flags in steps:
-    if not finished(paths[arm]):
-      timed(classifier(args, data, paths[arm], seed, "--do_train",
-                       "--do_eval", *flags), "%s seed %d" % (arm, seed))
-    predict_eps = None
-    if arm in ("teacher", "distilled+labels"):
-      # The teacher's predictions over the transfer set are the students'
-      # soft targets: made before the students train.
-      predict_eps = prediction_speed(args, data, paths[arm], seed, rows)
-    figures[arm] = (dev_accuracy(paths[arm]), training_speed(paths[arm]),
-                    predict_eps)
-    print("seed %d %-17s dev accuracy %.4f" % (seed, arm, figures[arm][0]),
-          flush=True)
-  return figures
+  return {arm: run_arm(args, data, seed, arm, flags, rows)
+          for arm, flags in steps}
 
 
 # ------------------------------------------------------------------- table
@@ -368,8 +380,10 @@ def main(args):
     return
   with open(os.path.join(data, "transfer.tsv"), encoding="utf-8") as f:
     rows = sum(1 for _ in f) - 1
-  results = {seed: run_seed(args, data, pretrained, seed, rows)
-             for seed in args.seeds}
+  results = {}
+  for seed in args.seeds:
+    results[seed] = {"teacher": run_teacher(args, data, seed, rows)}
+    results[seed].update(run_students(args, data, pretrained, seed, rows))
   summary = summarize(results)
   command = " ".join(["python benchmarks/distillation.py"] + sys.argv[1:])
   table = markdown(summary, args.seeds, command)
