@@ -221,12 +221,29 @@ def classify(work_dir, output_dir, *extra):
 
 
 def predict(work_dir, teacher_dir, path):
-  """The teacher's predict_logits.jsonl over `path`, kept as a copy."""
+  """The teacher's predict_logits.jsonl over `path`, kept as
+  logits_of_<name> (and its test_results.tsv as results_of_<name>)."""
   program_in_process(classify(work_dir, teacher_dir, "--do_predict",
                               "--predict_file=%s" % path))
-  kept = str(teacher_dir / ("logits_of_" + os.path.basename(path)))
+  name = os.path.basename(path)
+  os.replace(str(teacher_dir / "test_results.tsv"),
+             str(teacher_dir / ("results_of_" + name)))
+  kept = str(teacher_dir / ("logits_of_" + name))
   os.replace(str(teacher_dir / teacher_outputs.FILE_NAME), kept)
   return kept
+
+
+@pytest.fixture(scope="module")
+def transfer_teacher(work):
+  """The tiny teacher's predict_logits.jsonl over the sample's transfer set."""
+  return predict(work, work / "teacher", TRANSFER)
+
+
+def student(work_dir, output_dir, teacher, *extra):
+  """run_classifier.py training on the transfer set against `teacher`."""
+  return classify(work_dir, output_dir, "--do_train",
+                  "--train_file=%s" % TRANSFER,
+                  "--teacher_outputs=%s" % teacher, *extra)
 
 
 def read_jsonl(path):
@@ -234,15 +251,15 @@ def read_jsonl(path):
     return [json.loads(line) for line in f]
 
 
-def test_a_teacher_writes_the_raw_logits_of_every_predicted_row(work):
-  logits_file = predict(work, work / "teacher", TRANSFER)
-  rows = read_jsonl(logits_file)
+def test_a_teacher_writes_the_raw_logits_of_every_predicted_row(
+    work, transfer_teacher):
+  rows = read_jsonl(transfer_teacher)
   assert [(r["index"], r["id"]) for r in rows] == [
       (i, i + 2) for i in range(800)]  # line 1 is the header
   logits = np.array([r["logits"] for r in rows], np.float32)
   # test_results.tsv keeps its rounded probabilities: softmax of the logits.
   probabilities = test_run_classifier.read_probabilities(
-      work / "teacher" / "test_results.tsv")
+      work / "teacher" / "results_of_transfer.tsv")
   assert probabilities.shape == (800, 2)
   np.testing.assert_allclose(
       np.exp(log_softmax(logits)), probabilities, atol=1e-6)
@@ -274,12 +291,13 @@ def test_weight_zero_trains_exactly_as_fine_tuning(work, tmp_path):
     assert np.array_equal(value, student[name]), name
 
 
-def test_a_student_learns_from_unlabelled_rows_alone(work, tmp_path):
-  teacher = predict(work, work / "teacher", TRANSFER)
+@pytest.mark.slow
+def test_a_student_learns_from_unlabelled_rows_alone(work, transfer_teacher,
+                                                     tmp_path):
+  teacher = transfer_teacher
   out = tmp_path / "student"
-  result = program_in_process(classify(
-      work, out, "--do_train", "--do_eval", "--train_file=%s" % TRANSFER,
-      "--teacher_outputs=%s" % teacher, "--temperature=2",
+  result = program_in_process(student(
+      work, out, teacher, "--do_eval", "--temperature=2",
       "--num_train_epochs=2", "--tf_random_seed=5"))
   assert "Distilling from %s: 800 examples' logits" % teacher in \
       result.stderr
@@ -293,9 +311,9 @@ def test_a_student_learns_from_unlabelled_rows_alone(work, tmp_path):
   assert example.features.feature["has_label"].int64_list.value == [0]
 
 
-def test_a_mismatched_teacher_file_is_refused_before_any_output(work,
-                                                               tmp_path):
-  teacher = predict(work, work / "teacher", TRANSFER)
+def test_a_mismatched_teacher_file_is_refused_before_any_output(
+    work, transfer_teacher, tmp_path):
+  teacher = transfer_teacher
   with pytest.raises(errors.UserError) as error:
     program_in_process(classify(work, tmp_path / "out", "--do_train",
                                 "--teacher_outputs=%s" % teacher))
@@ -402,16 +420,15 @@ def test_swag_student_learns_each_choice_from_its_teacher(tmp_path):
 
 
 @pytest.mark.slow
-def test_two_replicas_and_micro_batches_distill_as_one_device(work,
-                                                              tmp_path):
-  teacher = predict(work, work / "teacher", TRANSFER)
+def test_two_replicas_and_micro_batches_distill_as_one_device(
+    work, transfer_teacher, tmp_path):
+  teacher = transfer_teacher
   runs = {}
   for name, extra in (("one", []), ("two", ["--cpu_replicas=2"]),
                       ("accumulated", ["--num_accumulation_steps=2"])):
     runs[name] = tmp_path / name
-    program_in_process(classify(
-        work, runs[name], "--do_train", "--train_file=%s" % TRANSFER,
-        "--teacher_outputs=%s" % teacher, "--temperature=2",
+    program_in_process(student(
+        work, runs[name], teacher, "--temperature=2",
         "--num_train_epochs=0.5", "--tf_random_seed=4", *extra))
   one = load_checkpoint(str(runs["one"]))
   assert one["global_step"] == 12  # int(800 / 32 * 0.5)
@@ -425,13 +442,13 @@ def test_two_replicas_and_micro_batches_distill_as_one_device(work,
 
 
 @pytest.mark.slow
-def test_fp16_distillation_with_two_replicas_runs(work, tmp_path):
+def test_fp16_distillation_with_two_replicas_runs(work, transfer_teacher,
+                                                  tmp_path):
   # A launch: --use_fp16's graph rewrite is process-global state.
-  teacher = predict(work, work / "teacher", TRANSFER)
+  teacher = transfer_teacher
   out = tmp_path / "out"
-  result = run_program(classify(
-      work, out, "--do_train", "--do_eval", "--train_file=%s" % TRANSFER,
-      "--teacher_outputs=%s" % teacher, "--num_train_epochs=0.5",
+  result = run_program(student(
+      work, out, teacher, "--do_eval", "--num_train_epochs=0.5",
       "--cpu_replicas=2", "--use_fp16"))
   assert result.returncode == 0, result.stderr[-3000:]
   assert "strategy=mirrored replicas=2" in result.stderr
@@ -440,16 +457,16 @@ def test_fp16_distillation_with_two_replicas_runs(work, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_distillation_run_stops_on_sigterm_and_resumes(work, tmp_path):
+def test_a_distillation_run_stops_on_sigterm_and_resumes(
+    work, transfer_teacher, tmp_path):
   import signal
   import test_preemption
-  teacher = predict(work, work / "teacher", TRANSFER)
+  teacher = transfer_teacher
   out = tmp_path / "out"
   out.mkdir()
-  args = classify(work, out, "--do_train", "--train_file=%s" % TRANSFER,
-                  "--teacher_outputs=%s" % teacher, "--train_batch_size=4",
-                  "--num_train_epochs=1", "--log_every_n_steps=1",
-                  "--tf_random_seed=1", test_preemption.FAR_AWAY)
+  args = student(work, out, teacher, "--train_batch_size=4",
+                 "--num_train_epochs=1", "--log_every_n_steps=1",
+                 "--tf_random_seed=1", test_preemption.FAR_AWAY)
   log = out / "run.log"
   proc = test_preemption.start(args, log=open(log, "w"))
   signalled_at = test_preemption.signal_after_step([proc], proc.pid, out,
