@@ -355,6 +355,7 @@ class TsvProcessor(SplitFilesProcessor):
     for line in lines[1:]:
       text_b = line.column(b_index) if b_index is not None else None
       if unlabelled_file or (self.unlabelled_allowed and
+                             label_index is not None and
                              label_index >= len(line)):
         label = None
       elif label_index is None:
