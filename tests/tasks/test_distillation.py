@@ -431,18 +431,31 @@ def test_swag_student_learns_each_choice_from_its_teacher(tmp_path):
 
 
 @pytest.mark.slow
-def test_two_replicas_and_micro_batches_distill_as_one_device(
-    work, transfer_teacher, tmp_path):
-  teacher = transfer_teacher
+def test_two_replicas_and_micro_batches_distill_as_one_device(tmp_path):
+  """Named entities (the classifier's head has upstream's fixed dropout,
+  drawn apart on each replica; TINY_CONFIG has none): a student of untagged
+  sentences, whose words are shared out unevenly between replicas."""
+  sample = test_ner.SAMPLE
+  teacher = tmp_path / "teacher"
+  program_in_process(test_ner.tiny_args(tmp_path, sample, teacher,
+                                        "--do_train", SHORT))
+  untagged = untagged_copy(os.path.join(sample, "train.txt"),
+                           tmp_path / "untagged.txt")
+  program_in_process(test_ner.tiny_args(tmp_path, sample, teacher,
+                                        "--do_predict",
+                                        "--predict_file=" + untagged))
   runs = {}
   for name, extra in (("one", []), ("two", ["--cpu_replicas=2"]),
                       ("accumulated", ["--num_accumulation_steps=2"])):
     runs[name] = tmp_path / name
-    program_in_process(student(
-        work, runs[name], teacher, "--temperature=2",
-        "--num_train_epochs=0.5", "--tf_random_seed=4", *extra))
+    program_in_process(test_ner.tiny_args(
+        tmp_path, sample, runs[name], "--do_train",
+        "--train_file=" + untagged, "--labels=" + ",".join(test_ner.LABELS),
+        "--teacher_outputs=%s" % (teacher / teacher_outputs.FILE_NAME),
+        "--temperature=2", "--train_batch_size=32", "--learning_rate=1e-4",
+        *extra))
   one = load_checkpoint(str(runs["one"]))
-  assert one["global_step"] == 12  # int(800 / 32 * 0.5)
+  assert one["global_step"] > 5
   for other in ("two", "accumulated"):
     weights = load_checkpoint(str(runs[other]))
     assert weights["global_step"] == one["global_step"]
