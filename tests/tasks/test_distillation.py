@@ -362,16 +362,24 @@ def untagged_copy(path, target):
   return str(target)
 
 
-def test_ner_student_learns_each_word_from_its_teacher(tmp_path):
-  sample = test_ner.SAMPLE
+def ner_teacher(tmp_path):
+  """A tiny NER teacher fine-tuned on the sample, and its logits of the
+  sample's training sentences untagged: (its directory, the untagged
+  file)."""
   teacher = tmp_path / "teacher"
-  program_in_process(test_ner.tiny_args(tmp_path, sample, teacher,
+  program_in_process(test_ner.tiny_args(tmp_path, test_ner.SAMPLE, teacher,
                                         "--do_train", SHORT))
-  untagged = untagged_copy(os.path.join(sample, "train.txt"),
+  untagged = untagged_copy(os.path.join(test_ner.SAMPLE, "train.txt"),
                            tmp_path / "untagged.txt")
-  program_in_process(test_ner.tiny_args(tmp_path, sample, teacher,
+  program_in_process(test_ner.tiny_args(tmp_path, test_ner.SAMPLE, teacher,
                                         "--do_predict",
                                         "--predict_file=" + untagged))
+  return teacher, untagged
+
+
+def test_ner_student_learns_each_word_from_its_teacher(tmp_path):
+  sample = test_ner.SAMPLE
+  teacher, untagged = ner_teacher(tmp_path)
   rows = read_jsonl(str(teacher / teacher_outputs.FILE_NAME))
   sentences = test_ner.ner_data.read_sentences(os.path.join(sample,
                                                             "train.txt"))
@@ -436,14 +444,7 @@ def test_two_replicas_and_micro_batches_distill_as_one_device(tmp_path):
   drawn apart on each replica; TINY_CONFIG has none): a student of untagged
   sentences, whose words are shared out unevenly between replicas."""
   sample = test_ner.SAMPLE
-  teacher = tmp_path / "teacher"
-  program_in_process(test_ner.tiny_args(tmp_path, sample, teacher,
-                                        "--do_train", SHORT))
-  untagged = untagged_copy(os.path.join(sample, "train.txt"),
-                           tmp_path / "untagged.txt")
-  program_in_process(test_ner.tiny_args(tmp_path, sample, teacher,
-                                        "--do_predict",
-                                        "--predict_file=" + untagged))
+  teacher, untagged = ner_teacher(tmp_path)
   runs = {}
   for name, extra in (("one", []), ("two", ["--cpu_replicas=2"]),
                       ("accumulated", ["--num_accumulation_steps=2"])):
@@ -454,15 +455,7 @@ def test_two_replicas_and_micro_batches_distill_as_one_device(tmp_path):
         "--teacher_outputs=%s" % (teacher / teacher_outputs.FILE_NAME),
         "--temperature=2", "--train_batch_size=32", "--learning_rate=1e-4",
         *extra))
-  one = load_checkpoint(str(runs["one"]))
-  assert one["global_step"] > 5
-  for other in ("two", "accumulated"):
-    weights = load_checkpoint(str(runs[other]))
-    assert weights["global_step"] == one["global_step"]
-    for name, value in one.items():
-      if "adam" not in name:
-        np.testing.assert_allclose(weights[name], value, atol=1e-5, rtol=0,
-                                   err_msg="%s %s" % (other, name))
+  test_ner.assert_weights_equal_one_device(runs)
 
 
 @pytest.mark.slow
