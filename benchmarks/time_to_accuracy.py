@@ -295,6 +295,22 @@ def python_docs_documents(html_dir):
   return documents
 
 
+def fortune_files(fortune_dir):
+  """The names of the fortune files in `fortune_dir`, sorted (the .dat
+  indexes and .u8 links left out)."""
+  return sorted(n for n in os.listdir(fortune_dir) if "." not in n and
+                os.path.isfile(os.path.join(fortune_dir, n)))
+
+
+def read_fortunes(path):
+  """The fortunes of one file, in order: the text between lines of a single
+  `%`, whitespace collapsed to single spaces."""
+  with open(path, encoding="utf-8", errors="replace") as f:
+    fortunes = [" ".join(text.split()) for text in
+                re.split(r"^%$", f.read(), flags=re.MULTILINE)]
+  return [t for t in fortunes if t]
+
+
 def fortunes_documents(fortune_dir):
   """Debian's fortunes as documents: each file's fortunes (the text
   between lines of a single `%`) in order, FORTUNES_PER_DOCUMENT to a
@@ -308,15 +324,8 @@ def fortunes_documents(fortune_dir):
   """
   split = corpus_input.segmenter()
   documents = []
-  names = sorted(n for n in os.listdir(fortune_dir) if "." not in n)
-  for name in names:
-    path = os.path.join(fortune_dir, name)
-    if not os.path.isfile(path):
-      continue
-    with open(path, encoding="utf-8", errors="replace") as f:
-      fortunes = [" ".join(text.split()) for text in
-                  re.split(r"^%$", f.read(), flags=re.MULTILINE)]
-    fortunes = [t for t in fortunes if t]
+  for name in fortune_files(fortune_dir):
+    fortunes = read_fortunes(os.path.join(fortune_dir, name))
     for start in range(0, len(fortunes), FORTUNES_PER_DOCUMENT):
       lines = corpus_input.document_lines(
           "\n".join(fortunes[start:start + FORTUNES_PER_DOCUMENT]), split)

@@ -461,15 +461,18 @@ def records_input_fn(input_file, feature_spec, is_training, drop_remainder,
   return input_fn
 
 
-def records_input_fn_maker(feature_spec):
+def records_input_fn_maker(feature_spec, training_features=None):
   """The runner's make_input_fn over fine-tuning records of `feature_spec`:
   shuffled and repeated for training, one ordered pass otherwise
-  (records_input_fn)."""
+  (records_input_fn). `training_features`: the spec of features only the
+  training records hold (a student's teacher outputs)."""
 
   def make_input_fn(files, mode, global_batch_size, num_replicas):
     is_training = mode == tf.estimator.ModeKeys.TRAIN
+    spec = dict(feature_spec, **(training_features or {})) if is_training \
+        else feature_spec
     return records_input_fn(
-        files, feature_spec, is_training=is_training,
+        files, spec, is_training=is_training,
         drop_remainder=is_training, global_batch_size=global_batch_size,
         num_replicas=num_replicas)
   return make_input_fn

@@ -1,4 +1,6 @@
-"""Regenerates the synthetic topic-classification sample (train/dev/test.tsv).
+"""Regenerates the synthetic topic-classification sample (train/dev/test.tsv)
+and its unlabelled transfer set (transfer.tsv: sentences of both topics, the
+label column left empty, for distillation: docs/distillation.md).
 
 Each sentence is about the weather or about cooking in the kitchen. Both
 topics share the same people, places and times, so only the topic words tell
@@ -15,6 +17,8 @@ import random
 
 SEED = 20240601
 SPLITS = (("train.tsv", 400), ("dev.tsv", 100), ("test.tsv", 100))
+# Made after the splits, from the same generator: no sentence of theirs.
+TRANSFER = ("transfer.tsv", 800)
 
 PEOPLE = ("Tilda", "Jonas", "Thea", "Vera", "Walter", "Ruth", "Ada", "Wren",
           "Greta", "Felix", "Lena", "Arthur", "the teacher", "the old baker",
@@ -70,13 +74,16 @@ def sentence(rng, words):
   return text[0].upper() + text[1:]
 
 
-def make_splits(rng):
+def make_splits(rng, seen):
   """Distinct rows for every split: half of each topic, in shuffled order.
+
+  Args:
+    rng: the generator.
+    seen: the sentences made so far; those made here are added.
 
   Returns:
     A list of (file name, [(sentence, label)]) in SPLITS order.
   """
-  seen = set()
   by_label = {}
   total = sum(size for _, size in SPLITS)
   for label, words in (("weather", WEATHER), ("kitchen", KITCHEN)):
@@ -96,10 +103,28 @@ def make_splits(rng):
   return splits
 
 
+def make_transfer(rng, seen):
+  """TRANSFER's rows: new sentences, half of each topic, shuffled, each with
+  an empty label."""
+  rows = []
+  for words in (WEATHER, KITCHEN):
+    made = 0
+    while made < TRANSFER[1] // 2:
+      text = sentence(rng, words)
+      if text not in seen:
+        seen.add(text)
+        rows.append((text, ""))
+        made += 1
+  rng.shuffle(rows)
+  return rows
+
+
 def main():
   rng = random.Random(SEED)
   out_dir = os.path.dirname(os.path.abspath(__file__))
-  for name, rows in make_splits(rng):
+  seen = set()
+  splits = make_splits(rng, seen)
+  for name, rows in splits + [(TRANSFER[0], make_transfer(rng, seen))]:
     with open(os.path.join(out_dir, name), "w", encoding="utf-8") as f:
       f.write("sentence\tlabel\n")
       for text, label in rows:

@@ -422,6 +422,15 @@ def test_two_replicas_and_micro_batches_equal_one_device(tmp_path):
                                  "--do_eval", "--train_batch_size=32",
                                  "--learning_rate=1e-4", *extra))
     runs[name] = out
+  assert_weights_equal_one_device(runs)
+  for other in ("two", "accumulated"):
+    assert read_eval_results(runs[other])["eval_loss"] == pytest.approx(
+        read_eval_results(runs["one"])["eval_loss"], abs=1e-4)
+
+
+def assert_weights_equal_one_device(runs):
+  """The final weights of runs["two"] and runs["accumulated"] (output
+  directories) are those of runs["one"], to 1e-5, after the same steps."""
   one = load_checkpoint(str(runs["one"]))
   assert one["global_step"] > 5
   for other in ("two", "accumulated"):
@@ -431,8 +440,6 @@ def test_two_replicas_and_micro_batches_equal_one_device(tmp_path):
       if "adam" not in name and name in weights:
         np.testing.assert_allclose(weights[name], value, atol=1e-5, rtol=0,
                                    err_msg="%s %s" % (other, name))
-    assert read_eval_results(runs[other])["eval_loss"] == pytest.approx(
-        read_eval_results(runs["one"])["eval_loss"], abs=1e-4)
 
 
 @pytest.mark.slow

@@ -23,7 +23,8 @@ from bertkit.tasks.classification import registry as task_registry
 class InputExample(object):
   """A single training/test example for simple sequence classification."""
 
-  def __init__(self, guid, text_a, text_b=None, label=None, index=None):
+  def __init__(self, guid, text_a, text_b=None, label=None, index=None,
+               line=None):
     """Constructs an InputExample.
 
     Args:
@@ -31,15 +32,19 @@ class InputExample(object):
       text_a: the untokenized first sequence.
       text_b: the untokenized second sequence of a pair task, or None.
       label: the label string (a task with one output: the score, a
-        number); test examples carry a placeholder.
+        number); test examples carry a placeholder; None: unlabelled (a
+        transfer set's row).
       index: a GLUE test example's id in its file (the leaderboard's
         submission names it), else None.
+      line: the 1-based line of its file it was read from (the id a
+        teacher's outputs give it), else None.
     """
     self.guid = guid
     self.text_a = text_a
     self.text_b = text_b
     self.label = label
     self.index = index
+    self.line = line
 
 
 class RankingExample(InputExample):
@@ -81,6 +86,9 @@ class DataProcessor(object):
   """
 
   TASK = None
+  # Read a row with an empty label as unlabelled (label None) instead of
+  # refusing it: files read as transfer sets (read_file).
+  unlabelled_allowed = False
 
   def get_train_examples(self, data_dir):
     """Gets a collection of `InputExample`s for the train set."""
@@ -150,14 +158,21 @@ class DataProcessor(object):
       lines = lines[1:]
       if not lines:
         raise UserError("%s has only a header line and no examples" % path)
-    examples = [e for e in (line_to_example(line) for line in lines)
-                if e is not None]
+    examples = []
+    for line in lines:
+      example = line_to_example(line)
+      if example is not None:
+        example.line = line.line_number
+        examples.append(example)
     if not examples:
       raise UserError("%s holds no examples" % path)
     return examples
 
   def _checked_label(self, line, label):
-    """`label` if it is one of get_labels(), else a UserError at `line`."""
+    """`label` if it is one of get_labels(), else a UserError at `line`;
+    None for an empty one where unlabelled rows are allowed."""
+    if label == "" and self.unlabelled_allowed:
+      return None
     if label not in self.get_labels():
       raise UserError("%s line %d: label %r is not one of the task's labels "
                       "%s" % (line.path, line.line_number, label,
@@ -329,18 +344,26 @@ class TsvProcessor(SplitFilesProcessor):
     if self.text_b_column is not None:
       b_index = self._index(self.text_b_column, "text_b_column", lines, path)
     label_index = None
-    if set_type != "test":
+    # A transfer set may leave the label column out altogether.
+    unlabelled_file = self.unlabelled_allowed and not (
+        self.label_column.isdigit() or lines[0] is None or
+        self.label_column in lines[0])
+    if set_type != "test" and not unlabelled_file:
       label_index = self._index(self.label_column, "label_column", lines,
                                 path)
     examples = []
     for line in lines[1:]:
       text_b = line.column(b_index) if b_index is not None else None
-      if label_index is None:
+      if unlabelled_file or (self.unlabelled_allowed and
+                             label_index is not None and
+                             label_index >= len(line)):
+        label = None
+      elif label_index is None:
         label = self.get_labels()[0]
       else:
         label = self._checked_label(line, line.column(label_index))
       examples.append(InputExample(guid(set_type, line), line.column(a_index),
-                                   text_b, label))
+                                   text_b, label, line=line.line_number))
     return examples
 
 
@@ -382,6 +405,26 @@ class TsvOptions:
   text_b_column: Optional[str] = None
   has_header: bool = True
   labels: Optional[Sequence[str]] = None
+
+
+def read_file(processor, path, unlabelled_allowed):
+  """The InputExamples of `path`, a file in the layout of the task's
+  training file (--train_file, --predict_file); rows with an empty label
+  are unlabelled (label None) if `unlabelled_allowed`.
+
+  Raises:
+    UserError: the task does not read its splits from files of one layout
+      (XNLI), or the file is bad.
+  """
+  if not isinstance(processor, SplitFilesProcessor):
+    raise UserError("task %s reads its own files by language; "
+                    "--train_file and --predict_file are for the other "
+                    "tasks" % processor.TASK)
+  processor.unlabelled_allowed = unlabelled_allowed
+  try:
+    return processor._create_examples(path, "train")  # pylint: disable=protected-access
+  finally:
+    processor.unlabelled_allowed = False
 
 
 def is_regression(label_list):

@@ -81,7 +81,9 @@ def convert_single_example(ex_index, example, label_list, max_seq_length,
     segment_ids += [1] * (len(tokens_b) + 1)
   input_ids = tokenizer.convert_tokens_to_ids(tokens)
   padding = [0] * (max_seq_length - len(input_ids))
-  if regression:
+  if example.label is None:  # unlabelled: a placeholder, weighted 0
+    label_id = 0.0 if regression else 0
+  elif regression:
     label_id = float(example.label)
   else:
     label_id = label_list.index(example.label)
@@ -93,8 +95,10 @@ def convert_single_example(ex_index, example, label_list, max_seq_length,
                        segment_ids=segment_ids + padding, label_id=label_id)
 
 
-def serialize_features(feature):
-  """One `InputFeatures` as the serialized tf.train.Example of the records."""
+def serialize_features(feature, extra=None):
+  """One `InputFeatures` as the serialized tf.train.Example of the records,
+  with the {name: tf.train.Feature} of `extra` (a student's teacher
+  outputs) after upstream's."""
   int_feature = pretraining_records.int_feature
   features = collections.OrderedDict([
       ("input_ids", int_feature(feature.input_ids)),
@@ -105,17 +109,20 @@ def serialize_features(feature):
        else int_feature([feature.label_id])),
       ("is_real_example", int_feature([int(feature.is_real_example)])),
   ])
+  features.update(extra or {})
   return tf.train.Example(features=tf.train.Features(
       feature=features)).SerializeToString()
 
 
 def file_based_convert_examples_to_features(examples, label_list,
                                             max_seq_length, tokenizer,
-                                            output_file):
-  """Writes the features of `examples` to a TFRecord file, atomically."""
+                                            output_file, extra=None):
+  """Writes the features of `examples` to a TFRecord file, atomically;
+  `extra`: each example's further features (serialize_features)."""
   atomic_io.write_tfrecords(output_file, (
       serialize_features(convert_single_example(
-          ex_index, example, label_list, max_seq_length, tokenizer))
+          ex_index, example, label_list, max_seq_length, tokenizer),
+                         extra[ex_index] if extra else None)
       for ex_index, example in enumerate(examples)))
 
 
@@ -143,9 +150,11 @@ def pack_examples(examples, label_list, max_seq_length, tokenizer,
 
 
 def write_features(path, examples, label_list, max_seq_length, tokenizer,
-                   batch_size=None, max_sequences_per_pack=None, packed=None):
+                   batch_size=None, max_sequences_per_pack=None, packed=None,
+                   extra=None):
   """Writes the records of `examples` to `path`, padded to whole batches if
-  batch_size is given.
+  batch_size is given; `extra`: each example's further features
+  (serialize_features; unpacked training records).
 
   With max_sequences_per_pack, the records are packed rows of up to that
   many examples (pack_examples); `packed`, when given, is what
@@ -163,5 +172,6 @@ def write_features(path, examples, label_list, max_seq_length, tokenizer,
   if batch_size:
     examples = pad_to_batches(examples, batch_size)
   file_based_convert_examples_to_features(examples, label_list,
-                                          max_seq_length, tokenizer, path)
+                                          max_seq_length, tokenizer, path,
+                                          extra)
   return path, len(examples)

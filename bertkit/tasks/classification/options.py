@@ -6,11 +6,13 @@ from typing import Optional, Tuple
 from bertkit.common import option_fields
 from bertkit.common import options
 from bertkit.common.option_fields import AT_LEAST_ONE, REQUIRED, option
-from bertkit.tasks.fine_tuning.options import FineTuningOptions
+from bertkit.tasks.fine_tuning.options import (DistillationOptions,
+                                               FineTuningOptions)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class ClassifierOptions(FineTuningOptions, options.EvaluationOptions):
+class ClassifierOptions(FineTuningOptions, options.EvaluationOptions,
+                        DistillationOptions):
   """What run_classifier.py is told: the task and its files, the tsv task's
   columns and labels, packing."""
   data_dir: str = option(REQUIRED, "Directory with the task's .tsv files "

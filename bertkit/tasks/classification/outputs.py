@@ -52,7 +52,7 @@ def write_ranked_results(path, examples, scores):
       writer.write("%s\t%s\t%s\t%d\n" % (query_id, passage_id, score, rank))
 
 
-def outputs_in_input_order(predictions, num_examples, packed):
+def outputs_in_input_order(predictions, num_examples, packed, key=None):
   """The model's output for each real example, in input order.
 
   Args:
@@ -60,16 +60,33 @@ def outputs_in_input_order(predictions, num_examples, packed):
       (those past the examples are padding).
     num_examples: the number of real examples.
     packed: the records are packed rows (classification/packing.py).
+    key: the output taken: "logits" [C]; None: the class probabilities
+      [C] (a regression task's: its float score).
 
   Returns:
-    list of num_examples class probability vectors [C] (a regression
-    task's: its float score).
+    list of num_examples outputs.
   """
+  if key is None:
+    key = ("predictions" if "predictions" in predictions[0]
+           else "probabilities")
   if packed:
-    return classifier_packing.predictions_in_input_order(predictions,
-                                                         num_examples)
-  key = "predictions" if "predictions" in predictions[0] else "probabilities"
+    return classifier_packing.predictions_in_input_order(
+        predictions, num_examples, key)
   return [p[key] for p in predictions[:num_examples]]
+
+
+def teacher_rows(examples, logits, is_ranking):
+  """The teacher_outputs rows of predicted examples: each one's line and
+  logits [C]; a ranking pair's ids and score (the log-odds of relevance,
+  logits[1] - logits[0], label "1" being relevant) too."""
+  rows = []
+  for example, row_logits in zip(examples, logits):
+    row = {"id": example.line, "logits": row_logits}
+    if is_ranking:
+      row.update(query_id=example.query_id, passage_id=example.passage_id,
+                 score=float(row_logits[1]) - float(row_logits[0]))
+    rows.append(row)
+  return rows
 
 
 def write_predictions(output_dir, examples, label_list, is_ranking, packed,

@@ -162,13 +162,16 @@ def model_inputs(features):
   }
 
 
-def predictions_in_input_order(predictions, num_examples):
-  """The probabilities of each example in input order.
+def predictions_in_input_order(predictions, num_examples,
+                               key="probabilities"):
+  """The probabilities (or other output `key`) of each example in input
+  order.
 
   Args:
     predictions: Estimator.predict's dicts, one per packed row:
-      `probabilities` [N, C] and `example_index` [N].
+      `probabilities` (and `logits`) [N, C] and `example_index` [N].
     num_examples: the number of real examples.
+    key: the output taken.
 
   Returns:
     list of num_examples probability vectors.
@@ -179,7 +182,7 @@ def predictions_in_input_order(predictions, num_examples):
   ordered = [None] * num_examples
   for prediction in predictions:
     for index, probabilities in zip(prediction["example_index"],
-                                    prediction["probabilities"]):
+                                    prediction[key]):
       if index < 0:
         continue
       if ordered[index] is not None:

@@ -186,8 +186,11 @@ class GlueProcessor(SplitFilesProcessor):
                             line[column[self.TEXT_A]], text_b,
                             self.TEST_LABEL or self.get_labels()[0],
                             index=line[column[self.INDEX]])
+      value = line[column[self.LABEL]]
       return InputExample(guid(set_type, line), line[column[self.TEXT_A]],
-                          text_b, self._label(line, line[column[self.LABEL]]))
+                          text_b, None if value == "" and
+                          self.unlabelled_allowed else self._label(line,
+                                                                   value))
 
     examples = self._examples_from_tsv(path, True, to_example,
                                        Header(self.TASK, names, None))

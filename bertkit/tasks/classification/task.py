@@ -31,6 +31,7 @@ from bertkit.tasks.classification import features as classifier_features
 from bertkit.tasks.classification import outputs as classifier_outputs
 from bertkit.tasks.classification import packing as classifier_packing
 from bertkit.tasks.classification import registry as task_registry
+from bertkit.tasks.fine_tuning import distillation
 from bertkit.tasks.fine_tuning import driver
 from bertkit.tasks.glue import task_outputs as glue_task_outputs
 import modeling
@@ -124,12 +125,14 @@ def classifier_metrics(per_example_loss, label_ids, logits, is_real_example):
   return metrics
 
 
-def classifier_task(bert_config, num_labels):
+def classifier_task(bert_config, num_labels, distill=None):
   """Classification as a task_contract.Task: the head's mean cross-entropy
   over the real examples (of packed rows too: classification/packing.py);
-  eval accuracy and loss over them; class probabilities. With num_labels 1,
-  regression: the mean squared error, eval loss, the predicted scores
-  ("predictions", unpacked rows only)."""
+  eval accuracy and loss over them; class probabilities and logits. With
+  num_labels 1, regression: the mean squared error, eval loss, the
+  predicted scores ("predictions", unpacked rows only). With a
+  distillation.Distillation (unpacked rows), the training loss is the mean
+  of its per-example losses."""
 
   def model(features, is_training):
     """create_model's outputs, the labels [X] and the example weights [X]."""
@@ -144,8 +147,14 @@ def classifier_task(bert_config, num_labels):
                          features["label_ids"], num_labels),
             features["label_ids"], features["is_real_example"])
 
-  unpacked_loss_fns = task_contract.mean_loss_shares(
-      lambda features: model(features, True)[0][0])
+  def mean_train_loss(features):
+    (loss, per_example_loss, logits, _), _, _ = model(features, True)
+    if distill is None:
+      return loss
+    return tf.reduce_mean(distillation.per_example_losses(
+        per_example_loss, logits, features, distill, num_labels == 1))
+
+  unpacked_loss_fns = task_contract.mean_loss_shares(mean_train_loss)
 
   def train_loss_fns(features, num_micro_batches):
     if not classifier_packing.is_packed(features):
@@ -171,13 +180,14 @@ def classifier_task(bert_config, num_labels):
                                     weights)
 
   def predictions(features):
-    (_, _, _, probabilities), _, _ = model(features, False)
+    (_, _, logits, probabilities), _, _ = model(features, False)
     if num_labels == 1:
-      return {"predictions": probabilities}
+      return {"predictions": probabilities, "logits": logits}
     if not classifier_packing.is_packed(features):
-      return {"probabilities": probabilities}
-    return {"probabilities": tf.reshape(
-        probabilities, [-1, features["cls_positions"].shape[-1], num_labels]),
+      return {"probabilities": probabilities, "logits": logits}
+    per_row = [-1, features["cls_positions"].shape[-1], num_labels]
+    return {"probabilities": tf.reshape(probabilities, per_row),
+            "logits": tf.reshape(logits, per_row),
             "example_index": features["example_index"]}
 
   return task_contract.Task(
@@ -209,9 +219,10 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
       num_accumulation_steps)
 
 
+# Size: upstream's records, and a student's teacher outputs (`distill`).
 def write_inputs(is_chief, output_dir, examples, label_list, tokenizer,
                  max_seq_length, eval_batch_size, predict_batch_size,
-                 max_sequences_per_pack=None, packed_train=None):
+                 max_sequences_per_pack=None, packed_train=None, distill=None):
   """Writes labels.txt (chief) and the records of each requested split.
 
   Args:
@@ -228,6 +239,8 @@ def write_inputs(is_chief, output_dir, examples, label_list, tokenizer,
     max_sequences_per_pack: pack rows of up to this many examples, or None.
     packed_train: the training split's packed rows, when they were packed
       before (features.pack_examples), or None.
+    distill: a distillation.Distillation: the training records hold each
+      example's teacher logits.
 
   Returns:
     ({split: [record file]}, {split: number of records}) of the splits in
@@ -239,10 +252,15 @@ def write_inputs(is_chief, output_dir, examples, label_list, tokenizer,
   for split in sorted(examples, key=lambda s: s != "dev"):
     batch_size = None if split == "train" else (
         eval_batch_size if split.startswith("dev") else predict_batch_size)
+    extra = None
+    if split == "train" and distill is not None:
+      extra = [distillation.record_features(teacher, example.label is not None)
+               for example, teacher in zip(examples[split], distill.teacher)]
     path, counts[split] = classifier_features.write_features(
         driver.record_file(output_dir, split), examples[split],
         label_list, max_seq_length, tokenizer, batch_size,
-        max_sequences_per_pack, packed_train if split == "train" else None)
+        max_sequences_per_pack, packed_train if split == "train" else None,
+        extra)
     files[split] = [path]
   return files, counts
 
@@ -261,10 +279,14 @@ def feature_spec(max_seq_length, max_sequences_per_pack=None,
 
 
 def input_fn_maker(max_seq_length, max_sequences_per_pack=None,
-                   regression=False):
-  """The runner's make_input_fn over classifier records (feature_spec)."""
-  return input_pipeline.records_input_fn_maker(feature_spec(
-      max_seq_length, max_sequences_per_pack, regression))
+                   regression=False, num_teacher_outputs=None):
+  """The runner's make_input_fn over classifier records (feature_spec; a
+  student's training records also hold their teacher logits
+  [num_teacher_outputs] when given)."""
+  return input_pipeline.records_input_fn_maker(
+      feature_spec(max_seq_length, max_sequences_per_pack, regression),
+      num_teacher_outputs and distillation.feature_spec(
+          [num_teacher_outputs]))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -303,8 +325,15 @@ def wanted_splits(opts):
   return splits
 
 
-def read_split(processor, split, data_dir):
-  """The InputExamples of one split of --data_dir."""
+def read_split(processor, split, opts):
+  """The InputExamples of one split: --data_dir's, or the --train_file or
+  --predict_file given for it (a transfer set's rows may be unlabelled:
+  always in a predicted file, with --teacher_outputs in a training file)."""
+  data_dir = opts.data_dir
+  given = {"train": opts.train_file, "test": opts.predict_file}.get(split)
+  if given:
+    return classifier_data.read_file(
+        processor, given, split == "test" or bool(opts.teacher_outputs))
   read = {"train": processor.get_train_examples,
           "dev": processor.get_dev_examples,
           "test": processor.get_test_examples}.get(split)
@@ -324,17 +353,22 @@ class ClassificationFineTuning(driver.FineTuningTask):
         opts.task_name, opts.data_dir, classifier_data.TsvOptions(
             opts.text_a_column, opts.label_column, opts.text_b_column,
             opts.tsv_has_header, opts.labels))
-    examples = {split: read_split(processor, split, opts.data_dir)
+    examples = {split: read_split(processor, split, opts)
                 for split in wanted_splits(opts)}
     label_list = processor.get_labels()
     if opts.pack_sequences and classifier_data.is_regression(label_list):
       raise UserError("--pack_sequences is for classification; task %s "
                       "regresses" % opts.task_name)
+    if opts.pack_sequences and opts.teacher_outputs:
+      raise UserError("--teacher_outputs trains on unpacked rows; leave out "
+                      "--pack_sequences")
     logging.info("Task %s, labels %s", opts.task_name, label_list)
-    return ClassifierInputs(label_list, examples, glue_task(opts.task_name))
+    # A file given to predict is not the GLUE task's own test set.
+    return ClassifierInputs(label_list, examples, None if opts.predict_file
+                            else glue_task(opts.task_name))
 
-  def runner_task(self, bert_config, inputs):
-    return classifier_task(bert_config, len(inputs.label_list))
+  def runner_task(self, bert_config, inputs, distill):
+    return classifier_task(bert_config, len(inputs.label_list), distill)
 
   def training_set(self, opts, inputs, tokenizer):
     """The training examples, or with --pack_sequences their packed rows
@@ -347,12 +381,14 @@ class ClassificationFineTuning(driver.FineTuningTask):
         opts.max_sequences_per_pack)
     return driver.TrainingSet(len(rows), "packed rows", (rows, report))
 
-  def write_records(self, opts, inputs, tokenizer, is_chief, training):
+  def write_records(self, opts, inputs, tokenizer, is_chief, training,
+                    distill):
     per_pack = opts.max_sequences_per_pack if opts.pack_sequences else None
     files, counts = write_inputs(
         is_chief, opts.run.output_dir, inputs.examples, inputs.label_list,
         tokenizer, opts.max_seq_length, opts.eval_batch_size,
-        opts.predict_batch_size, per_pack, training and training.computed)
+        opts.predict_batch_size, per_pack, training and training.computed,
+        distill)
     glue_run = inputs.glue_task and glue_task_outputs.GlueRun(
         inputs.glue_task, inputs.label_list, inputs.examples, files, counts,
         per_pack is not None)
@@ -364,11 +400,26 @@ class ClassificationFineTuning(driver.FineTuningTask):
             train, " in %d packed rows" % counts["train"] if per_pack and
             train else ""), glue_run)
 
-  def input_fn_maker(self, opts, inputs):
+  def input_fn_maker(self, opts, inputs, distill):
     return input_fn_maker(
         opts.max_seq_length,
         opts.max_sequences_per_pack if opts.pack_sequences else None,
-        classifier_data.is_regression(inputs.label_list))
+        classifier_data.is_regression(inputs.label_list),
+        len(inputs.label_list) if distill else None)
+
+  def example_rows(self, inputs, split):
+    return [(example.line, (len(inputs.label_list),))
+            for example in inputs.examples[split]]
+
+  def predicted_rows(self, inputs, records, predictions):
+    if records.details is not None:  # a GLUE run's dev and test sets
+      return None
+    examples = inputs.examples["test"]
+    return classifier_outputs.teacher_rows(
+        examples, classifier_outputs.outputs_in_input_order(
+            predictions, len(examples), "example_index" in predictions[0],
+            "logits"),
+        isinstance(examples[0], classifier_data.RankingExample))
 
   def evaluation(self, opts, inputs, records):
     return runner.EvalStage(

@@ -19,7 +19,11 @@ follows, once:
     written (examples that make no whole step are refused with the output
     directory untouched), and one line saying so;
   * the engine, the output directory's description, the records, train /
-    evaluate / predict (engine/runner.py).
+    evaluate / predict (engine/runner.py);
+  * distillation (distillation.py): a teacher's outputs (--teacher_outputs)
+    are read and checked against the training file before anything is
+    written, and every prediction writes the raw logits of the examples
+    predicted (teacher_outputs.py), a student's teacher outputs.
 
 This module imports TensorFlow only inside `run`, after `check_inputs`.
 """
@@ -34,6 +38,7 @@ from bertkit.common import atomic_io
 from bertkit.common import file_patterns
 from bertkit.common import heads
 from bertkit.common.errors import UserError
+from bertkit.tasks.fine_tuning import teacher_outputs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,8 +99,9 @@ class FineTuningTask:
     """
     raise NotImplementedError
 
-  def runner_task(self, bert_config, inputs):
-    """The task_contract.Task of the model with this task's head."""
+  def runner_task(self, bert_config, inputs, distill):
+    """The task_contract.Task of the model with this task's head; with a
+    distillation.Distillation, its training loss is per_example_losses'."""
     raise NotImplementedError
 
   def training_set(self, opts, inputs, tokenizer):
@@ -104,17 +110,35 @@ class FineTuningTask:
     directory is touched)."""
     raise NotImplementedError
 
-  def write_records(self, opts, inputs, tokenizer, is_chief, training):
+  def write_records(self, opts, inputs, tokenizer, is_chief, training,
+                    distill):
     """Writes the records of each split read (and, on the chief, what else
     the output directory keeps, e.g. labels.txt); returns the Records.
 
     `training` is the training_set (None without --do_train): its
-    `computed` part is what the train split's records are made of."""
+    `computed` part is what the train split's records are made of. With a
+    Distillation, each training record also holds its teacher's logits
+    (distillation.record_features)."""
     raise NotImplementedError
 
-  def input_fn_maker(self, opts, inputs):
-    """The runner's make_input_fn over the records."""
+  def input_fn_maker(self, opts, inputs, distill):
+    """The runner's make_input_fn over the records (with a Distillation,
+    their teacher features too: distillation.feature_spec)."""
     raise NotImplementedError
+
+  def example_rows(self, inputs, split):
+    """[(id, shape of its logits)] of each example of `split` read, in
+    file order: what a teacher's outputs over that file hold
+    (teacher_outputs.py). The base: the task does not distill."""
+    del inputs, split
+    return None
+
+  def predicted_rows(self, inputs, records, predictions):
+    """The teacher_outputs rows ({"id", "logits", ...}) of the examples
+    --do_predict read, in file order, from the prediction stage's dicts;
+    None: the task writes none (the base)."""
+    del inputs, records, predictions
+    return None
 
   def evaluation(self, opts, inputs, records):
     """The runner.EvalStage of the dev set; none by default (tasks that
@@ -194,8 +218,12 @@ def predict_dev_and_test(opts, records, described, use_predictions):
 
 def check_inputs(opts):
   """The checks of a fine-tuning run that need no TensorFlow: the files and
-  directories its options name (option_fields.FILE, DIRECTORY)."""
+  directories its options name (option_fields.FILE, DIRECTORY), and that a
+  teacher's outputs have a training run to teach."""
   file_patterns.check_paths(opts)
+  if getattr(opts, "teacher_outputs", None) and not opts.do_train:
+    raise UserError("--teacher_outputs=%s is what --do_train learns from; "
+                    "give --do_train, or leave it out" % opts.teacher_outputs)
 
 
 def run(task, opts):
@@ -217,6 +245,7 @@ def run(task, opts):
   distribution.use_slurm_cluster(opts.run.distribution)  # before the strategy
   model = load_checked_model(opts)
   inputs = task.read(opts)
+  distill = read_distillation(task, opts, inputs)
   check_weights_hold_head(opts, task.head)
   tokenizer = tokenization.FullTokenizer(model.vocab_file,
                                          model.do_lower_case)
@@ -224,19 +253,61 @@ def run(task, opts):
       else None
   schedule = training_schedule(opts, training)
   # Nothing is written before this line.
-  prepared = runner.prepare(opts.run, task.runner_task(model.bert_config,
-                                                       inputs), model)
+  prepared = runner.prepare(opts.run, task.runner_task(
+      model.bert_config, inputs, distill), model)
   records = task.write_records(opts, inputs, tokenizer,
-                               prepared.setup.is_chief, training)
+                               prepared.setup.is_chief, training, distill)
   if training is not None:
     logging.info("***** Training: %s, global batch %d, %d steps *****",
                  records.train_description, opts.run.train_batch_size,
                  schedule.num_train_steps)
-  runner.run(prepared, task.input_fn_maker(opts, inputs), schedule,
+  runner.run(prepared, task.input_fn_maker(opts, inputs, distill), schedule,
              train_files=records.files.get("train"),
              evaluation=task.evaluation(opts, inputs, records),
-             prediction=task.prediction(opts, inputs, records, model))
+             prediction=writing_logits(
+                 task, opts, inputs, records,
+                 task.prediction(opts, inputs, records, model)))
   task.finish(opts, inputs, records, prepared.setup.is_chief)
+
+
+def read_distillation(task, opts, inputs):
+  """The run's distillation.Distillation, its teacher's outputs read and
+  checked against the training examples; None without --teacher_outputs.
+
+  Raises:
+    UserError: the outputs do not describe the training file's examples
+      (teacher_outputs.read).
+  """
+  if not getattr(opts, "teacher_outputs", None):
+    return None
+  # pylint: disable-next=g-import-not-at-top
+  from bertkit.tasks.fine_tuning import distillation
+  teacher = teacher_outputs.read(opts.teacher_outputs,
+                                 task.example_rows(inputs, "train"))
+  logging.info("Distilling from %s: %d examples' logits, temperature %g, "
+               "weight %g on labelled examples", opts.teacher_outputs,
+               len(teacher), opts.temperature, opts.distillation_weight)
+  return distillation.Distillation(opts.temperature,
+                                   opts.distillation_weight, teacher)
+
+
+def writing_logits(task, opts, inputs, records, stage):
+  """`stage` (a runner.PredictStage) also writing teacher_outputs.FILE_NAME
+  into --output_dir (on the chief): the raw logits of the examples
+  --do_predict read, when the task has them (predicted_rows)."""
+  if not stage.files or "test" not in records.files:
+    return stage
+  use_predictions = stage.use_predictions
+
+  def use(predictions):
+    figures = use_predictions(predictions) if use_predictions else None
+    rows = task.predicted_rows(inputs, records, predictions)
+    if rows is not None:
+      teacher_outputs.write(os.path.join(opts.run.output_dir,
+                                         teacher_outputs.FILE_NAME), rows)
+    return figures
+
+  return dataclasses.replace(stage, use_predictions=use)
 
 
 def load_checked_model(opts):

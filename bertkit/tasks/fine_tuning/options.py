@@ -1,6 +1,7 @@
 """What every fine-tuning program is told besides its task's options."""
 
 import dataclasses
+from typing import Optional
 
 from bertkit.common import option_fields
 from bertkit.common import options
@@ -46,3 +47,36 @@ class FineTuningOptions(options.TrainingOptions):
     ("--do_eval/--do_predict")."""
     return "/".join("--" + stage for stage in self.stages
                     if stage != "do_train")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DistillationOptions:
+  """Any file of the task's format, and a student trained on a teacher's
+  outputs (fine_tuning/distillation.py, docs/distillation.md): what the
+  tasks that distill (run_classifier, run_ner, run_swag) add."""
+  train_file: Optional[str] = option(
+      None, "--do_train trains on this file of the task's format instead of "
+      "--data_dir's training file; with --teacher_outputs its examples may "
+      "be unlabelled (a transfer set).", path=option_fields.FILE,
+      unset="--data_dir's")
+  predict_file: Optional[str] = option(
+      None, "--do_predict predicts this file of the task's format, labelled "
+      "or not (e.g. a transfer set), instead of --data_dir's test file. "
+      "Every prediction also writes predict_logits.jsonl: each example's "
+      "raw logits in full precision, a student's --teacher_outputs.",
+      path=option_fields.FILE, unset="--data_dir's")
+  teacher_outputs: Optional[str] = option(
+      None, "Distill: the predict_logits.jsonl a teacher's --do_predict "
+      "wrote over the training file (--train_file, else --data_dir's); "
+      "its rows must be that file's examples.", path=option_fields.FILE,
+      unset="no distillation: the labels alone")
+  distillation_weight: float = option(
+      1.0, "With --teacher_outputs: the teacher's share of a labelled "
+      "example's loss, (1 - w) x label loss + w x teacher loss; unlabelled "
+      "examples learn from the teacher alone. 0 trains as without a "
+      "teacher.", **FRACTION)
+  temperature: float = option(
+      1.0, "With --teacher_outputs: the softmax temperature T of the "
+      "teacher's and the student's distributions (loss x T^2, Hinton et "
+      "al.); a regression head learns the teacher's score by squared "
+      "error, whatever T.", **POSITIVE)

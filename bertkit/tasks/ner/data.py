@@ -22,7 +22,9 @@ once. No TensorFlow here.
 """
 
 import dataclasses
-from typing import Tuple
+from typing import Optional, Tuple
+
+import numpy as np
 
 from bertkit.common import atomic_io
 from bertkit.common import file_patterns
@@ -47,12 +49,13 @@ class Sentence:
 
   Attributes:
     words: its tokens, as in the file.
-    tags: their IOB2 tags.
+    tags: their IOB2 tags; None: unlabelled (a file of tokens alone, read
+      as a transfer set).
     lines: the 1-based line number of each word in `path`.
     path: the file it was read from.
   """
   words: Tuple[str, ...]
-  tags: Tuple[str, ...]
+  tags: Optional[Tuple[str, ...]]
   lines: Tuple[int, ...]
   path: str
 
@@ -109,8 +112,10 @@ def _columns(line):
   return line.split("\t") if "\t" in line else line.split()
 
 
-def read_sentences(path):
-  """The sentences of a CoNLL or `token<TAB>tag` file, tags in IOB2.
+def read_sentences(path, unlabelled_allowed=False):
+  """The sentences of a CoNLL or `token<TAB>tag` file, tags in IOB2; with
+  `unlabelled_allowed`, a file of one token a line reads as untagged
+  sentences (tags None).
 
   Raises:
     UserError: a byte is not UTF-8, a line's column count differs from the
@@ -122,8 +127,9 @@ def read_sentences(path):
 
   def end_sentence():
     if words:
-      sentences.append(Sentence(tuple(words), to_iob2(tags), tuple(lines),
-                                path))
+      sentences.append(Sentence(tuple(words),
+                                to_iob2(tags) if width > 1 else None,
+                                tuple(lines), path))
       del words[:], tags[:], lines[:]
 
   with text_files.open_text(path) as f:
@@ -138,7 +144,7 @@ def read_sentences(path):
         continue
       if width is None:
         width = len(fields)
-        if width < 2:
+        if width < 2 and not unlabelled_allowed:
           raise UserError("%s:%d: one column; expected the token and its "
                           "tag (CoNLL columns or token<TAB>tag)" %
                           (path, number))
@@ -151,7 +157,8 @@ def read_sentences(path):
         # The predictions file separates its columns by spaces.
         raise UserError("%s:%d: token %r holds whitespace" %
                         (path, number, fields[0]))
-      check_tag(fields[-1], path, number)
+      if width > 1:
+        check_tag(fields[-1], path, number)
       words.append(fields[0])
       tags.append(fields[-1])
       lines.append(number)
@@ -164,8 +171,8 @@ def read_sentences(path):
 def labels_of(sentences):
   """The label list of tagged sentences: O, then B- and I- of each entity
   type, types sorted."""
-  types = sorted({entity_type(tag) for s in sentences for tag in s.tags} -
-                 {None})
+  types = sorted({entity_type(tag) for s in sentences for tag in s.tags or ()}
+                 - {None})
   return [OUTSIDE] + [prefix + t for t in types for prefix in (BEGIN, INSIDE)]
 
 
@@ -173,7 +180,7 @@ def check_labels(sentences, label_list):
   """Refuses a tag outside label_list, naming its file and line."""
   known = set(label_list)
   for sentence in sentences:
-    for tag, number in zip(sentence.tags, sentence.lines):
+    for tag, number in zip(sentence.tags or (), sentence.lines):
       if tag not in known:
         raise UserError("%s:%d: tag %s is not in the label list (%s)" % (
             sentence.path, number, tag, ", ".join(label_list)))
@@ -236,7 +243,10 @@ def windows_of(sentences, tokenizer, max_seq_length):
 
 
 def window_labels(window, sentence, label_list):
-  """The label id of each word of a window, in word order."""
+  """The label id of each word of a window, in word order (0 for an
+  untagged sentence's)."""
+  if sentence.tags is None:
+    return [0] * len(window.word_starts)
   tags = sentence.tags[window.first_word:
                        window.first_word + len(window.word_starts)]
   return [label_list.index(tag) for tag in tags]
@@ -266,12 +276,24 @@ def predicted_tags(sentences, windows, label_ids, label_list):
 
 def write_conll(path, sentences, predicted):
   """The predictions as CoNLL lines `token gold predicted`, a blank line
-  after each sentence: the layout conlleval and seqeval read."""
+  after each sentence: the layout conlleval and seqeval read; `token
+  predicted` for untagged sentences (a tagged file read_sentences reads)."""
   with atomic_io.atomic_open(path, "w") as f:
     for sentence, tags in zip(sentences, predicted):
-      for word, gold, guess in zip(sentence.words, sentence.tags, tags):
-        f.write("%s %s %s\n" % (word, gold, guess))
+      for number, (word, guess) in enumerate(zip(sentence.words, tags)):
+        gold = "" if sentence.tags is None else sentence.tags[number] + " "
+        f.write("%s %s%s\n" % (word, gold, guess))
       f.write("\n")
+
+
+def word_logits(sentences, windows, window_logits):
+  """Each sentence's logits [W, C] of its W words (each word's first
+  piece's), from its windows' logits [S, C], in order."""
+  rows = [[None] * len(s.words) for s in sentences]
+  for window, logits in zip(windows, window_logits):
+    for offset, position in enumerate(window.word_starts):
+      rows[window.sentence][window.first_word + offset] = logits[position]
+  return [np.stack(row) for row in rows]
 
 
 def entity_metrics(gold, predicted):

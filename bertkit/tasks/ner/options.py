@@ -6,11 +6,13 @@ from typing import Optional, Tuple
 from bertkit.common import option_fields
 from bertkit.common import options
 from bertkit.common.option_fields import REQUIRED, option
-from bertkit.tasks.fine_tuning.options import FineTuningOptions
+from bertkit.tasks.fine_tuning.options import (DistillationOptions,
+                                               FineTuningOptions)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class NerOptions(FineTuningOptions, options.EvaluationOptions):
+class NerOptions(FineTuningOptions, options.EvaluationOptions,
+                 DistillationOptions):
   """What run_ner.py is told. Dev and test are predicted together at
   --predict_batch_size; --eval_batch_size is accepted as in every
   fine-tuning program."""

@@ -32,6 +32,7 @@ from bertkit.engine import checkpoint_formats
 from bertkit.engine import distribution
 from bertkit.engine import input_pipeline
 from bertkit.engine import task_contract
+from bertkit.tasks.fine_tuning import distillation
 from bertkit.tasks.fine_tuning import driver
 from bertkit.tasks.ner import data as ner_data
 import modeling
@@ -91,12 +92,14 @@ def token_losses(logits, label_ids):
                                                         logits=logits)
 
 
-def token_classification_task(bert_config, num_labels):
+def token_classification_task(bert_config, num_labels, distill=None):
   """NER as a task_contract.Task: the cross-entropy summed over the labelled
   positions of each micro-batch, divided by those of the global batch (so
   that replicas and micro-batches add up to one device's mean); eval loss
   and token accuracy over labelled positions; logits [B, S, C] and
-  predicted label ids [B, S] as predictions."""
+  predicted label ids [B, S] as predictions. With a
+  distillation.Distillation, each word's training loss is its
+  per_example_losses'."""
 
   def logits_of(features, is_training):
     return create_model(bert_config, is_training, features["input_ids"],
@@ -110,8 +113,10 @@ def token_classification_task(bert_config, num_labels):
 
     def loss_fn(index, micro_batch):
       with task_contract.reusing_variables(index):
-        losses = token_losses(logits_of(micro_batch, True),
-                              micro_batch["label_ids"])
+        logits = logits_of(micro_batch, True)
+        losses = distillation.per_example_losses(
+            token_losses(logits, micro_batch["label_ids"]), logits,
+            micro_batch, distill)
       weights = tf.cast(micro_batch["label_weights"], tf.float32)
       return tf.reduce_sum(weights * losses) / count
 
@@ -150,9 +155,12 @@ def feature_spec(seq_length):
                        "label_weights")}
 
 
-def window_record(window, sentence, label_list, tokenizer, seq_length):
+def window_record(window, sentence, label_list, tokenizer, seq_length,
+                  teacher=None):
   """One window as a serialized tf.train.Example (feature_spec), padded to
-  seq_length; unlabelled positions have label 0 and weight 0."""
+  seq_length; positions that are not a word's first piece have label 0 and
+  weight 0. `teacher`: the sentence's teacher logits [W, C], placed at its
+  words' first pieces ([S, C], zeros elsewhere)."""
   ids = tokenizer.convert_tokens_to_ids(list(window.tokens))
   pad = [0] * (seq_length - len(ids))
   labels, weights = [0] * seq_length, [0] * seq_length
@@ -163,17 +171,28 @@ def window_record(window, sentence, label_list, tokenizer, seq_length):
   values = {"input_ids": ids + pad, "input_mask": [1] * len(ids) + pad,
             "segment_ids": [0] * seq_length, "label_ids": labels,
             "label_weights": weights}
-  return tf.train.Example(features=tf.train.Features(feature={
+  feature = {
       name: tf.train.Feature(int64_list=tf.train.Int64List(value=value))
-      for name, value in values.items()})).SerializeToString()
+      for name, value in values.items()}
+  if teacher is not None:
+    placed = np.zeros([seq_length, teacher.shape[-1]], np.float32)
+    placed[list(window.word_starts)] = teacher[
+        window.first_word:window.first_word + len(window.word_starts)]
+    feature.update(distillation.record_features(
+        placed, sentence.tags is not None))
+  return tf.train.Example(features=tf.train.Features(
+      feature=feature)).SerializeToString()
 
 
 def write_records(path, sentences, windows, label_list, tokenizer,
-                  seq_length):
-  """Writes the windows' records to `path` (atomically)."""
+                  seq_length, teacher=None):
+  """Writes the windows' records to `path` (atomically); `teacher`: each
+  sentence's teacher logits [W, C] (window_record)."""
   atomic_io.write_tfrecords(path, (
       window_record(window, sentences[window.sentence], label_list,
-                    tokenizer, seq_length) for window in windows))
+                    tokenizer, seq_length,
+                    teacher and teacher[window.sentence])
+      for window in windows))
 
 
 def train_windows(sentences, tokenizer, seq_length):
@@ -184,7 +203,7 @@ def train_windows(sentences, tokenizer, seq_length):
 
 
 def write_inputs(output_dir, sentences, label_list, tokenizer, seq_length,
-                 windows_of_train=None):
+                 windows_of_train=None, distill=None):
   """The records of each split read.
 
   Args:
@@ -195,6 +214,8 @@ def write_inputs(output_dir, sentences, label_list, tokenizer, seq_length,
     seq_length: S.
     windows_of_train: train_windows of sentences["train"], when they were
       made before (to count them), or None.
+    distill: a distillation.Distillation: the training windows hold their
+      words' teacher logits.
 
   Returns:
     ({split: [record file]}, {split: windows in file order}).
@@ -209,14 +230,19 @@ def write_inputs(output_dir, sentences, label_list, tokenizer, seq_length,
                                            seq_length)
     path = driver.record_file(output_dir, split)
     write_records(path, split_sentences, windows[split], label_list,
-                  tokenizer, seq_length)
+                  tokenizer, seq_length, distill.teacher if distill and
+                  split == "train" else None)
     files[split] = [path]
   return files, windows
 
 
-def input_fn_maker(seq_length):
-  """The runner's make_input_fn over the records."""
-  return input_pipeline.records_input_fn_maker(feature_spec(seq_length))
+def input_fn_maker(seq_length, num_teacher_labels=None):
+  """The runner's make_input_fn over the records (feature_spec; a student's
+  training records also hold their teacher logits [S, C] when
+  num_teacher_labels C is given)."""
+  return input_pipeline.records_input_fn_maker(
+      feature_spec(seq_length), num_teacher_labels and
+      distillation.feature_spec([seq_length, num_teacher_labels]))
 
 
 def token_figures(sentences, windows, predictions, label_list):
@@ -268,15 +294,18 @@ def use_predictions(output_dir, sentences, windows, label_list, predictions):
         [p["predicted_ids"] for p in chunk], label_list)
     ner_data.write_conll(os.path.join(output_dir, file_name),
                          sentences[split], predicted)
+    if sentences[split][0].tags is None:  # an untagged --predict_file
+      continue
     figures = ner_data.entity_metrics([list(s.tags) for s in sentences[split]],
                                       predicted)
     figures.update(token_figures(sentences[split], windows[split], chunk,
                                  label_list))
     splits[split] = figures
     flat.update(ner_data.flat_metrics(prefix, figures))
-  with atomic_io.atomic_open(os.path.join(output_dir, RESULTS_JSON)) as f:
-    json.dump(splits, f, indent=2, sort_keys=True)
-    f.write("\n")
+  if splits:
+    with atomic_io.atomic_open(os.path.join(output_dir, RESULTS_JSON)) as f:
+      json.dump(splits, f, indent=2, sort_keys=True)
+      f.write("\n")
   return flat
 
 
@@ -297,6 +326,10 @@ def label_list_of(opts, sentences):
   if opts.labels:
     labels = list(opts.labels)
     ner_data.check_label_list(labels)
+  elif "train" in sentences and sentences["train"][0].tags is None:
+    raise UserError("the training file's sentences are untagged: give the "
+                    "labels, --labels=O,B-...,I-..., as the teacher's "
+                    "labels.txt lists them")
   elif "train" in sentences:
     labels = ner_data.labels_of(sentences["train"])
   else:
@@ -318,15 +351,22 @@ class NerFineTuning(driver.FineTuningTask):
   head = heads.TOKEN_CLASSIFICATION
 
   def read(self, opts):
+    given = {"train": opts.train_file, "test": opts.predict_file}
+    # Untagged sentences: a training file with a teacher, a file given to
+    # predict (--data_dir's test file is scored, so tagged).
+    unlabelled = {"train": bool(opts.teacher_outputs),
+                  "test": bool(opts.predict_file)}
     sentences = {split: ner_data.read_sentences(
-        ner_data.split_path(opts.data_dir, split))
+        given.get(split) or ner_data.split_path(opts.data_dir, split),
+        unlabelled.get(split, False))
                  for split in driver.stage_splits(opts)}
     label_list = label_list_of(opts, sentences)
     logging.info("Labels %s", label_list)
     return NerInputs(sentences, label_list)
 
-  def runner_task(self, bert_config, inputs):
-    return token_classification_task(bert_config, len(inputs.label_list))
+  def runner_task(self, bert_config, inputs, distill):
+    return token_classification_task(bert_config, len(inputs.label_list),
+                                     distill)
 
   def training_set(self, opts, inputs, tokenizer):
     """The training windows (the steps count them), made here and written
@@ -335,20 +375,34 @@ class NerFineTuning(driver.FineTuningTask):
                             opts.max_seq_length)
     return driver.TrainingSet(len(windows), "windows", windows)
 
-  def write_records(self, opts, inputs, tokenizer, is_chief, training):
+  def write_records(self, opts, inputs, tokenizer, is_chief, training,
+                    distill):
     if is_chief:
       driver.write_labels(opts.run.output_dir, inputs.label_list)
     files, windows = write_inputs(opts.run.output_dir, inputs.sentences,
                                   inputs.label_list, tokenizer,
                                   opts.max_seq_length,
-                                  training and training.computed)
+                                  training and training.computed, distill)
     train = windows.get("train", ())
     return driver.Records(
         files, "%d sentences in %d windows" % (
             len(inputs.sentences.get("train", ())), len(train)), windows)
 
-  def input_fn_maker(self, opts, inputs):
-    return input_fn_maker(opts.max_seq_length)
+  def input_fn_maker(self, opts, inputs, distill):
+    return input_fn_maker(opts.max_seq_length,
+                          len(inputs.label_list) if distill else None)
+
+  def example_rows(self, inputs, split):
+    return [(s.lines[0], (len(s.words), len(inputs.label_list)))
+            for s in inputs.sentences[split]]
+
+  def predicted_rows(self, inputs, records, predictions):
+    windows = records.details
+    test = predictions[len(windows.get("dev", ())):]
+    sentences = inputs.sentences["test"]
+    return [{"id": s.lines[0], "logits": logits}
+            for s, logits in zip(sentences, ner_data.word_logits(
+                sentences, windows["test"], [p["logits"] for p in test]))]
 
   def prediction(self, opts, inputs, records, model):
     windows = records.details

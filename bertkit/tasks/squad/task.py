@@ -177,14 +177,20 @@ class SquadFineTuning(driver.FineTuningTask):
                         opts.predict_file)
     return SquadInputs(train_examples, predict_examples)
 
-  def runner_task(self, bert_config, inputs):
+  # SQuAD does not distill (its options have no --teacher_outputs): its
+  # logits are per WordPiece of a window, tied to the tokenizer and the
+  # windows, so `distill` is always None here.
+  def runner_task(self, bert_config, inputs, distill):
+    del distill
     return squad_model.question_answering_task(bert_config)
 
   def training_set(self, opts, inputs, tokenizer):
     # Upstream counts the training steps in questions, not windows.
     return driver.TrainingSet(len(inputs.train_examples), "questions")
 
-  def write_records(self, opts, inputs, tokenizer, is_chief, training):
+  def write_records(self, opts, inputs, tokenizer, is_chief, training,
+                    distill):
+    del distill
     train_files, num_train_windows, predict_files, predict_features = (
         write_inputs(opts.run.output_dir, inputs.train_examples,
                      inputs.predict_examples, tokenizer, opts.max_seq_length,
@@ -196,7 +202,8 @@ class SquadFineTuning(driver.FineTuningTask):
         "%d questions in %d windows" % (questions, num_train_windows),
         predict_features)
 
-  def input_fn_maker(self, opts, inputs):
+  def input_fn_maker(self, opts, inputs, distill):
+    del distill
     return input_fn_maker(opts.max_seq_length)
 
   def prediction(self, opts, inputs, records, model):

@@ -25,6 +25,7 @@ from bertkit.common.errors import UserError
 from bertkit.engine import checkpoint_formats
 from bertkit.engine import input_pipeline
 from bertkit.engine import task_contract
+from bertkit.tasks.fine_tuning import distillation
 from bertkit.tasks.fine_tuning import driver
 from bertkit.tasks.swag import data as swag_data
 import modeling
@@ -78,18 +79,22 @@ def build_variables(bert_config):
   create_model(bert_config, False, ids, ids, ids)
 
 
-def multiple_choice_task(bert_config):
+def multiple_choice_task(bert_config, distill=None):
   """Multiple choice as a task_contract.Task: the mean cross-entropy of the
   softmax over each example's choices; eval loss and accuracy; logits [B, C] and
-  probabilities [B, C] as predictions."""
+  probabilities [B, C] as predictions. With a distillation.Distillation, the
+  training loss is the mean of its per-example losses."""
 
   def logits_of(features, is_training):
     return create_model(bert_config, is_training,
                         *(features[name] for name in SEQUENCE_FEATURES))
 
   def mean_loss(features, is_training):
-    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
-        labels=features["label"], logits=logits_of(features, is_training)))
+    logits = logits_of(features, is_training)
+    return tf.reduce_mean(distillation.per_example_losses(
+        tf.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=features["label"], logits=logits), logits, features,
+        distill))
 
   def eval_outputs(features):
     logits = logits_of(features, False)
@@ -120,19 +125,24 @@ def feature_spec(num_choices, seq_length):
   return spec
 
 
-def example_record(example, tokenizer, seq_length):
+def example_record(example, tokenizer, seq_length, teacher=None):
   """One example as a serialized tf.train.Example (feature_spec); an
-  unlabelled example has label 0."""
+  unlabelled example has label 0. `teacher`: its teacher logits [C]."""
   encoded = swag_data.encode_choices(example, tokenizer, seq_length)
   values = {name: [i for row in rows for i in row]
             for name, rows in zip(SEQUENCE_FEATURES, encoded)}
   values["label"] = [example.label or 0]
-  return tf.train.Example(features=tf.train.Features(feature={
+  feature = {
       name: tf.train.Feature(int64_list=tf.train.Int64List(value=value))
-      for name, value in values.items()})).SerializeToString()
+      for name, value in values.items()}
+  if teacher is not None:
+    feature.update(distillation.record_features(
+        teacher, example.label is not None))
+  return tf.train.Example(features=tf.train.Features(
+      feature=feature)).SerializeToString()
 
 
-def write_inputs(output_dir, examples, tokenizer, seq_length):
+def write_inputs(output_dir, examples, tokenizer, seq_length, distill=None):
   """Writes train, eval and predict.tf_record of the splits read.
 
   Args:
@@ -140,6 +150,8 @@ def write_inputs(output_dir, examples, tokenizer, seq_length):
     examples: {split: Examples} of "train", "dev", "test".
     tokenizer: the FullTokenizer.
     seq_length: S.
+    distill: a distillation.Distillation: the training records hold their
+      teacher logits.
 
   Returns:
     {split: [record file]}.
@@ -147,16 +159,20 @@ def write_inputs(output_dir, examples, tokenizer, seq_length):
   files = {}
   for split, split_examples in examples.items():
     files[split] = [driver.record_file(output_dir, split)]
+    teacher = (distill.teacher if distill and split == "train"
+               else [None] * len(split_examples))
     atomic_io.write_tfrecords(files[split][0], (
-        example_record(example, tokenizer, seq_length)
-        for example in split_examples))
+        example_record(example, tokenizer, seq_length, logits)
+        for example, logits in zip(split_examples, teacher)))
   return files
 
 
-def input_fn_maker(num_choices, seq_length):
-  """The runner's make_input_fn over the records."""
+def input_fn_maker(num_choices, seq_length, distilled=False):
+  """The runner's make_input_fn over the records (feature_spec; a student's
+  training records also hold their teacher logits [C] when `distilled`)."""
   return input_pipeline.records_input_fn_maker(
-      feature_spec(num_choices, seq_length))
+      feature_spec(num_choices, seq_length),
+      distilled and distillation.feature_spec([num_choices]))
 
 
 def choice_figures(examples, logits):
@@ -207,10 +223,12 @@ def read_splits(opts):
       example, or the splits' numbers of choices differ.
   """
   examples = {}
+  given = {"train": opts.train_file, "test": opts.predict_file}
   for split in driver.stage_splits(opts):
-    path = swag_data.split_path(opts.data_dir, split)
+    path = given.get(split) or swag_data.split_path(opts.data_dir, split)
     examples[split] = swag_data.read_examples(path)
-    if split != "test":
+    # A training file may be a transfer set when a teacher labels it.
+    if split == "dev" or (split == "train" and not opts.teacher_outputs):
       swag_data.check_labelled(examples[split], path)
   counts = {split: len(e[0].endings) for split, e in examples.items()}
   if len(set(counts.values())) > 1:
@@ -233,21 +251,32 @@ class MultipleChoiceFineTuning(driver.FineTuningTask):
   def read(self, opts):
     return read_splits(opts)
 
-  def runner_task(self, bert_config, inputs):
-    return multiple_choice_task(bert_config)
+  def runner_task(self, bert_config, inputs, distill):
+    return multiple_choice_task(bert_config, distill)
 
   def training_set(self, opts, inputs, tokenizer):
     return driver.TrainingSet(len(inputs["train"]))
 
-  def write_records(self, opts, inputs, tokenizer, is_chief, training):
+  def write_records(self, opts, inputs, tokenizer, is_chief, training,
+                    distill):
     files = write_inputs(opts.run.output_dir, inputs, tokenizer,
-                         opts.max_seq_length)
+                         opts.max_seq_length, distill)
     train = inputs.get("train", ())
     return driver.Records(files, "%d examples of %d choices" % (
         len(train), num_choices(inputs)))
 
-  def input_fn_maker(self, opts, inputs):
-    return input_fn_maker(num_choices(inputs), opts.max_seq_length)
+  def input_fn_maker(self, opts, inputs, distill):
+    return input_fn_maker(num_choices(inputs), opts.max_seq_length,
+                          distill is not None)
+
+  def example_rows(self, inputs, split):
+    return [(example.example_id, (len(example.endings),))
+            for example in inputs[split]]
+
+  def predicted_rows(self, inputs, records, predictions):
+    test = predictions[len(inputs.get("dev", ())):]
+    return [{"id": example.example_id, "logits": p["logits"]}
+            for example, p in zip(inputs["test"], test)]
 
   def prediction(self, opts, inputs, records, model):
     return driver.predict_dev_and_test(
