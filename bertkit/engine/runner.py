@@ -203,11 +203,14 @@ class PredictStage:
     use_predictions: on the chief, function(list of the prediction dicts,
       in input order) -> evaluation figures of them (written as eval
       results) or None.
+    on_every_replica: the replicas of this process predict each batch
+      together (`predictions`); False: one device, as upstream.
   """
   files: Optional[Sequence[str]] = None
   batch_size: Optional[int] = None
   message: Optional[str] = None
   use_predictions: Optional[Callable] = None
+  on_every_replica: bool = False
 
 
 def run(prepared, make_input_fn, schedule=TrainingSchedule(),
@@ -280,8 +283,9 @@ def run(prepared, make_input_fn, schedule=TrainingSchedule(),
         make_input_fn(eval_files, EVAL, evaluation.batch_size, 1),
         steps=evaluation.steps)
   if prediction.files:
-    result = _predict_stage(estimator, setup, make_input_fn, prediction,
-                            result)
+    result = _predict_stage(
+        _predicting_estimator(prepared) if prediction.on_every_replica
+        else estimator, setup, make_input_fn, prediction, result)
   if setup.is_chief:
     if result is not None:
       run_report.write_eval_results(options.output_dir, result)
@@ -353,6 +357,16 @@ def prediction_strategy(setup):
   return setup.strategy
 
 
+def _predicting_estimator(prepared):
+  """The Estimator whose predict runs on every replica of this process
+  (prediction_strategy)."""
+  options = prepared.options
+  return make_estimator(task_contract.model_fn_builder(
+      prepared.task, options.init_checkpoint, options.optimizer, 0, 0, {},
+      prepared.replicas,
+      predict_strategy=prediction_strategy(prepared.setup)), prepared.setup)
+
+
 def predictions(prepared, input_fn):
   """Yields the prediction dicts of every record of `input_fn`, in order.
 
@@ -366,12 +380,8 @@ def predictions(prepared, input_fn):
     prepared: the PreparedRun of `prepare`, its task having `predictions`.
     input_fn: an Estimator input_fn of the records, in order.
   """
-  options = prepared.options
-  estimator = make_estimator(task_contract.model_fn_builder(
-      prepared.task, options.init_checkpoint, options.optimizer, 0, 0, {},
-      prepared.replicas,
-      predict_strategy=prediction_strategy(prepared.setup)), prepared.setup)
-  yield from estimator.predict(input_fn, yield_single_examples=True)
+  yield from _predicting_estimator(prepared).predict(
+      input_fn, yield_single_examples=True)
 
 
 def predict(estimator, input_fn):

@@ -101,6 +101,11 @@ class FineTuningTask:
     """The runner.PredictStage: what is predicted and what becomes of it."""
     raise NotImplementedError
 
+  def schedule(self, opts, records):
+    """The runner.TrainingSchedule: upstream's steps (training_schedule) by
+    default; a task whose training is a number of steps says so here."""
+    return training_schedule(opts, records)
+
   def finish(self, opts, inputs, records, is_chief):
     """After the run: what is written from all of its results."""
 
@@ -197,7 +202,7 @@ def run(task, opts):
   records = task.write_records(opts, inputs, tokenization.FullTokenizer(
       model.vocab_file, model.do_lower_case), prepared.setup.is_chief)
   runner.run(prepared, task.input_fn_maker(opts, inputs),
-             training_schedule(opts, records),
+             task.schedule(opts, records),
              train_files=records.files.get("train"),
              evaluation=task.evaluation(opts, inputs, records),
              prediction=task.prediction(opts, inputs, records, model))

@@ -1,0 +1,114 @@
+"""Regenerates the sample passage-ranking task in MS MARCO's files.
+
+From sample_data/corpus.txt (80 documents of one sentence a line): each
+document is cut into groups of GROUP consecutive sentences. One sentence of
+each group, drawn at random, is held out as a query; the group's other
+sentences, in order, are its passage: the task is Lee et al.'s inverse
+cloze task (find the passage a sentence was taken from), on real text, with
+one relevant passage per query. The passages of every document form
+collection.tsv. The documents are split: the queries of DEV_DOCUMENTS of
+them are the dev queries (queries.dev.small.tsv, qrels.dev.small.tsv), the
+others' the training queries (queries.train.tsv, qrels.train.tsv).
+
+triples.train.small.tsv holds, as MS MARCO's, a training query, a relevant
+passage and a passage BM25 retrieves for the query that is not relevant
+(bertkit/tasks/reranking/bm25.py; NEGATIVES of its top BM25_DEPTH, drawn at
+random). Every sentence of a training document serves as a query there,
+its relevant passage being the rest of its group (the held-out sentence of
+its group included when it is not the query itself); the negatives come
+from other groups than the query's own.
+
+Usage (from the repository root; the output is deterministic):
+  python sample_data/msmarco/make_data.py
+"""
+
+import os
+import random
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO_ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, REPO_ROOT)
+
+from bertkit.tasks.reranking import bm25  # noqa: E402  pylint: disable=g-import-not-at-top
+
+SEED = 20261207
+CORPUS = os.path.join(REPO_ROOT, "sample_data", "corpus.txt")
+GROUP = 5
+DEV_DOCUMENTS = 20
+NEGATIVES = 4
+BM25_DEPTH = 20
+
+
+def documents():
+  """The corpus's documents, each a list of sentences (lines)."""
+  docs, current = [], []
+  with open(CORPUS, encoding="utf-8") as f:
+    for line in f:
+      if line.strip():
+        current.append(line.strip())
+      elif current:
+        docs.append(current)
+        current = []
+  if current:
+    docs.append(current)
+  return docs
+
+
+def groups_of(doc):
+  """The document's groups of GROUP sentences (a short last one joins the
+  one before)."""
+  groups = [doc[i:i + GROUP] for i in range(0, len(doc), GROUP)]
+  if len(groups) > 1 and len(groups[-1]) < 3:
+    last = groups.pop()
+    groups[-1] = groups[-1] + last
+  return groups
+
+
+def write_tsv(name, rows):
+  with open(os.path.join(HERE, name), "w", encoding="utf-8") as f:
+    for row in rows:
+      f.write("\t".join(str(x) for x in row) + "\n")
+
+
+def main():
+  rng = random.Random(SEED)
+  docs = documents()
+  dev_docs = set(rng.sample(range(len(docs)), DEV_DOCUMENTS))
+  collection, queries = {}, {"train": {}, "dev": {}}
+  qrels = {"train": [], "dev": []}
+  train_queries = []  # (query, positive passage, its group's pid)
+  for d, doc in enumerate(docs):
+    split = "dev" if d in dev_docs else "train"
+    for g, group in enumerate(groups_of(doc)):
+      pid = str(len(collection))
+      qid = str(1000 + len(collection))
+      held = rng.randrange(len(group))
+      collection[pid] = " ".join(s for i, s in enumerate(group) if i != held)
+      queries[split][qid] = group[held]
+      qrels[split].append((qid, 0, pid, 1))
+      if split == "train":
+        for i, sentence in enumerate(group):
+          train_queries.append((sentence, " ".join(
+              s for j, s in enumerate(group) if j != i), pid))
+  retrieved = bm25.retrieve(
+      collection, {str(i): q for i, (q, _, _) in enumerate(train_queries)},
+      BM25_DEPTH + 1)
+  triples = []
+  for i, (query, positive, own) in enumerate(train_queries):
+    others = [pid for pid, _ in retrieved[str(i)] if pid != own]
+    for pid in rng.sample(others, min(NEGATIVES, len(others))):
+      triples.append((query, positive, collection[pid]))
+  rng.shuffle(triples)
+  write_tsv("collection.tsv", collection.items())
+  for split, name in (("train", "train"), ("dev", "dev.small")):
+    write_tsv("queries.%s.tsv" % name, queries[split].items())
+    write_tsv("qrels.%s.tsv" % name, qrels[split])
+  write_tsv("triples.train.small.tsv", triples)
+  print("%d passages, %d training and %d dev queries, %d triples" % (
+      len(collection), len(queries["train"]), len(queries["dev"]),
+      len(triples)))
+
+
+if __name__ == "__main__":
+  main()
