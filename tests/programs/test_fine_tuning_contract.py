@@ -49,13 +49,29 @@ PROGRAMS = {
         data=lambda d: ["--data_dir=%s" % d],
         source=os.path.join(SAMPLE, "swag"), dev="val.csv",
         broken="not,a,swag,header\n", results="dev_results.tsv"),
+    "run_rerank.py": dict(
+        head=heads.RERANKER, evaluate="--do_eval", epochs="1",
+        data=lambda d: ["--%s=%s" % (flag, os.path.join(d, name)) for
+                        flag, name in (
+                            ("train_triples", "triples.train.small.tsv"),
+                            ("candidates", "run.dev.tsv"),
+                            ("queries", "queries.dev.small.tsv"),
+                            ("collection", "collection.tsv"),
+                            ("qrels", "qrels.dev.small.tsv"))] + [
+                                "--num_train_steps=2",
+                                "--max_query_length=8"],
+        source=os.path.join(SAMPLE, "msmarco"), dev="run.dev.tsv",
+        broken="1\t7\n", results="rerank_run.tsv",
+        missing="--train_triples %s: no such file",
+        missing_file="triples.train.small.tsv"),
     "run_squad.py": dict(
         head=heads.SQUAD, evaluate="--do_predict", epochs="0.7",
         data=lambda d: ["--train_file=%s" % os.path.join(d, "train.json"),
                         "--predict_file=%s" % os.path.join(d, "dev.json"),
                         "--max_query_length=16", "--doc_stride=8"],
         source=None, dev="dev.json", broken='{"data": [\n',
-        results="predictions.json"),
+        results="predictions.json", missing="--train_file %s: no such file",
+        missing_file="train.json"),
 }
 
 
@@ -77,11 +93,26 @@ def pretrained(tmp_path_factory):
   return out
 
 
+def write_dev_run(directory):
+  """run_rerank's candidates: an MS MARCO run of each dev query's relevant
+  passage and the two passages after it in the collection."""
+  lines = []
+  with open(os.path.join(directory, "qrels.dev.small.tsv")) as f:
+    for line in f:
+      qid, _, pid, _ = line.split()
+      lines += ["%s\t%d\t%d\n" % (qid, int(pid) + i, i + 1)
+                for i in range(3)]
+  with open(os.path.join(directory, "run.dev.tsv"), "w") as f:
+    f.writelines(lines)
+
+
 def data_dir(program, directory):
   """A copy of the program's sample data in `directory`."""
   spec = PROGRAMS[program]
   if spec["source"]:
     shutil.copytree(spec["source"], directory)
+    if program == "run_rerank.py":
+      write_dev_run(directory)
   else:
     os.makedirs(directory)
     shutil.copy(SQUAD_FILE, os.path.join(directory, "train.json"))
@@ -136,8 +167,9 @@ def test_a_missing_data_directory_is_refused(program, pretrained, tmp_path):
   with pytest.raises(UserError) as raised:
     program_in_process(arguments(program, str(missing), tmp_path / "out",
                                  "--do_train", init_checkpoint=pretrained))
-  if program == "run_squad.py":
-    expected = "--train_file %s: no such file" % (missing / "train.json")
+  if "missing" in PROGRAMS[program]:
+    expected = PROGRAMS[program]["missing"] % (
+        missing / PROGRAMS[program]["missing_file"])
   else:
     expected = "--data_dir %s is not a directory" % missing
   assert str(raised.value) == expected

@@ -209,6 +209,7 @@ def write_split(output_dir, split, kind, items, settings, num_workers,
   manifest = {"identity": identity, "settings": settings.fingerprint(),
               "kind": kind.name, "chunk_items": CHUNK_ITEMS}
   keep = identity is not None and _read_manifest(manifest_path) == manifest
+  os.makedirs(output_dir, exist_ok=True)
   atomic_io.remove_stale_partials(output_dir, split + "-")
   _write_manifest(manifest_path, manifest)
   files, counts = [], {"records": 0, "kept": 0}

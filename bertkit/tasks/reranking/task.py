@@ -136,8 +136,10 @@ def mrr_at_10_metric(held_out, scores, pair_index):
                       trainable=False, name="held_out_scores",
                       collections=[tf.GraphKeys.LOCAL_VARIABLES])
   update = tf.scatter_update(table, pair_index, scores)
-  index = tf.constant(held_out.index)
-  gathered = tf.gather(table, tf.where(index < 0, held_out.num_pairs, index))
+  # The table's last entry, -inf, stands for the places past a query's
+  # last candidate.
+  gathered = tf.gather(table, np.where(held_out.index < 0,
+                                       held_out.num_pairs, held_out.index))
   order = tf.argsort(-gathered, axis=1, stable=True)[:, :ranking_metrics.
                                                       MRR_DEPTH]
   relevant = tf.gather(tf.constant(held_out.labels), order, batch_dims=1) > 0
