@@ -13,10 +13,12 @@ others' the training queries (queries.train.tsv, qrels.train.tsv).
 triples.train.small.tsv holds, as MS MARCO's, a training query, a relevant
 passage and a passage BM25 retrieves for the query that is not relevant
 (bertkit/tasks/reranking/bm25.py; NEGATIVES of its top BM25_DEPTH, drawn at
-random). Every sentence of a training document serves as a query there,
-its relevant passage being the rest of its group (the held-out sentence of
-its group included when it is not the query itself); the negatives come
-from other groups than the query's own.
+random, over the training documents' passages). Every sentence of a training
+document serves as a query there, its relevant passage being the rest of its
+group; a negative is another group of the training documents less one of its
+sentences, drawn at random. Positives and negatives are alike in kind (a
+group less one sentence; as often the collection's passage of the group as
+not), and no triple holds text of a dev document.
 
 Usage (from the repository root; the output is deterministic):
   python sample_data/msmarco/make_data.py
@@ -37,7 +39,7 @@ CORPUS = os.path.join(REPO_ROOT, "sample_data", "corpus.txt")
 GROUP = 5
 DEV_DOCUMENTS = 20
 NEGATIVES = 4
-BM25_DEPTH = 20
+BM25_DEPTH = 50
 
 
 def documents():
@@ -65,6 +67,11 @@ def groups_of(doc):
   return groups
 
 
+def without(group, index):
+  """The group's sentences but the index-th, in order, as one passage."""
+  return " ".join(s for i, s in enumerate(group) if i != index)
+
+
 def write_tsv(name, rows):
   with open(os.path.join(HERE, name), "w", encoding="utf-8") as f:
     for row in rows:
@@ -78,27 +85,31 @@ def main():
   collection, queries = {}, {"train": {}, "dev": {}}
   qrels = {"train": [], "dev": []}
   train_queries = []  # (query, positive passage, its group's pid)
+  train_groups = {}  # pid -> the sentences of a training document's group
   for d, doc in enumerate(docs):
     split = "dev" if d in dev_docs else "train"
-    for g, group in enumerate(groups_of(doc)):
+    for group in groups_of(doc):
       pid = str(len(collection))
       qid = str(1000 + len(collection))
       held = rng.randrange(len(group))
-      collection[pid] = " ".join(s for i, s in enumerate(group) if i != held)
+      collection[pid] = without(group, held)
       queries[split][qid] = group[held]
       qrels[split].append((qid, 0, pid, 1))
       if split == "train":
+        train_groups[pid] = group
         for i, sentence in enumerate(group):
-          train_queries.append((sentence, " ".join(
-              s for j, s in enumerate(group) if j != i), pid))
+          train_queries.append((sentence, without(group, i), pid))
   retrieved = bm25.retrieve(
-      collection, {str(i): q for i, (q, _, _) in enumerate(train_queries)},
+      {pid: collection[pid] for pid in train_groups},
+      {str(i): q for i, (q, _, _) in enumerate(train_queries)},
       BM25_DEPTH + 1)
   triples = []
   for i, (query, positive, own) in enumerate(train_queries):
     others = [pid for pid, _ in retrieved[str(i)] if pid != own]
     for pid in rng.sample(others, min(NEGATIVES, len(others))):
-      triples.append((query, positive, collection[pid]))
+      group = train_groups[pid]
+      triples.append((query, positive,
+                      without(group, rng.randrange(len(group)))))
   rng.shuffle(triples)
   write_tsv("collection.tsv", collection.items())
   for split, name in (("train", "train"), ("dev", "dev.small")):

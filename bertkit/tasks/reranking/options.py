@@ -64,6 +64,13 @@ class RerankOptions(FineTuningOptions, options.EvaluationOptions):
   held_out_queries: int = option(
       200, "Queries of --qrels (the first ones) evaluated during training.",
       **AT_LEAST_ONE)
+  pad_to_max_seq_length: bool = option(
+      False, "Pad every pair to --max_seq_length (one shape for every batch, "
+      "as upstream's records) instead of each batch to its longest pair.")
+  predict_batch_size: int = option(64, "Pairs per batch when re-ranking.",
+                                   **AT_LEAST_ONE)
+  eval_batch_size: int = option(64, "Pairs per batch of the held-out "
+                                "evaluation.", **AT_LEAST_ONE)
   run_tag: str = option("bertkit", "The TREC run's tag column.")
   num_workers: Optional[int] = option(
       None, "Processes writing the records.", unset="every core",

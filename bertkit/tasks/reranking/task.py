@@ -188,6 +188,16 @@ def rerank_task(bert_config, held_out=None):
       eval_outputs=eval_outputs, predictions=predictions)
 
 
+def padded_batches(dataset, batch_size, drop_remainder, pad_to=None):
+  """Batches of `dataset` padded to their longest pair, or to `pad_to`
+  tokens (--pad_to_max_seq_length: every batch of one shape)."""
+  shapes = {name: (tf.TensorShape([None, pad_to])
+                   if name in SEQUENCE_FEATURES else spec.shape)
+            for name, spec in dataset.element_spec.items()}
+  return dataset.padded_batch(batch_size, padded_shapes=shapes,
+                              drop_remainder=drop_remainder)
+
+
 def window_shuffled(dataset, start, seed):
   """`dataset` (a stream whose first element is at position `start`, a
   multiple of SHUFFLE_WINDOW) with each window of SHUFFLE_WINDOW positions
@@ -207,7 +217,7 @@ def window_shuffled(dataset, start, seed):
 
 
 def train_input_fn(files, counts, global_batch_size, num_replicas,
-                   start_step_fn, seed=DEFAULT_SHUFFLE_SEED):
+                   start_step_fn, seed=DEFAULT_SHUFFLE_SEED, pad_to=None):
   """The input_fn of the triples: the records in order, again and again,
   shuffled within windows, padded per batch; a run resuming at global step n
   starts at the triple the uninterrupted run would read next.
@@ -219,6 +229,7 @@ def train_input_fn(files, counts, global_batch_size, num_replicas,
     num_replicas: replicas in sync.
     start_step_fn: function() -> the global step training resumes from.
     seed: the shuffle's seed.
+    pad_to: pad every pair to this length (None: to the batch's longest).
 
   Returns:
     input_fn(params, input_context=None) -> [B, 2, L] features.
@@ -244,23 +255,23 @@ def train_input_fn(files, counts, global_batch_size, num_replicas,
     dataset = dataset.map(input_pipeline.graph_function(
         lambda record: decode(record, rerank_records.TRIPLE)),
                           num_parallel_calls=tf.data.AUTOTUNE)
-    return input_pipeline.with_fixed_tuning(dataset.padded_batch(
-        per_replica, drop_remainder=True).prefetch(tf.data.AUTOTUNE))
+    return input_pipeline.with_fixed_tuning(padded_batches(
+        dataset, per_replica, True, pad_to).prefetch(tf.data.AUTOTUNE))
 
   return input_fn
 
 
-def ordered_input_fn(files, kind, batch_size):
+def ordered_input_fn(files, kind, batch_size, pad_to=None):
   """The input_fn of one ordered pass over records, each batch padded to its
-  longest pair (the last batch may be smaller)."""
+  longest pair or to `pad_to` (the last batch may be smaller)."""
 
   def input_fn(params=None, input_context=None):
     del params, input_context
     dataset = tf.data.TFRecordDataset(list(files)).map(
         input_pipeline.graph_function(lambda record: decode(record, kind)),
         num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return input_pipeline.with_fixed_tuning(
-        dataset.padded_batch(batch_size).prefetch(tf.data.AUTOTUNE))
+    return input_pipeline.with_fixed_tuning(padded_batches(
+        dataset, batch_size, False, pad_to).prefetch(tf.data.AUTOTUNE))
 
   return input_fn
 
@@ -480,17 +491,19 @@ class RerankFineTuning(driver.FineTuningTask):
         int(opts.num_train_steps * opts.warmup_proportion))
 
   def input_fn_maker(self, opts, inputs):
+    pad_to = opts.max_seq_length if opts.pad_to_max_seq_length else None
+
     def make_input_fn(files, mode, global_batch_size, num_replicas):
       if mode == task_contract.TRAIN:
         return train_input_fn(
             files, chunk_counts(files, inputs["triples"]), global_batch_size,
             num_replicas, functools.partial(input_pipeline.checkpoint_step,
                                             opts.run.output_dir),
-            opts.run.tf_random_seed or DEFAULT_SHUFFLE_SEED)
+            opts.run.tf_random_seed or DEFAULT_SHUFFLE_SEED, pad_to)
       kind = (rerank_records.TRIPLE
               if os.path.basename(files[0]).startswith("train-")
               else rerank_records.PAIR)
-      return ordered_input_fn(files, kind, global_batch_size)
+      return ordered_input_fn(files, kind, global_batch_size, pad_to)
     return make_input_fn
 
   def evaluation(self, opts, inputs, records):
