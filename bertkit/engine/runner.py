@@ -166,8 +166,9 @@ class EvalStage:
       and at the end, with eval_history.jsonl; False: after training, as
       upstream does.
     every_n_steps: see during_training; None: at the end only.
-    target: stop training at the first evaluation whose masked_lm_accuracy
+    target: stop training at the first evaluation whose `target_metric`
       reaches it (None: no target).
+    target_metric: the eval metric the target is of.
   """
   files: Optional[Sequence[str]] = None
   batch_size: Optional[int] = None
@@ -176,6 +177,7 @@ class EvalStage:
   during_training: bool = False
   every_n_steps: Optional[int] = None
   target: Optional[float] = None
+  target_metric: str = held_out.TARGET_METRIC
 
 
 @dataclasses.dataclass(frozen=True)
@@ -265,7 +267,8 @@ def run(prepared, make_input_fn, schedule=TrainingSchedule(),
               evaluation.every_n_steps, evaluation.steps,
               options.output_dir, clock, options.train_batch_size,
               setup.is_chief, setup.run_config.session_config,
-              evaluation.target, summary_info=setup.extra_info)))
+              evaluation.target, summary_info=setup.extra_info,
+              target_metric=evaluation.target_metric)))
     throughput_summary = train(
         estimator, setup,
         for_this_process(setup, make_input_fn(

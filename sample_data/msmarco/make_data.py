@@ -20,10 +20,15 @@ sentences, drawn at random. Positives and negatives are alike in kind (a
 group less one sentence; as often the collection's passage of the group as
 not), and no triple holds text of a dev document.
 
+collection_sentences.txt is the collection as create_pretraining_data.py's
+text (one sentence a line, a blank line between passages), for pretraining
+on the collection alone: the queries' sentences are not in it.
+
 Usage (from the repository root; the output is deterministic):
   python sample_data/msmarco/make_data.py
 """
 
+import importlib.util
 import os
 import random
 import sys
@@ -35,26 +40,22 @@ sys.path.insert(0, REPO_ROOT)
 from bertkit.tasks.reranking import bm25  # noqa: E402  pylint: disable=g-import-not-at-top
 
 SEED = 20261207
-CORPUS = os.path.join(REPO_ROOT, "sample_data", "corpus.txt")
 GROUP = 5
 DEV_DOCUMENTS = 20
 NEGATIVES = 4
 BM25_DEPTH = 50
+PRETRAINING_TEXT = "collection_sentences.txt"
 
 
 def documents():
-  """The corpus's documents, each a list of sentences (lines)."""
-  docs, current = [], []
-  with open(CORPUS, encoding="utf-8") as f:
-    for line in f:
-      if line.strip():
-        current.append(line.strip())
-      elif current:
-        docs.append(current)
-        current = []
-  if current:
-    docs.append(current)
-  return docs
+  """The corpus's documents, each a list of sentences (lines), as the SWAG
+  sample reads them (sample_data/swag/make_data.py)."""
+  spec = importlib.util.spec_from_file_location(
+      "swag_make_data", os.path.join(REPO_ROOT, "sample_data", "swag",
+                                     "make_data.py"))
+  swag = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(swag)
+  return [[" ".join(words) for words in doc] for doc in swag.documents()]
 
 
 def groups_of(doc):
@@ -83,6 +84,7 @@ def main():
   docs = documents()
   dev_docs = set(rng.sample(range(len(docs)), DEV_DOCUMENTS))
   collection, queries = {}, {"train": {}, "dev": {}}
+  passage_sentences = {}
   qrels = {"train": [], "dev": []}
   train_queries = []  # (query, positive passage, its group's pid)
   train_groups = {}  # pid -> the sentences of a training document's group
@@ -93,6 +95,7 @@ def main():
       qid = str(1000 + len(collection))
       held = rng.randrange(len(group))
       collection[pid] = without(group, held)
+      passage_sentences[pid] = [s for i, s in enumerate(group) if i != held]
       queries[split][qid] = group[held]
       qrels[split].append((qid, 0, pid, 1))
       if split == "train":
@@ -116,6 +119,11 @@ def main():
     write_tsv("queries.%s.tsv" % name, queries[split].items())
     write_tsv("qrels.%s.tsv" % name, qrels[split])
   write_tsv("triples.train.small.tsv", triples)
+  # The collection as a pretraining corpus (no query's text): one sentence
+  # a line, a blank line after each passage.
+  with open(os.path.join(HERE, PRETRAINING_TEXT), "w", encoding="utf-8") as f:
+    for pid in collection:
+      f.write("\n".join(passage_sentences[pid]) + "\n\n")
   print("%d passages, %d training and %d dev queries, %d triples" % (
       len(collection), len(queries["train"]), len(queries["dev"]),
       len(triples)))

@@ -502,9 +502,12 @@ def test_tiny_run_trains_re_ranks_and_reports(tmp_path):
   assert "Training: 4 steps of 8 triples (16 pairs)" in result.stderr
 
 
-def test_held_out_mrr_at_the_end_equals_the_evaluated_run(tmp_path):
-  """All the dev queries held out: the last held-out MRR@10 (in the graph,
-  during training) is the re-ranked run's (in Python, after it)."""
+def test_held_out_mrr_stops_at_its_target_and_equals_the_evaluated_run(
+    tmp_path):
+  """All the dev queries held out, a target any MRR@10 reaches: training
+  stops at the first evaluation (step 2 of 6), and that held-out MRR@10 (in
+  the graph, during training) is the re-ranked run's (in Python, after
+  it)."""
   bm25_dir = tmp_path / "bm25"
   program_in_process([
       "run_bm25.py", "--collection=" + sample("collection.tsv"),
@@ -513,8 +516,13 @@ def test_held_out_mrr_at_the_end_equals_the_evaluated_run(tmp_path):
   program_in_process(rerank_args(
       tmp_path, {"candidates": str(bm25_dir / "bm25_run.trec")},
       "--do_train", "--do_eval", "--eval_every_n_steps=2",
-      "--held_out_queries=1000", "--eval_batch_size=32"))
+      "--held_out_queries=1000", "--eval_batch_size=32",
+      "--num_train_steps=6", "--target_mrr_at_10=0"))
   out = tmp_path / "out"
+  target = json.loads((out / "time_to_target.json").read_text())
+  assert (target["metric"], target["reached"], target["step"]) == (
+      "mrr_at_10", True, 2)
+  assert read_eval_results(out)["global_step"] == 2
   last = json.loads((out / "eval_history.jsonl").read_text().splitlines()[-1])
   results = json.loads((out / rerank.RESULTS_FILE).read_text())
   assert last["mrr_at_10"] == pytest.approx(

@@ -61,6 +61,10 @@ class RerankOptions(FineTuningOptions, options.EvaluationOptions):
       0, "With --do_train: MRR@10 of --held_out_queries queries of --qrels "
       "every N steps and at the end, in eval_history.jsonl and TensorBoard "
       "(0: none).", **NOT_NEGATIVE)
+  target_mrr_at_10: Optional[float] = option(
+      None, "With --eval_every_n_steps: stop training at the first held-out "
+      "evaluation whose MRR@10 reaches this (time_to_target.json).",
+      unset="none: train --num_train_steps", low=0.0, high=1.0)
   held_out_queries: int = option(
       200, "Queries of --qrels (the first ones) evaluated during training.",
       **AT_LEAST_ONE)
@@ -84,6 +88,9 @@ class RerankOptions(FineTuningOptions, options.EvaluationOptions):
       raise UserError("--do_eval/--do_predict need --candidates")
     if (self.do_eval or self.eval_every_n_steps) and not self.qrels:
       raise UserError("--do_eval and --eval_every_n_steps need --qrels")
+    if self.target_mrr_at_10 is not None and not self.eval_every_n_steps:
+      raise UserError("--target_mrr_at_10 is watched by the held-out "
+                      "evaluation: it needs --eval_every_n_steps")
     if self.eval_every_n_steps and not (self.do_train and self.candidates):
       raise UserError("--eval_every_n_steps evaluates during --do_train; it "
                       "needs --do_train and --candidates")

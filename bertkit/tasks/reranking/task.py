@@ -511,7 +511,8 @@ class RerankFineTuning(driver.FineTuningTask):
       return runner.EvalStage()
     return runner.EvalStage(
         files=records.files["heldout"], batch_size=opts.eval_batch_size,
-        during_training=True, every_n_steps=opts.eval_every_n_steps)
+        during_training=True, every_n_steps=opts.eval_every_n_steps,
+        target=opts.target_mrr_at_10, target_metric="mrr_at_10")
 
   def prediction(self, opts, inputs, records, model):
     if "rerank" not in records.files:
