@@ -166,9 +166,8 @@ class EvalStage:
       and at the end, with eval_history.jsonl; False: after training, as
       upstream does.
     every_n_steps: see during_training; None: at the end only.
-    target: stop training at the first evaluation whose `target_metric`
-      reaches it (None: no target).
-    target_metric: the eval metric the target is of.
+    target, target_metric: stop training at the first evaluation whose
+      `target_metric` reaches `target` (None: no target).
   """
   files: Optional[Sequence[str]] = None
   batch_size: Optional[int] = None
@@ -205,14 +204,12 @@ class PredictStage:
     use_predictions: on the chief, function(list of the prediction dicts,
       in input order) -> evaluation figures of them (written as eval
       results) or None.
-    on_every_replica: the replicas of this process predict each batch
-      together (`predictions`); False: one device, as upstream.
   """
   files: Optional[Sequence[str]] = None
   batch_size: Optional[int] = None
   message: Optional[str] = None
   use_predictions: Optional[Callable] = None
-  on_every_replica: bool = False
+  on_every_replica: bool = False  # this process's replicas, or one device
 
 
 def run(prepared, make_input_fn, schedule=TrainingSchedule(),
@@ -267,8 +264,7 @@ def run(prepared, make_input_fn, schedule=TrainingSchedule(),
               evaluation.every_n_steps, evaluation.steps,
               options.output_dir, clock, options.train_batch_size,
               setup.is_chief, setup.run_config.session_config,
-              evaluation.target, summary_info=setup.extra_info,
-              target_metric=evaluation.target_metric)))
+              evaluation.target, setup.extra_info, evaluation.target_metric)))
     throughput_summary = train(
         estimator, setup,
         for_this_process(setup, make_input_fn(
@@ -286,9 +282,8 @@ def run(prepared, make_input_fn, schedule=TrainingSchedule(),
         make_input_fn(eval_files, EVAL, evaluation.batch_size, 1),
         steps=evaluation.steps)
   if prediction.files:
-    result = _predict_stage(
-        _predicting_estimator(prepared) if prediction.on_every_replica
-        else estimator, setup, make_input_fn, prediction, result)
+    result = _predict_stage(estimator, prepared, make_input_fn, prediction,
+                            result)
   if setup.is_chief:
     if result is not None:
       run_report.write_eval_results(options.output_dir, result)
@@ -330,21 +325,21 @@ def start_clock(setup, output_dir):
   return clock
 
 
-def _predict_stage(estimator, setup, make_input_fn, prediction, result):
+def _predict_stage(estimator, prepared, make_input_fn, prediction, result):
   """Predicts `prediction.files`; returns the run's evaluation figures:
   those of its predictions on the chief when it has any, else `result`."""
   if prediction.message:
     logging.info("%s", prediction.message)
-  predictions = predict(estimator, make_input_fn(
-      prediction.files, PREDICT, prediction.batch_size, 1))
-  if not setup.is_chief or prediction.use_predictions is None:
+  input_fn = make_input_fn(prediction.files, PREDICT, prediction.batch_size, 1)
+  predicted = (list(predictions(prepared, input_fn))
+               if prediction.on_every_replica else predict(estimator, input_fn))
+  if not prepared.setup.is_chief or prediction.use_predictions is None:
     return result
-  result = prediction.use_predictions(predictions) or result
-  latest = tf.train.latest_checkpoint(setup.options.output_dir)
+  result = prediction.use_predictions(predicted) or result
+  latest = tf.train.latest_checkpoint(prepared.options.output_dir)
   if result is not None and latest and "global_step" not in result:
     # None when predicting straight from --init_checkpoint.
-    result["global_step"] = int(tf.train.load_variable(latest,
-                                                       "global_step"))
+    result["global_step"] = int(tf.train.load_variable(latest, "global_step"))
   return result
 
 
@@ -360,16 +355,6 @@ def prediction_strategy(setup):
   return setup.strategy
 
 
-def _predicting_estimator(prepared):
-  """The Estimator whose predict runs on every replica of this process
-  (prediction_strategy)."""
-  options = prepared.options
-  return make_estimator(task_contract.model_fn_builder(
-      prepared.task, options.init_checkpoint, options.optimizer, 0, 0, {},
-      prepared.replicas,
-      predict_strategy=prediction_strategy(prepared.setup)), prepared.setup)
-
-
 def predictions(prepared, input_fn):
   """Yields the prediction dicts of every record of `input_fn`, in order.
 
@@ -383,8 +368,12 @@ def predictions(prepared, input_fn):
     prepared: the PreparedRun of `prepare`, its task having `predictions`.
     input_fn: an Estimator input_fn of the records, in order.
   """
-  yield from _predicting_estimator(prepared).predict(
-      input_fn, yield_single_examples=True)
+  options = prepared.options
+  estimator = make_estimator(task_contract.model_fn_builder(
+      prepared.task, options.init_checkpoint, options.optimizer, 0, 0, {},
+      prepared.replicas,
+      predict_strategy=prediction_strategy(prepared.setup)), prepared.setup)
+  yield from estimator.predict(input_fn, yield_single_examples=True)
 
 
 def predict(estimator, input_fn):
