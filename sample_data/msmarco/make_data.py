@@ -6,9 +6,12 @@ each group, drawn at random, is held out as a query; the group's other
 sentences, in order, are its passage: the task is Lee et al.'s inverse
 cloze task (find the passage a sentence was taken from), on real text, with
 one relevant passage per query. The passages of every document form
-collection.tsv. The documents are split: the queries of DEV_DOCUMENTS of
-them are the dev queries (queries.dev.small.tsv, qrels.dev.small.tsv), the
-others' the training queries (queries.train.tsv, qrels.train.tsv).
+collection.tsv. The corpus repeats sentences across documents: a sentence
+is kept in the first document that has it only, and documents sharing
+sentences (a family) are never split. The documents are split by family:
+the queries of at least DEV_DOCUMENTS documents are the dev queries
+(queries.dev.small.tsv, qrels.dev.small.tsv), the others' the training
+queries (queries.train.tsv, qrels.train.tsv).
 
 triples.train.small.tsv holds, as MS MARCO's, a training query, a relevant
 passage and a passage BM25 retrieves for the query that is not relevant
@@ -58,6 +61,36 @@ def documents():
   return [[" ".join(words) for words in doc] for doc in swag.documents()]
 
 
+def families(docs):
+  """The documents' families: documents sharing a sentence, and those
+  sharing one with them (the corpus repeats sentences across documents)."""
+  parent = list(range(len(docs)))
+
+  def root(d):
+    while parent[d] != d:
+      d = parent[d]
+    return d
+
+  first = {}
+  for d, doc in enumerate(docs):
+    for sentence in doc:
+      parent[root(d)] = root(first.setdefault(sentence, d))
+  members = {}
+  for d in range(len(docs)):
+    members.setdefault(root(d), []).append(d)
+  return list(members.values())
+
+
+def unique_sentences(docs):
+  """Each document without the sentences an earlier one has: no sentence is
+  twice in the sample (a query is never a passage's sentence)."""
+  seen, result = set(), []
+  for doc in docs:
+    result.append([s for s in doc if s not in seen])
+    seen.update(doc)
+  return result
+
+
 def groups_of(doc):
   """The document's groups of GROUP sentences (a short last one joins the
   one before)."""
@@ -82,7 +115,13 @@ def write_tsv(name, rows):
 def main():
   rng = random.Random(SEED)
   docs = documents()
-  dev_docs = set(rng.sample(range(len(docs)), DEV_DOCUMENTS))
+  # Whole families go to dev (at least DEV_DOCUMENTS documents), so that no
+  # training document shares a sentence with a dev document.
+  dev_docs = set()
+  for family in rng.sample(families(docs), len(families(docs))):
+    if len(dev_docs) < DEV_DOCUMENTS:
+      dev_docs.update(family)
+  docs = unique_sentences(docs)
   collection, queries = {}, {"train": {}, "dev": {}}
   passage_sentences = {}
   qrels = {"train": [], "dev": []}
@@ -90,7 +129,7 @@ def main():
   train_groups = {}  # pid -> the sentences of a training document's group
   for d, doc in enumerate(docs):
     split = "dev" if d in dev_docs else "train"
-    for group in groups_of(doc):
+    for group in groups_of(doc) if len(doc) >= GROUP else ():
       pid = str(len(collection))
       qid = str(1000 + len(collection))
       held = rng.randrange(len(group))

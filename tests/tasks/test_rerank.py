@@ -214,9 +214,17 @@ def test_the_sample_is_in_ms_marcos_files():
   triples = list(msmarco.read_triples(sample("triples.train.small.tsv")))
   assert len(triples) > 4000
   assert triples[0].line == 1
-  passages = set(collection.values())
-  assert all(t.negative in passages and t.positive != t.negative
-             for t in triples)
+  assert all(t.positive != t.negative for t in triples)
+  # No triple holds a dev query, nor any sentence of a dev passage.
+  dev_sentences = set(queries.values())
+  for judged in qrels.values():
+    for pid in judged:
+      dev_sentences.update(s.strip() + "." for s in
+                           collection[pid].split(". ") if s.strip())
+  training_text = " ".join(t.query + " " + t.positive + " " + t.negative
+                           for t in triples)
+  assert not [s for s in queries.values() if s in training_text]
+  assert not [s for s in dev_sentences if len(s) > 40 and s in training_text]
 
 
 def test_compressed_files_read_as_plain_ones(tmp_path):
@@ -550,8 +558,7 @@ def test_export_scores_as_ours_in_hugging_face_and_cross_encoder(tmp_path):
   args = [a for a in rerank_args(tmp_path, {"candidates": top1000},
                                  "--do_train", "--do_predict")
           if not a.startswith(("--max_seq_length", "--max_query_length"))]
-  program_in_process(args + ["--max_seq_length=64", "--max_query_length=40",
-                             "--learning_rate=1e-2"])
+  program_in_process(args + ["--max_seq_length=64", "--max_query_length=40"])
   out = tmp_path / "out"
   export_checkpoint.export(str(out), None, None, None, str(tmp_path / "x"),
                            ["huggingface"])
