@@ -23,12 +23,14 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from bertkit.common.errors import UserError
+from bertkit.engine import checkpoint_formats
 from bertkit.data import pair_encoding
 from bertkit.tasks.reranking import bm25
 from bertkit.tasks.reranking import metrics
 from bertkit.tasks.reranking import msmarco
 from bertkit.tasks.reranking import records as rerank_records
 from bertkit.tasks.reranking import task as rerank
+import modeling
 import run_bm25
 import tokenization
 from conftest import (REPO_ROOT, TINY_CONFIG, expect_user_error,
@@ -567,7 +569,12 @@ def test_export_scores_as_ours_in_hugging_face_and_cross_encoder(tmp_path):
   program_in_process(args + ["--max_seq_length=64", "--max_query_length=40"])
   out = tmp_path / "out"
   export_checkpoint.export(str(out), None, None, None, str(tmp_path / "x"),
-                           ["huggingface"])
+                           ["huggingface", "saved_model"])
+  with tf.Graph().as_default(), tf.Session() as sess:
+    signature = tf.saved_model.loader.load(
+        sess, ["serve"], str(tmp_path / "x" / "saved_model")).signature_def[
+            "serving_default"]
+    assert sorted(signature.outputs) == ["scores"]
   # After the run: transformers asks TensorFlow for legacy Keras.
   import sentence_transformers
   import torch
@@ -597,6 +604,23 @@ def test_export_scores_as_ours_in_hugging_face_and_cross_encoder(tmp_path):
   np.testing.assert_allclose(cross_encoder.predict(pairs),
                              1 / (1 + np.exp(-expected)), atol=TOLERANCE,
                              rtol=0)
+
+
+def test_the_head_is_detected_and_mapped_as_one_label_classification():
+  config = modeling.BertConfig.from_dict(TINY_CONFIG)
+  with tf.Graph().as_default():
+    rerank.pair_logits(config, False, {name: tf.zeros([1, 2, 2], tf.int32)
+                                       for name in rerank.SEQUENCE_FEATURES})
+    built = {v.op.name: v.shape.as_list() for v in tf.trainable_variables()}
+  assert checkpoint_formats.detect_head(built) == (
+      checkpoint_formats.RERANKER, None)
+  table = checkpoint_formats.weight_table(config, checkpoint_formats.RERANKER)
+  assert {name: shape for name, _, shape, _ in table} == built
+  hf_names = {tf_name: hf_name for tf_name, hf_name, _, _ in table}
+  assert hf_names["cls/reranker/output_weights"] == "classifier.weight"
+  hf = checkpoint_formats.hf_config(config, checkpoint_formats.RERANKER)
+  assert hf["architectures"] == ["BertForSequenceClassification"]
+  assert hf["id2label"] == {"0": "LABEL_0"}
 
 
 def test_script_help_documents_every_setting():
