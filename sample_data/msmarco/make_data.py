@@ -5,13 +5,16 @@ document is cut into groups of GROUP consecutive sentences. One sentence of
 each group, drawn at random, is held out as a query; the group's other
 sentences, in order, are its passage: the task is Lee et al.'s inverse
 cloze task (find the passage a sentence was taken from), on real text, with
-one relevant passage per query. The passages of every document form
-collection.tsv. The corpus repeats sentences across documents: a sentence
-is kept in the first document that has it only, and documents sharing
-sentences (a family) are never split. The documents are split by family:
-the queries of at least DEV_DOCUMENTS documents are the dev queries
-(queries.dev.small.tsv, qrels.dev.small.tsv), the others' the training
-queries (queries.train.tsv, qrels.train.tsv).
+one relevant passage per query. The corpus repeats sentences across
+documents: a sentence is kept in the first document that has it only, and
+documents sharing sentences (a family) are never split. The documents are
+split by family: the passages of at least DEV_DOCUMENTS documents form
+collection.tsv and their held-out sentences the dev queries
+(queries.dev.small.tsv, qrels.dev.small.tsv); the others are the training
+documents, whose text only the triples hold (as MS MARCO's triples hold
+their passages' text): the re-ranker is evaluated on passages it never saw
+in training, as a re-ranker of MS MARCO's 8.8 million passages sees almost
+none of its dev candidates in training.
 
 triples.train.small.tsv holds, as MS MARCO's, a training query, a relevant
 passage and a passage BM25 retrieves for the query that is not relevant
@@ -122,27 +125,25 @@ def main():
     if len(dev_docs) < DEV_DOCUMENTS:
       dev_docs.update(family)
   docs = unique_sentences(docs)
-  collection, queries = {}, {"train": {}, "dev": {}}
-  passage_sentences = {}
-  qrels = {"train": [], "dev": []}
+  collection, passages = {}, {}
+  queries, qrels = {"dev": {}}, {"dev": []}
   train_queries = []  # (query, positive passage, its group's pid)
   train_groups = {}  # pid -> the sentences of a training document's group
   for d, doc in enumerate(docs):
-    split = "dev" if d in dev_docs else "train"
     for group in groups_of(doc) if len(doc) >= GROUP else ():
-      pid = str(len(collection))
-      qid = str(1000 + len(collection))
       held = rng.randrange(len(group))
-      collection[pid] = without(group, held)
-      passage_sentences[pid] = [s for i, s in enumerate(group) if i != held]
-      queries[split][qid] = group[held]
-      qrels[split].append((qid, 0, pid, 1))
-      if split == "train":
+      pid = str(len(passages))
+      passages[pid] = [s for i, s in enumerate(group) if i != held]
+      if d in dev_docs:
+        collection[pid] = without(group, held)
+        queries["dev"][str(1000 + int(pid))] = group[held]
+        qrels["dev"].append((str(1000 + int(pid)), 0, pid, 1))
+      else:
         train_groups[pid] = group
         for i, sentence in enumerate(group):
           train_queries.append((sentence, without(group, i), pid))
   retrieved = bm25.retrieve(
-      {pid: collection[pid] for pid in train_groups},
+      {pid: " ".join(passages[pid]) for pid in train_groups},
       {str(i): q for i, (q, _, _) in enumerate(train_queries)},
       BM25_DEPTH + 1)
   triples = []
@@ -154,18 +155,17 @@ def main():
                       without(group, rng.randrange(len(group)))))
   rng.shuffle(triples)
   write_tsv("collection.tsv", collection.items())
-  for split, name in (("train", "train"), ("dev", "dev.small")):
-    write_tsv("queries.%s.tsv" % name, queries[split].items())
-    write_tsv("qrels.%s.tsv" % name, qrels[split])
+  write_tsv("queries.dev.small.tsv", queries["dev"].items())
+  write_tsv("qrels.dev.small.tsv", qrels["dev"])
   write_tsv("triples.train.small.tsv", triples)
   # The collection as a pretraining corpus (no query's text): one sentence
   # a line, a blank line after each passage.
   with open(os.path.join(HERE, PRETRAINING_TEXT), "w", encoding="utf-8") as f:
-    for pid in collection:
-      f.write("\n".join(passage_sentences[pid]) + "\n\n")
-  print("%d passages, %d training and %d dev queries, %d triples" % (
-      len(collection), len(queries["train"]), len(queries["dev"]),
-      len(triples)))
+    for sentences in passages.values():
+      f.write("\n".join(sentences) + "\n\n")
+  print("%d passages, %d dev queries, %d triples of %d training queries" % (
+      len(collection), len(queries["dev"]), len(triples),
+      len(train_queries)))
 
 
 if __name__ == "__main__":

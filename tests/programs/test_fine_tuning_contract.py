@@ -96,11 +96,14 @@ def pretrained(tmp_path_factory):
 def write_dev_run(directory):
   """run_rerank's candidates: an MS MARCO run of each dev query's relevant
   passage and the two passages after it in the collection."""
+  with open(os.path.join(directory, "collection.tsv")) as f:
+    pids = [line.split("\t")[0] for line in f]
   lines = []
   with open(os.path.join(directory, "qrels.dev.small.tsv")) as f:
     for line in f:
       qid, _, pid, _ = line.split()
-      lines += ["%s\t%d\t%d\n" % (qid, int(pid) + i, i + 1)
+      at = pids.index(pid)
+      lines += ["%s\t%s\t%d\n" % (qid, pids[(at + i) % len(pids)], i + 1)
                 for i in range(3)]
   with open(os.path.join(directory, "run.dev.tsv"), "w") as f:
     f.writelines(lines)
