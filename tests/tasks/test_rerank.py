@@ -548,8 +548,10 @@ def test_export_scores_as_ours_in_hugging_face_and_cross_encoder(
   gives our logits, CrossEncoder their sigmoid, on the pairs as text."""
   import export_checkpoint
   # transformers sets TF_USE_LEGACY_KERAS when imported; the programs this
-  # worker launches later must not inherit it.
-  monkeypatch.delenv("TF_USE_LEGACY_KERAS", raising=False)
+  # worker launches later must not inherit it: the variable is put back as
+  # it was (setenv records that) when the test ends.
+  monkeypatch.setenv("TF_USE_LEGACY_KERAS", "")
+  monkeypatch.delenv("TF_USE_LEGACY_KERAS")
   # A top1000 file of the first dev queries, each with three passages cut
   # to their first 12 words: every pair fits 64 tokens, so that ours and
   # Hugging Face's tokenizer (which cuts pairs otherwise) see the same.
