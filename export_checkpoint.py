@@ -1,7 +1,7 @@
 """Exports a trained model for use outside this toolkit.
 
 From a checkpoint of run_pretraining.py, run_classifier.py, run_squad.py,
-run_ner.py or run_swag.py (the head is read from its variables), or from a
+run_ner.py, run_swag.py or run_rerank.py (the head is read from its variables), or from a
 Hugging Face BERT directory (a BertModel, with no head, is exported as the
 encoder alone). A training output_dir, Google's and Hugging Face's
 directories hold the model's config, vocab and casing
@@ -20,7 +20,9 @@ sub-directory of --output_dir:
                  problem_type "regression" for a regression head) or
                  BertForQuestionAnswering, BertForTokenClassification
                  (run_ner.py; id2label from its labels.txt),
-                 BertForMultipleChoice (run_swag.py)
+                 BertForMultipleChoice (run_swag.py),
+                 BertForSequenceClassification with num_labels=1 (run_rerank.py:
+                 the relevance logit; CrossEncoder's score is its sigmoid)
                  (BertForMaskedLM for a model pretrained without
                  next-sentence prediction), no conversion step.
   saved_model/   a TF SavedModel whose `serving_default` signature takes int32
@@ -31,7 +33,7 @@ sub-directory of --output_dir:
                  start_logits + end_logits [B, S] (SQuAD), logits
                  [B, S, C] (NER) or, from input_ids, input_mask and
                  segment_ids [B, C, S] (C choices), logits [B, C]
-                 (multiple choice).
+                 (multiple choice), scores [B] (re-ranker: the logit).
 
 Everything is built in a temporary directory next to --output_dir and renamed
 to it when complete. Needs NumPy and safetensors, not PyTorch.
@@ -48,6 +50,7 @@ from absl import logging
 
 from bertkit.common import atomic_io
 from bertkit.common import file_patterns
+from bertkit.common import heads
 from bertkit.common import option_fields
 from bertkit.common import options
 from bertkit.common import programs
@@ -273,6 +276,10 @@ def write_saved_model(directory, weights, bert_config, head, num_labels):
       outputs = {"logits": multiple_choice.create_model(
           bert_config, False, inputs["input_ids"], inputs["input_mask"],
           inputs["segment_ids"])}
+    elif head == checkpoint_formats.RERANKER:
+      pairs = [inputs[name][:, None] for name in inputs]  # [B, 1, S]
+      outputs = {"scores": multiple_choice.create_model(
+          bert_config, False, *pairs, head=heads.RERANKER)[:, 0]}
     elif head == checkpoint_formats.SQUAD:
       start_logits, end_logits = squad_model.create_model(
           bert_config, False, inputs["input_ids"], inputs["input_mask"],

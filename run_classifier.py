@@ -59,7 +59,10 @@ Tasks (`--task_name`) and the files they read from `--data_dir`:
          header line and the columns
            query_id  passage_id  query  passage  label
          label is 1 (the passage answers the query) or 0; test.tsv may omit
-         it. Predict also writes ranked_results.tsv (below).
+         it. Predict also writes ranked_results.tsv (below). MS MARCO's
+         files as downloaded (triples, top1000, run files, qrels), its
+         length budget, MRR@10 and its run formats: run_rerank.py
+         (docs/reranking.md).
 Columns are tab-separated and never quoted; blank lines are skipped.
 
 Outputs in --output_dir (besides checkpoints and throughput logs):

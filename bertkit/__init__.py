@@ -2,6 +2,7 @@
 
 The root holds what a user runs (run_pretraining.py, create_pretraining_data.py,
 run_classifier.py, run_glue.py, run_squad.py, run_ner.py, run_swag.py,
+run_rerank.py, run_bm25.py,
 export_checkpoint.py, create_vocab.py, extract_features.py, benchmark.py,
 two_phase.py) and upstream's three API modules (modeling.py, optimization.py,
 tokenization.py), importable as `import modeling` as with google-research/bert.
@@ -12,7 +13,8 @@ concern:
   common   errors and the one-line error exit, atomic writes, console lines,
            input globs, user text decoded as UTF-8, the CPU kernel choice
   data     corpus reading, pretraining instances, TFRecord features and
-           files, sharded data creation, packing, the fast tokenizer
+           files, sharded data creation, packing, the fast tokenizer, the
+           one pair encoder
   engine   the training runner and what it is made of: set-up, the precision
            record, distribution and the cluster environment, horovod and
            BytePS, hooks, throughput, checkpoints and their formats, the
@@ -23,7 +25,8 @@ concern:
            classifier (data processors, features, head, outputs), the GLUE
            tasks and suite, SQuAD
            (data, features, predictions, evaluation, head), named entities
-           (token classification), multiple choice (SWAG), what the
+           (token classification), multiple choice (SWAG), passage
+           re-ranking (MS MARCO's files, MRR@10, BM25), what the
            fine-tuning tasks share, and feature extraction (token features,
            sentence pooling)
   perf     the benchmark's FLOP model, sweep, probes and reports

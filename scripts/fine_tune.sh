@@ -1,5 +1,5 @@
 # Sourced by the fine-tuning scripts (run_classify.sh, run_squad.sh,
-# run_ner.sh, run_swag.sh), which set TASK_SETTINGS: the name of the task's
+# run_ner.sh, run_swag.sh, run_rerank.sh), which set TASK_SETTINGS: the name of the task's
 # file in configs/fine_tuning/. That file says what the task runs (PROGRAM,
 # STAGE_FLAGS), what its usage says, its own settings (`setting`) and its
 # defaults of the settings below (`default`); this file does the rest, once:
@@ -141,6 +141,9 @@ done
 check_finetuning_inputs
 check_export_format
 check_seq_lengths_fit MAX_SEQ_LENGTH
+# A task's steps before and after its program's (configs/fine_tuning/rerank.sh:
+# BM25 first, the figures last), when its settings file defines them.
+if declare -F before_fine_tuning > /dev/null; then before_fine_tuning; fi
 
 COMMAND=("$PYTHON" "$REPO_ROOT/$PROGRAM" "${STAGE_FLAGS[@]}")
 for name in "${SETTINGS[@]}"; do
@@ -156,3 +159,4 @@ echo "[$NAME] done: $(eval "echo \"$DONE\"") in $OUTPUT_DIR"
 # The class names of a labelled head come from the labels.txt the program
 # wrote.
 export_model
+if declare -F after_fine_tuning > /dev/null; then after_fine_tuning; fi

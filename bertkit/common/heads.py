@@ -56,6 +56,13 @@ MULTIPLE_CHOICE = Head(
     "multiple_choice", ("cls/multiple_choice/output_weights",
                         "cls/multiple_choice/output_bias"),
     "BertForMultipleChoice", program="run_swag.py")
+# Nogueira and Cho's passage re-ranker with one output: the relevance logit
+# of a query/passage pair (Hugging Face: BertForSequenceClassification with
+# num_labels=1). Scoped, so that it is not taken for an STS-B regression
+# head of run_classifier.
+RERANKER = Head("reranker", ("cls/reranker/output_weights",
+                             "cls/reranker/output_bias"),
+                "BertForSequenceClassification", program="run_rerank.py")
 # No head: the encoder and its pooler (a Hugging Face BertModel, e.g. a
 # sentence-transformers model).
 ENCODER = Head("encoder", (), "BertModel")
@@ -64,7 +71,7 @@ ENCODER = Head("encoder", (), "BertModel")
 # variable is there wins over those after it (a pretraining checkpoint also
 # holds the masked LM's bias; every checkpoint has an encoder).
 HEADS = (PRETRAINING, SQUAD, TOKEN_CLASSIFICATION, MULTIPLE_CHOICE,
-         CLASSIFIER, MASKED_LM, ENCODER)
+         RERANKER, CLASSIFIER, MASKED_LM, ENCODER)
 BY_NAME = {head.name: head for head in HEADS}
 
 

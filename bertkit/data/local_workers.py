@@ -7,7 +7,6 @@ docs/benchmarks_data.md); a worker that dies ends the run with one line
 naming its shard.
 """
 
-import collections
 import contextlib
 import multiprocessing
 import multiprocessing.connection
@@ -65,7 +64,7 @@ def set_worker_signals():
   signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def _local_worker(settings, connection, parent_pid):
+def _local_worker(settings, connection, parent_pid, make=None):
   """A local worker process: makes the shards it is sent until sent None.
 
   Each task is answered on `connection` by ("progress", work, instances)
@@ -86,7 +85,7 @@ def _local_worker(settings, connection, parent_pid):
     if task is None:
       return
     try:
-      result = shard_task.make_shard(settings, task, report)
+      result = (make or shard_task.make_shard)(settings, task, report)
       report.flush()
     except Exception as e:  # pylint: disable=broad-except
       connection.send(("error", _picklable(e), traceback.format_exc()))
@@ -148,17 +147,23 @@ def _send_task(running, connection, process, task):
     raise _worker_died(process, task[0]) from None
 
 
-def run_local(settings, tasks, num_workers, progress):
-  """The local engine: `shard_task.make_shard` over `tasks` in workers.
+def run_local(settings, tasks, num_workers, progress, make=None):
+  """The local engine: `shard_task.make_shard` (or `make`) over `tasks` in
+  workers.
 
   On any exception (a worker's UserError, KeyboardInterrupt, a worker that
   died) every worker is stopped before it propagates.
 
   Args:
     settings: the `shard_task.ShardSettings`.
-    tasks: (shard index, pieces, output path) tuples.
+    tasks: (shard index, pieces, output path) tuples; an iterable, taken
+      one task at a time as workers are free (a stream of tasks is read no
+      further ahead than the workers).
     num_workers: worker processes.
     progress: a `creation_progress.Progress`.
+    make: function(settings, task, report) -> result, run in the workers
+      (importable by name: spawned workers unpickle it); None:
+      `shard_task.make_shard`.
 
   Yields:
     The `shard_task.ShardResult`s, in completion order.
@@ -174,19 +179,22 @@ def run_local(settings, tasks, num_workers, progress):
   # a lock: spawn there.
   context = multiprocessing.get_context(
       "spawn" if "tensorflow" in sys.modules else "fork")
-  todo = collections.deque(tasks)
+  todo = iter(tasks)
   workers = []  # (process, connection)
   running = {}  # connection -> (process, task)
   try:
-    for _ in range(min(num_workers, len(tasks))):
+    for _ in range(num_workers):
+      task = next(todo, None)
+      if task is None:
+        break
       ours, theirs = context.Pipe()
       process = context.Process(target=_local_worker,
-                                args=(settings, theirs, os.getpid()),
+                                args=(settings, theirs, os.getpid(), make),
                                 daemon=True)
       process.start()
       theirs.close()
       workers.append((process, ours))
-      _send_task(running, ours, process, todo.popleft())
+      _send_task(running, ours, process, task)
     while running:
       ready = multiprocessing.connection.wait(
           list(running) + [process.sentinel for process, _ in running.values()])
@@ -200,8 +208,9 @@ def run_local(settings, tasks, num_workers, progress):
         if message[0] == "error":
           _, exception, text = message
           raise exception from WorkerTraceback(text)
-        if todo:
-          _send_task(running, connection, process, todo.popleft())
+        task = next(todo, None)
+        if task is not None:
+          _send_task(running, connection, process, task)
         else:
           del running[connection]
         yield message[1]

@@ -44,13 +44,17 @@ CLASSIFIER = heads.CLASSIFIER.name
 SQUAD = heads.SQUAD.name
 TOKEN_CLASSIFICATION = heads.TOKEN_CLASSIFICATION.name
 MULTIPLE_CHOICE = heads.MULTIPLE_CHOICE.name
+RERANKER = heads.RERANKER.name
 ENCODER = heads.ENCODER.name
 # The heads whose outputs are named classes (labels.txt, id2label).
 LABELLED_HEADS = tuple(head.name for head in heads.HEADS if head.labelled)
 # Hugging Face's class for each head.
 HF_ARCHITECTURES = {head.name: head.hf_architecture for head in heads.HEADS}
 # Hugging Face calls the layer of these heads "classifier", whichever it is.
-_HF_CLASSIFIER_LAYERS = (CLASSIFIER, TOKEN_CLASSIFICATION, MULTIPLE_CHOICE)
+_HF_CLASSIFIER_LAYERS = (CLASSIFIER, TOKEN_CLASSIFICATION, MULTIPLE_CHOICE,
+                         RERANKER)
+# The heads with one output, whatever num_labels says.
+_ONE_OUTPUT_HEADS = (MULTIPLE_CHOICE, RERANKER)
 
 HF_CONFIG = "config.json"
 HF_WEIGHTS = "model.safetensors"
@@ -95,7 +99,9 @@ def weight_table(config, head, num_labels=None):
       `output_bias` [2]), TOKEN_CLASSIFICATION (run_ner's
       `cls/token_classification/output_weights` [C, H] / `output_bias` [C]),
       MULTIPLE_CHOICE (run_swag's `cls/multiple_choice/output_weights`
-      [1, H] / `output_bias` [1]), or ENCODER (or None) for the encoder alone.
+      [1, H] / `output_bias` [1]), RERANKER (run_rerank's
+      `cls/reranker/output_weights` [1, H] / `output_bias` [1]), or ENCODER
+      (or None) for the encoder alone.
     num_labels: C, for CLASSIFIER and TOKEN_CLASSIFICATION.
 
   Returns:
@@ -180,8 +186,9 @@ def _head_weights(config, head, num_labels):
               (bias, "qa_outputs.bias", [2], False)]
   elif head in _HF_CLASSIFIER_LAYERS:
     # BertForSequenceClassification's and BertForTokenClassification's
-    # classifier is a Linear(H, C), BertForMultipleChoice's a Linear(H, 1).
-    outputs = 1 if head == MULTIPLE_CHOICE else num_labels
+    # classifier is a Linear(H, C), BertForMultipleChoice's and the
+    # re-ranker's a Linear(H, 1).
+    outputs = 1 if head in _ONE_OUTPUT_HEADS else num_labels
     weights, bias = heads.BY_NAME[head].variables
     table += [(weights, "classifier.weight", [outputs, h], False),
               (bias, "classifier.bias", [outputs], False)]
@@ -316,6 +323,12 @@ def hf_config(bert_config, head, labels=None):
   if head == CLASSIFIER:
     config["problem_type"] = ("regression" if len(labels) == 1
                               else "single_label_classification")
+  if head == RERANKER:
+    # One output, the relevance logit: BertForSequenceClassification with
+    # num_labels=1, whose logit sentence-transformers' CrossEncoder turns
+    # into sigmoid(logit) in predict.
+    config["id2label"] = {"0": "LABEL_0"}
+    config["label2id"] = {"LABEL_0": 0}
   return config
 
 
@@ -432,9 +445,10 @@ def read_hf_weights(hf_dir):
   # Hugging Face names every classifier's layer "classifier": the class the
   # config names says whose it is (ours are scoped apart).
   architecture = (config.get("architectures") or [None])[0]
-  classifier = {HF_ARCHITECTURES[head]: head
-                for head in _HF_CLASSIFIER_LAYERS}.get(architecture,
-                                                       CLASSIFIER)
+  # BertForSequenceClassification reads as run_classifier's head (the
+  # re-ranker's shares the class).
+  classifier = {HF_ARCHITECTURES[head]: head for head in _HF_CLASSIFIER_LAYERS
+                if head != RERANKER}.get(architecture, CLASSIFIER)
   by_hf_name = {}
   for head in (PRETRAINING, classifier, SQUAD):
     for tf_name, hf_name, _, transpose in weight_table(shape_config, head,

@@ -18,7 +18,8 @@ step; the chief writes:
     their own names (masked_lm_accuracy, masked_lm_loss, ...);
   - the same figures as TensorBoard summaries under `<output_dir>/eval`,
     where Estimator's own evaluation writes;
-  - `<output_dir>/time_to_target.json` with --target_masked_lm_accuracy.
+  - `<output_dir>/time_to_target.json` with --target_masked_lm_accuracy
+    (run_rerank.py: --target_mrr_at_10).
 
 Evaluation time is left out of the training clock and of the throughput
 figures (the hook tells the clock, ThroughputHook asks it).
@@ -67,36 +68,38 @@ def keep_history_up_to(output_dir, step):
       f.write(json.dumps(entry, sort_keys=True) + "\n")
 
 
-def target_reached(history, target):
-  """The first evaluation of `history` at or above `target`, or None."""
+def target_reached(history, target, metric=TARGET_METRIC):
+  """The first evaluation of `history` whose `metric` is at or above
+  `target`, or None."""
   for entry in history:
-    if entry.get(TARGET_METRIC, -1.0) >= target:
+    if entry.get(metric, -1.0) >= target:
       return entry
   return None
 
 
 def describe_target(result):
   """The line saying when the target was reached, or that it was not."""
+  metric = result.get("metric", TARGET_METRIC)
   if result["reached"]:
     return ("%s %g reached at step %d after %.1f s of training (%.1f s "
-            "wall)" % (TARGET_METRIC, result["target"], result["step"],
+            "wall)" % (metric, result["target"], result["step"],
                        result["train_seconds"], result["wall_seconds"]))
   return ("%s %g not reached by step %d (best %.4f); the run ended at "
-          "--num_train_steps" % (TARGET_METRIC, result["target"],
+          "--num_train_steps" % (metric, result["target"],
                                  result["step"], result["best"]))
 
 
-def target_result(history, target, final_step):
+def target_result(history, target, final_step, metric=TARGET_METRIC):
   """The time_to_target.json content of a run's history."""
-  entry = target_reached(history, target)
+  entry = target_reached(history, target, metric)
   if entry is None:
-    best = max([e.get(TARGET_METRIC, 0.0) for e in history] or [0.0])
-    return {"target": target, "metric": TARGET_METRIC, "reached": False,
+    best = max([e.get(metric, 0.0) for e in history] or [0.0])
+    return {"target": target, "metric": metric, "reached": False,
             "step": final_step, "best": best}
-  return {"target": target, "metric": TARGET_METRIC, "reached": True,
+  return {"target": target, "metric": metric, "reached": True,
           "step": entry["step"], "train_seconds": entry["train_seconds"],
           "wall_seconds": entry["wall_seconds"],
-          "examples": entry["examples"], "value": entry[TARGET_METRIC]}
+          "examples": entry["examples"], "value": entry[metric]}
 
 
 def reached_before(output_dir, target):
@@ -135,7 +138,8 @@ class HeldOutEvaluationHook(tf.train.SessionRunHook):
   # Size: what the hook needs from the run, each a value the runner holds.
   def __init__(self, input_fn, eval_outputs, every_n_steps, steps,
                output_dir, clock, global_batch_size, is_chief,
-               session_config=None, target=None, summary_info=None):
+               session_config=None, target=None, summary_info=None,
+               target_metric=TARGET_METRIC):
     """Args:
       input_fn: the EVAL input_fn (params=None) of the held-out records.
       eval_outputs: function(features) -> (mean loss, eval_metric_ops), the
@@ -148,10 +152,11 @@ class HeldOutEvaluationHook(tf.train.SessionRunHook):
       global_batch_size: training rows per step, for `examples`.
       is_chief: whether this process writes.
       session_config: the ConfigProto of the eval session.
-      target: --target_masked_lm_accuracy, or None.
+      target: --target_masked_lm_accuracy (--target_mrr_at_10), or None.
       summary_info: the dict the throughput summary merges when training
         ends (training_setup.Setup.extra_info); the chief adds the
         time_to_target.json content to it.
+      target_metric: the metric `target` is of.
     """
     self._input_fn = input_fn
     self._eval_outputs = eval_outputs
@@ -163,6 +168,7 @@ class HeldOutEvaluationHook(tf.train.SessionRunHook):
     self._is_chief = is_chief
     self._session_config = session_config
     self._target = target
+    self._target_metric = target_metric
     self._summary_info = summary_info
     self._history = []
     self.last_result = None
@@ -233,7 +239,8 @@ class HeldOutEvaluationHook(tf.train.SessionRunHook):
     if step != self._last_step and not stopping:
       self._evaluate(session, step)
     if self._target is not None and self._is_chief and not stopping:
-      self.target = target_result(self._history, self._target, step)
+      self.target = target_result(self._history, self._target, step,
+                                  self._target_metric)
       with atomic_io.atomic_open(os.path.join(self._output_dir,
                                               TARGET_FILE)) as f:
         f.write(json.dumps(self.target, indent=2, sort_keys=True) + "\n")
@@ -272,9 +279,10 @@ class HeldOutEvaluationHook(tf.train.SessionRunHook):
                  "training so far)", step, ", ".join(
                      "%s %.4f" % (k, metrics[k]) for k in sorted(metrics)),
                  eval_seconds, batches, entry["train_seconds"])
-    if self._target is not None and metrics.get(TARGET_METRIC, -1.0) >= \
-        self._target and self.target is None:
-      self.target = target_result([entry], self._target, step)
+    if self._target is not None and metrics.get(
+        self._target_metric, -1.0) >= self._target and self.target is None:
+      self.target = target_result([entry], self._target, step,
+                                  self._target_metric)
     if not self._is_chief:
       return
     self._history.append(entry)

@@ -152,8 +152,8 @@ class EvalStage:
       and at the end, with eval_history.jsonl; False: after training, as
       upstream does.
     every_n_steps: see during_training; None: at the end only.
-    target: stop training at the first evaluation whose masked_lm_accuracy
-      reaches it (None: no target).
+    target, target_metric: stop training at the first evaluation whose
+      `target_metric` reaches `target` (None: no target).
   """
   files: Optional[Sequence[str]] = None
   batch_size: Optional[int] = None
@@ -162,6 +162,7 @@ class EvalStage:
   during_training: bool = False
   every_n_steps: Optional[int] = None
   target: Optional[float] = None
+  target_metric: str = held_out.TARGET_METRIC
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,6 +195,7 @@ class PredictStage:
   batch_size: Optional[int] = None
   message: Optional[str] = None
   use_predictions: Optional[Callable] = None
+  on_every_replica: bool = False  # this process's replicas, or one device
 
 
 def run(prepared, make_input_fn, schedule=TrainingSchedule(),
@@ -248,7 +250,7 @@ def run(prepared, make_input_fn, schedule=TrainingSchedule(),
               evaluation.every_n_steps, evaluation.steps,
               options.output_dir, clock, options.train_batch_size,
               setup.is_chief, setup.run_config.session_config,
-              evaluation.target, summary_info=setup.extra_info)))
+              evaluation.target, setup.extra_info, evaluation.target_metric)))
     throughput_summary = train(
         estimator, setup,
         for_this_process(setup, make_input_fn(
@@ -266,7 +268,7 @@ def run(prepared, make_input_fn, schedule=TrainingSchedule(),
         make_input_fn(eval_files, EVAL, evaluation.batch_size, 1),
         steps=evaluation.steps)
   if prediction.files:
-    result = _predict_stage(estimator, setup, make_input_fn, prediction,
+    result = _predict_stage(estimator, prepared, make_input_fn, prediction,
                             result)
   if setup.is_chief:
     if result is not None:
@@ -309,21 +311,21 @@ def start_clock(setup, output_dir):
   return clock
 
 
-def _predict_stage(estimator, setup, make_input_fn, prediction, result):
+def _predict_stage(estimator, prepared, make_input_fn, prediction, result):
   """Predicts `prediction.files`; returns the run's evaluation figures:
   those of its predictions on the chief when it has any, else `result`."""
   if prediction.message:
     logging.info("%s", prediction.message)
-  predictions = predict(estimator, make_input_fn(
-      prediction.files, PREDICT, prediction.batch_size, 1))
-  if not setup.is_chief or prediction.use_predictions is None:
+  input_fn = make_input_fn(prediction.files, PREDICT, prediction.batch_size, 1)
+  predicted = (list(predictions(prepared, input_fn))
+               if prediction.on_every_replica else predict(estimator, input_fn))
+  if not prepared.setup.is_chief or prediction.use_predictions is None:
     return result
-  result = prediction.use_predictions(predictions) or result
-  latest = tf.train.latest_checkpoint(setup.options.output_dir)
+  result = prediction.use_predictions(predicted) or result
+  latest = tf.train.latest_checkpoint(prepared.options.output_dir)
   if result is not None and latest and "global_step" not in result:
     # None when predicting straight from --init_checkpoint.
-    result["global_step"] = int(tf.train.load_variable(latest,
-                                                       "global_step"))
+    result["global_step"] = int(tf.train.load_variable(latest, "global_step"))
   return result
 
 

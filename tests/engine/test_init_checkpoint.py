@@ -22,6 +22,7 @@ from bertkit.tasks.classification import task as classification
 from bertkit.tasks.features import extraction
 from bertkit.tasks.ner import task as ner
 from bertkit.tasks.pretraining import task as pretraining
+from bertkit.tasks.reranking import task as rerank
 from bertkit.tasks.squad import model as squad_model
 from bertkit.tasks.swag import task as swag
 import modeling
@@ -204,6 +205,9 @@ TASK_MODELS = {
     "squad": (squad_model.question_answering_task,
               squad_model.build_squad_variables),
     "swag": (swag.multiple_choice_task, swag.build_variables),
+    "rerank": (rerank.rerank_task, lambda c: rerank.pair_logits(
+        c, False, {name: tf.zeros([1, 2, 2], tf.int32)
+                   for name in rerank.SEQUENCE_FEATURES})),
     "extract_features": (lambda c: extraction.extraction_task(
         c, extraction.Output((-1,))), extraction_model),
 }

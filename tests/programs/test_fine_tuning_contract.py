@@ -56,13 +56,22 @@ def nbest_logits(out):
           for end in ("start", "end")}
 
 
+def trec_scores(out):
+  """{(query, passage): score} of a re-ranking run's TREC run file."""
+  with open(os.path.join(out, "rerank_run.trec"), encoding="utf-8") as f:
+    return {(qid, pid): float(score)
+            for qid, _, pid, _, score, _ in (line.split() for line in f)}
+
+
 # Each program: its head, its data arguments, the flag that evaluates (or
 # predicts) without training, the epochs that make 2 steps of batch 8 on the
 # sample, how to break its dev (or predicted) file, what its training steps
-# count, and the floats its
+# count (None: it trains --num_train_steps, not epochs), and the floats its
 # evaluation and prediction write (class or choice probabilities; NER's dev
-# and test losses, computed from the token logits; SQuAD's span logits) with
-# the largest difference bfloat16 may make to them.
+# and test losses, computed from the token logits; SQuAD's span logits; the
+# re-ranker's pair scores) with the largest difference bfloat16 may make to
+# them. A missing data file is named by `missing` % `missing_file`, else
+# the missing --data_dir.
 PROGRAMS = {
     "run_classifier.py": dict(
         head=heads.CLASSIFIER, evaluate="--do_eval", epochs="0.04",
@@ -90,6 +99,22 @@ PROGRAMS = {
         floats=lambda out: tsv_floats(out, "dev_results.tsv",
                                       "test_results.tsv"),
         bf16_tolerance=1e-3),
+    "run_rerank.py": dict(
+        head=heads.RERANKER, evaluate="--do_eval", epochs="1",
+        data=lambda d: ["--%s=%s" % (flag, os.path.join(d, name)) for
+                        flag, name in (
+                            ("train_triples", "triples.train.small.tsv"),
+                            ("candidates", "run.dev.tsv"),
+                            ("queries", "queries.dev.small.tsv"),
+                            ("collection", "collection.tsv"),
+                            ("qrels", "qrels.dev.small.tsv"))] + [
+                                "--num_train_steps=2",
+                                "--max_query_length=8"],
+        source=os.path.join(SAMPLE, "msmarco"), dev="run.dev.tsv",
+        broken="1\t7\n", results="rerank_run.tsv",
+        missing="--train_triples %s: no such file",
+        missing_file="triples.train.small.tsv", counted=None,
+        floats=trec_scores, bf16_tolerance=1e-3),
     "run_squad.py": dict(
         head=heads.SQUAD, evaluate="--do_predict", epochs="0.7",
         data=lambda d: ["--train_file=%s" % os.path.join(d, "train.json"),
@@ -97,7 +122,8 @@ PROGRAMS = {
                         "--max_query_length=16", "--doc_stride=8"],
         source=None, dev="dev.json", broken='{"data": [\n',
         results="predictions.json", counted="questions", floats=nbest_logits,
-        bf16_tolerance=1e-2),
+        bf16_tolerance=1e-2, missing="--train_file %s: no such file",
+        missing_file="train.json"),
 }
 
 
@@ -119,11 +145,29 @@ def pretrained(tmp_path_factory):
   return out
 
 
+def write_dev_run(directory):
+  """run_rerank's candidates: an MS MARCO run of each dev query's relevant
+  passage and the two passages after it in the collection."""
+  with open(os.path.join(directory, "collection.tsv")) as f:
+    pids = [line.split("\t")[0] for line in f]
+  lines = []
+  with open(os.path.join(directory, "qrels.dev.small.tsv")) as f:
+    for line in f:
+      qid, _, pid, _ = line.split()
+      at = pids.index(pid)
+      lines += ["%s\t%s\t%d\n" % (qid, pids[(at + i) % len(pids)], i + 1)
+                for i in range(3)]
+  with open(os.path.join(directory, "run.dev.tsv"), "w") as f:
+    f.writelines(lines)
+
+
 def data_dir(program, directory):
   """A copy of the program's sample data in `directory`."""
   spec = PROGRAMS[program]
   if spec["source"]:
     shutil.copytree(spec["source"], directory)
+    if program == "run_rerank.py":
+      write_dev_run(directory)
   else:
     os.makedirs(directory)
     shutil.copy(SQUAD_FILE, os.path.join(directory, "train.json"))
@@ -178,8 +222,9 @@ def test_a_missing_data_directory_is_refused(program, pretrained, tmp_path):
   with pytest.raises(UserError) as raised:
     program_in_process(arguments(program, str(missing), tmp_path / "out",
                                  "--do_train", init_checkpoint=pretrained))
-  if program == "run_squad.py":
-    expected = "--train_file %s: no such file" % (missing / "train.json")
+  if "missing" in PROGRAMS[program]:
+    expected = PROGRAMS[program]["missing"] % (
+        missing / PROGRAMS[program]["missing_file"])
   else:
     expected = "--data_dir %s is not a directory" % missing
   assert str(raised.value) == expected
@@ -239,7 +284,8 @@ def no_whole_step_message(program):
           "--train_batch_size" % PROGRAMS[program]["counted"])
 
 
-@pytest.mark.parametrize("program", sorted(PROGRAMS))
+@pytest.mark.parametrize("program", sorted(
+    program for program, spec in PROGRAMS.items() if spec["counted"]))
 def test_examples_that_make_no_whole_step_are_refused_before_writing(
     program, pretrained, tmp_path):
   with pytest.raises(UserError) as raised:

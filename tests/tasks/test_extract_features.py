@@ -16,6 +16,7 @@ import tensorflow.compat.v1 as tf
 from bertkit.tasks.features.options import FeatureExtractionOptions
 from bertkit.common.errors import UserError
 from bertkit.data import extraction_input as xi
+from bertkit.data import pair_encoding
 from bertkit.tasks.features import extraction as fx
 from bertkit.tasks.features import pooling as sentence_pooling
 import extract_features
@@ -120,11 +121,10 @@ def test_a_line_with_two_separators_is_refused():
 
 
 def test_truncation_drops_from_the_longer_text_and_from_b_on_a_tie():
-  a, b = list("abcde"), list("xy")
-  fx.truncate_pair(a, b, 5)
+  # The one pair encoder's (bertkit/data/pair_encoding.py) upstream rule.
+  a, b = pair_encoding.truncate_pair(list("abcde"), list("xy"), 5)
   assert (a, b) == (list("abc"), list("xy"))
-  a, b = list("ab"), list("xy")
-  fx.truncate_pair(a, b, 3)
+  a, b = pair_encoding.truncate_pair(list("ab"), list("xy"), 3)
   assert (a, b) == (list("ab"), list("x"))
 
 

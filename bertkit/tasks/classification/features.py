@@ -3,7 +3,7 @@
 records.
 
 An InputExample (classification/data.py) becomes InputFeatures, `[CLS] A [SEP]
-B [SEP]` padded to max_seq_length, and the features are written as
+B [SEP]` (data/pair_encoding.py) padded to max_seq_length, and the features are written as
 upstream's TFRecords (or as packed rows of several examples,
 classification/packing.py). The names are upstream's run_classifier ones.
 """
@@ -14,6 +14,7 @@ from absl import logging
 import tensorflow.compat.v1 as tf
 
 from bertkit.common import atomic_io
+from bertkit.data import pair_encoding
 from bertkit.data import pretraining_records
 from bertkit.tasks.classification import data as classifier_data
 from bertkit.tasks.classification import packing as classifier_packing
@@ -40,17 +41,6 @@ class InputFeatures(object):
     self.is_real_example = is_real_example
 
 
-def _truncate_seq_pair(tokens_a, tokens_b, max_length):
-  """Truncates a pair in place to `max_length` tokens in total.
-
-  One token at a time from the end of the longer sequence: a short sequence
-  keeps proportionally more of its tokens than a long one would.
-  """
-  while len(tokens_a) + len(tokens_b) > max_length:
-    longer = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
-    longer.pop()
-
-
 def convert_single_example(ex_index, example, label_list, max_seq_length,
                            tokenizer):
   """Converts one InputExample (or PaddingInputExample) into InputFeatures.
@@ -67,18 +57,10 @@ def convert_single_example(ex_index, example, label_list, max_seq_length,
                          segment_ids=list(zeros),
                          label_id=0.0 if regression else 0,
                          is_real_example=False)
-  tokens_a = tokenizer.tokenize(example.text_a)
-  tokens_b = tokenizer.tokenize(example.text_b) if example.text_b else None
-  if tokens_b:
-    _truncate_seq_pair(tokens_a, tokens_b, max_seq_length - 3)
-  else:
-    tokens_a = tokens_a[:max_seq_length - 2]
-
-  tokens = ["[CLS]"] + tokens_a + ["[SEP]"]
-  segment_ids = [0] * len(tokens)
-  if tokens_b:
-    tokens += tokens_b + ["[SEP]"]
-    segment_ids += [1] * (len(tokens_b) + 1)
+  tokens, segment_ids = pair_encoding.encode(
+      tokenizer.tokenize(example.text_a),
+      (tokenizer.tokenize(example.text_b) if example.text_b else None) or None,
+      max_seq_length)
   input_ids = tokenizer.convert_tokens_to_ids(tokens)
   padding = [0] * (max_seq_length - len(input_ids))
   if example.label is None:  # unlabelled: a placeholder, weighted 0

@@ -2,7 +2,7 @@
 """Token features and sentence vectors of a BERT model (extract_features.py).
 
 Upstream's rules, in our words, for the examples of data/extraction_input.py:
-the first text is tokenized whole, a pair is truncated by dropping the last
+the first text is tokenized whole, a pair (data/pair_encoding.py) is truncated by dropping the last
 token of the longer text until it fits S - 3 ([CLS], [SEP], [SEP]), a single
 text is cut to S - 2. The tokens written are those the model saw, [CLS] and
 [SEP] included; each value is round(float(x), 6).
@@ -35,6 +35,7 @@ import tensorflow.compat.v1 as tf
 from bertkit.common import atomic_io
 from bertkit.common import options
 from bertkit.common.errors import UserError
+from bertkit.data import pair_encoding
 from bertkit.engine import checkpoint_formats
 from bertkit.engine import distribution
 from bertkit.engine import input_pipeline
@@ -77,26 +78,12 @@ class Feature:
   segment_ids: List[int]
 
 
-def truncate_pair(tokens_a, tokens_b, max_length):
-  """Drops the last token of the longer list (of b on a tie) until the two
-  hold at most `max_length` tokens; changes the lists in place."""
-  while len(tokens_a) + len(tokens_b) > max_length:
-    (tokens_a if len(tokens_a) > len(tokens_b) else tokens_b).pop()
-
-
 def convert_example(example, seq_length, tokenizer):
   """The Feature of one Example (upstream's truncation and layout)."""
-  tokens_a = tokenizer.tokenize(example.text_a)
-  tokens_b = tokenizer.tokenize(example.text_b) if example.text_b else []
-  if tokens_b:
-    truncate_pair(tokens_a, tokens_b, seq_length - 3)
-  else:
-    tokens_a = tokens_a[:seq_length - 2]
-  tokens = ["[CLS]"] + tokens_a + ["[SEP]"]
-  segment_ids = [0] * len(tokens)
-  if tokens_b:
-    tokens += tokens_b + ["[SEP]"]
-    segment_ids += [1] * (len(tokens_b) + 1)
+  tokens, segment_ids = pair_encoding.encode(
+      tokenizer.tokenize(example.text_a),
+      (tokenizer.tokenize(example.text_b) if example.text_b else None) or None,
+      seq_length)
   return Feature(unique_id=example.unique_id, tokens=tokens,
                  input_ids=tokenizer.convert_tokens_to_ids(tokens),
                  input_mask=[1] * len(tokens), segment_ids=segment_ids)

@@ -151,6 +151,12 @@ class FineTuningTask:
     """The runner.PredictStage: what is predicted and what becomes of it."""
     raise NotImplementedError
 
+  def schedule(self, opts, training):
+    """The runner.TrainingSchedule of the TrainingSet (None without
+    --do_train): upstream's steps (training_schedule) by default; a task
+    whose training is a number of steps says so here."""
+    return training_schedule(opts, training)
+
   def finish(self, opts, inputs, records, is_chief):
     """After the run: what is written from all of its results."""
 
@@ -251,7 +257,7 @@ def run(task, opts):
                                          model.do_lower_case)
   training = task.training_set(opts, inputs, tokenizer) if opts.do_train \
       else None
-  schedule = training_schedule(opts, training)
+  schedule = task.schedule(opts, training)
   # Nothing is written before this line.
   prepared = runner.prepare(opts.run, task.runner_task(
       model.bert_config, inputs, distill), model)

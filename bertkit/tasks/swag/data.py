@@ -29,6 +29,10 @@ from typing import Optional, Tuple
 from bertkit.common import file_patterns
 from bertkit.common import text_files
 from bertkit.common.errors import UserError
+from bertkit.data import pair_encoding
+# Upstream's pair truncation (data/pair_encoding.py), under the name this
+# module has always given it.
+truncate_pair = pair_encoding.truncate_pair
 
 SPLIT_FILES = {"train": ("train.csv", "train.jsonl"),
                "dev": ("val.csv", "dev.csv", "val.jsonl", "dev.jsonl"),
@@ -36,8 +40,6 @@ SPLIT_FILES = {"train": ("train.csv", "train.jsonl"),
 SWAG_CHOICES = 4
 SWAG_ENDINGS = tuple("ending%d" % i for i in range(SWAG_CHOICES))
 SWAG_COLUMNS = ("sent1", "sent2") + SWAG_ENDINGS
-# [CLS] and two [SEP] in each choice's sequence.
-SPECIAL_TOKENS = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,15 +174,6 @@ def check_labelled(examples, path):
                       (path, number, example.example_id))
 
 
-def truncate_pair(first, second, max_length):
-  """Cuts tokens from the end of the longer list until both fit."""
-  first, second = list(first), list(second)
-  while len(first) + len(second) > max_length:
-    longer = first if len(first) > len(second) else second
-    longer.pop()
-  return first, second
-
-
 def encode_choices(example, tokenizer, max_seq_length):
   """Each choice of an example as (ids, mask, segment ids), each [S].
 
@@ -190,12 +183,11 @@ def encode_choices(example, tokenizer, max_seq_length):
   context = tokenizer.tokenize(example.context)
   ids, masks, segments = [], [], []
   for ending in example.endings:
-    first, second = truncate_pair(
+    tokens, segment_ids = pair_encoding.encode(
         context, tokenizer.tokenize((example.start + " " + ending).strip()),
-        max_seq_length - SPECIAL_TOKENS)
-    tokens = ["[CLS]"] + first + ["[SEP]"] + second + ["[SEP]"]
+        max_seq_length)
     pad = [0] * (max_seq_length - len(tokens))
     ids.append(tokenizer.convert_tokens_to_ids(tokens) + pad)
     masks.append([1] * len(tokens) + pad)
-    segments.append([0] * (len(first) + 2) + [1] * (len(second) + 1) + pad)
+    segments.append(segment_ids + pad)
   return ids, masks, segments

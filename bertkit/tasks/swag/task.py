@@ -39,13 +39,15 @@ PREDICTED_SPLITS = {"dev": ("eval", "dev_results.tsv"),
 
 
 def create_model(bert_config, is_training, input_ids, input_mask,
-                 segment_ids):
+                 segment_ids, head=heads.MULTIPLE_CHOICE):
   """One score per choice.
 
   Args:
     bert_config: BertConfig.
     is_training: enables dropout.
     input_ids, input_mask, segment_ids: int32 [B, C, S].
+    head: the heads.Head whose (weights [1, H], bias [1]) variables score
+      each sequence (run_rerank's re-ranker scores its pairs alike).
 
   Returns:
     float32 logits [B, C].
@@ -63,10 +65,11 @@ def create_model(bert_config, is_training, input_ids, input_mask,
       input_mask=flat(input_mask), token_type_ids=flat(segment_ids),
       scope="bert")
   pooled = model.get_pooled_output()
+  weights_name, bias_name = head.variables
   weights = tf.get_variable(
-      OUTPUT_WEIGHTS, [1, bert_config.hidden_size],
+      weights_name, [1, bert_config.hidden_size],
       initializer=modeling.create_initializer(bert_config.initializer_range))
-  bias = tf.get_variable(OUTPUT_BIAS, [1], initializer=tf.zeros_initializer())
+  bias = tf.get_variable(bias_name, [1], initializer=tf.zeros_initializer())
   if is_training:
     pooled = modeling.dropout(pooled, bert_config.hidden_dropout_prob)
   scores = tf.nn.bias_add(tf.matmul(pooled, weights, transpose_b=True), bias)

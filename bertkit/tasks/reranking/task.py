@@ -1,0 +1,532 @@
+# coding=utf-8
+"""Passage re-ranking (Nogueira and Cho's BERT re-ranker on MS MARCO): the
+head, its loss, the input, the held-out MRR@10, the runs written, and its
+description for the fine-tuning driver (RerankFineTuning).
+
+The head: BERT's pooled [CLS] output of `[CLS] query [SEP] passage [SEP]`,
+dropout, then `cls/reranker/output_weights` [1, H], `.../output_bias` [1]:
+one logit per pair, the pair's relevance score. Training is pointwise, as
+Nogueira and Cho's: each triple's two pairs (positive, negative) are one
+record [2, S], and the loss is the sigmoid cross-entropy of each pair's
+logit with its label (1, 0), averaged over the batch's pairs. (Their
+two-class softmax scores with the difference of two logits; one logit is
+the same family of scores, and what Hugging Face's and
+sentence-transformers' cross-encoders hold: BertForSequenceClassification
+with num_labels=1, CrossEncoder.predict giving sigmoid(logit).)
+
+Shape notation: B = batch, P = pairs per record (2 for a triple, 1 for a
+scored pair), L = the batch's longest pair (at most S), H = hidden size,
+Q = held-out queries, D = their most candidates.
+"""
+
+import functools
+import itertools
+import json
+import os
+
+from absl import logging
+import numpy as np
+import tensorflow.compat.v1 as tf
+
+from bertkit.common import atomic_io
+from bertkit.common import heads
+from bertkit.common.errors import UserError
+from bertkit.engine import checkpoint_formats
+from bertkit.engine import input_pipeline
+from bertkit.engine import runner
+from bertkit.engine import task_contract
+from bertkit.tasks.fine_tuning import driver
+from bertkit.tasks.reranking import metrics as ranking_metrics
+from bertkit.tasks.reranking import msmarco
+from bertkit.tasks.reranking import records as rerank_records
+from bertkit.tasks.swag import task as multiple_choice
+
+SEQUENCE_FEATURES = ("input_ids", "input_mask", "segment_ids")
+# The records' features read as they are (per pair [P], or one value).
+_LAYOUT_FEATURES = ("input_ids", "pair_lengths", "first_lengths")
+# Triples shuffled within consecutive windows of this many (Nogueira and
+# Cho's shuffle buffer); the order is a function of the seed alone.
+SHUFFLE_WINDOW = 1000
+DEFAULT_SHUFFLE_SEED = 12345
+RESULTS_FILE = "rerank_results.json"
+MSMARCO_RUN = "rerank_run.tsv"
+TREC_RUN = "rerank_run.trec"
+FIRST_STAGE_RUN = "first_stage_run.tsv"
+
+
+def decode(record, kind):
+  """One record's features: input_ids, input_mask, segment_ids int32 [P, L]
+  (L its longest pair), and the kind's other features ([P] or scalars).
+  """
+  spec = {f.name: tf.io.VarLenFeature(
+      tf.float32 if f.dtype == "float32" else tf.int64)
+          for f in kind.features}
+  dense = {name: tf.sparse.to_dense(value)
+           for name, value in tf.io.parse_single_example(record,
+                                                         spec).items()}
+  lengths = tf.cast(dense["pair_lengths"], tf.int32)
+  ids = tf.RaggedTensor.from_row_lengths(
+      tf.cast(dense["input_ids"], tf.int32), lengths).to_tensor()
+  positions = tf.range(tf.shape(ids)[1])[None, :]
+  mask = positions < lengths[:, None]
+  first = tf.cast(dense["first_lengths"], tf.int32)[:, None]
+  features = {"input_ids": ids, "input_mask": tf.cast(mask, tf.int32),
+              "segment_ids": tf.cast((positions >= first) & mask, tf.int32)}
+  for f in kind.features:
+    if f.name in _LAYOUT_FEATURES:
+      continue
+    value = dense[f.name]
+    if value.dtype == tf.int64:
+      value = tf.cast(value, tf.int32)
+    features[f.name] = value[0] if f.length == 1 else value
+  return features
+
+
+def pair_logits(bert_config, is_training, features):
+  """The logit of each pair [B, P]."""
+  return multiple_choice.create_model(
+      bert_config, is_training,
+      *(features[name] for name in SEQUENCE_FEATURES), head=heads.RERANKER)
+
+
+def pointwise_loss(logits, labels):
+  """The mean sigmoid cross-entropy of each pair's logit with its label."""
+  return tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(
+      labels=labels, logits=logits))
+
+
+class HeldOut:
+  """The held-out queries' candidates, as the in-graph MRR@10 reads them.
+
+  Attributes:
+    index: int32 [Q, D]: each query's candidates' pair_index in first-stage
+      order, -1 past its last.
+    labels: float32 [Q, D]: 1 where the candidate is relevant.
+    num_judged: the queries of the qrels evaluated (the denominator; a query
+      without candidates counts 0).
+    num_pairs: the held-out pairs.
+  """
+
+  def __init__(self, qrels, candidates):
+    queries = [qid for qid in qrels if qid in candidates.pids]
+    width = max([len(candidates.pids[qid]) for qid in queries] or [1])
+    self.index = np.full([max(len(queries), 1), width], -1, np.int32)
+    self.labels = np.zeros(self.index.shape, np.float32)
+    pair = 0
+    for row, qid in enumerate(queries):
+      for column, pid in enumerate(candidates.pids[qid]):
+        self.index[row, column] = pair
+        self.labels[row, column] = float(qrels[qid].get(pid, 0) > 0)
+        pair += 1
+    self.num_judged = len(qrels)
+    self.num_pairs = pair
+
+
+def mrr_at_10_metric(held_out, scores, pair_index):
+  """MS MARCO's MRR@10 of the held-out queries as a tf.metrics pair.
+
+  The scores of each batch go into a local table by pair_index; the value
+  ranks each query's candidates by score, equal scores in first-stage
+  order (a stable sort), as msmarco.ranked and metrics.mrr_at_10 do.
+
+  Returns:
+    (value, update_op).
+  """
+  table = tf.Variable(tf.fill([held_out.num_pairs + 1], -np.inf),
+                      trainable=False, name="held_out_scores",
+                      collections=[tf.GraphKeys.LOCAL_VARIABLES])
+  update = tf.scatter_update(table, pair_index, scores)
+  # The table's last entry, -inf, stands for the places past a query's
+  # last candidate.
+  gathered = tf.gather(table, np.where(held_out.index < 0,
+                                       held_out.num_pairs, held_out.index))
+  order = tf.argsort(-gathered, axis=1, stable=True)[:, :ranking_metrics.
+                                                      MRR_DEPTH]
+  relevant = tf.gather(tf.constant(held_out.labels), order, batch_dims=1) > 0
+  first = tf.argmax(tf.cast(relevant, tf.int32), axis=1, output_type=tf.int32)
+  reciprocal = tf.where(tf.reduce_any(relevant, axis=1),
+                        1.0 / tf.cast(first + 1, tf.float32),
+                        tf.zeros_like(first, tf.float32))
+  return (tf.reduce_sum(reciprocal) / float(held_out.num_judged), update)
+
+
+def rerank_task(bert_config, held_out=None):
+  """The re-ranker as a task_contract.Task.
+
+  Training: pointwise_loss over the triples' pairs. Evaluation: the loss and,
+  on scored pairs, MRR@10 of the held-out queries (`held_out`); on triples
+  (a cluster's evaluation of the training records), the share of triples
+  whose positive pair scores above the negative. Predictions: "score" [B]
+  and "pair_index" [B].
+  """
+
+  def mean_loss(features):
+    return pointwise_loss(pair_logits(bert_config, True, features),
+                          features["labels"])
+
+  def eval_outputs(features):
+    logits = pair_logits(bert_config, False, features)
+    losses = tf.nn.sigmoid_cross_entropy_with_logits(
+        labels=features["labels"], logits=logits)
+    metric_ops = {"eval_loss": tf.metrics.mean(losses)}
+    if "pair_index" in features and held_out is not None:
+      metric_ops["mrr_at_10"] = mrr_at_10_metric(
+          held_out, logits[:, 0], features["pair_index"])
+    else:
+      metric_ops["eval_accuracy"] = tf.metrics.mean(
+          tf.cast(logits[:, 0] > logits[:, 1], tf.float32))
+    return tf.reduce_mean(losses), metric_ops
+
+  def predictions(features):
+    return {"score": pair_logits(bert_config, False, features)[:, 0],
+            "pair_index": features["pair_index"]}
+
+  return task_contract.Task(
+      variable_shapes=lambda: checkpoint_formats.variable_shapes(
+          bert_config, checkpoint_formats.RERANKER),
+      train_loss_fns=task_contract.mean_loss_shares(mean_loss),
+      eval_outputs=eval_outputs, predictions=predictions)
+
+
+def padded_batches(dataset, batch_size, drop_remainder, pad_to=None):
+  """Batches of `dataset` padded to their longest pair, or to `pad_to`
+  tokens (--pad_to_max_seq_length: every batch of one shape)."""
+  shapes = {name: (tf.TensorShape([None, pad_to])
+                   if name in SEQUENCE_FEATURES else spec.shape)
+            for name, spec in dataset.element_spec.items()}
+  return dataset.padded_batch(batch_size, padded_shapes=shapes,
+                              drop_remainder=drop_remainder)
+
+
+def window_shuffled(dataset, start, seed):
+  """`dataset` (a stream whose first element is at position `start`, a
+  multiple of SHUFFLE_WINDOW) with each window of SHUFFLE_WINDOW positions
+  shuffled by (seed, window number): the same stream whatever position a
+  run starts reading it at."""
+  first_window = start // SHUFFLE_WINDOW
+
+  def shuffle(window, records):
+    keys = tf.random.stateless_uniform(
+        tf.shape(records), seed=tf.stack([tf.constant(seed, tf.int64),
+                                          window + first_window]))
+    return tf.data.Dataset.from_tensor_slices(tf.gather(records,
+                                                        tf.argsort(keys)))
+
+  return dataset.batch(SHUFFLE_WINDOW).enumerate().flat_map(
+      input_pipeline.graph_function(shuffle))
+
+
+def train_input_fn(files, counts, global_batch_size, num_replicas,
+                   start_step_fn, seed=DEFAULT_SHUFFLE_SEED, pad_to=None):
+  """The input_fn of the triples: the records in order, again and again,
+  shuffled within windows, padded per batch; a run resuming at global step n
+  starts at the triple the uninterrupted run would read next.
+
+  Args:
+    files: the TRIPLE record files, in order.
+    counts: {file: records}.
+    global_batch_size: triples per step over all replicas.
+    num_replicas: replicas in sync.
+    start_step_fn: function() -> the global step training resumes from.
+    seed: the shuffle's seed.
+    pad_to: pad every pair to this length (None: to the batch's longest).
+
+  Returns:
+    input_fn(params, input_context=None) -> [B, 2, L] features.
+  """
+  per_replica = global_batch_size // num_replicas
+
+  def input_fn(params=None, input_context=None):
+    del params
+    share = input_pipeline.process_share(files, input_context)
+    per_epoch = sum(counts[path] for path in share.files)
+    epoch, skip = input_pipeline.resume_point(start_step_fn(), per_replica,
+                                              share, per_epoch)
+    position = epoch * per_epoch + skip
+    window_start = position - position % SHUFFLE_WINDOW
+    epoch, skip = divmod(window_start, per_epoch)
+    stream = input_pipeline.read_records(
+        share.files, tf.data.Dataset.range(epoch, 2**62), False, 1).map(
+            input_pipeline.graph_function(lambda _, record: record)).skip(skip)
+    dataset = window_shuffled(stream, window_start, seed).skip(
+        position - window_start)
+    if share.by_record:
+      dataset = dataset.shard(share.num_pipelines, share.pipeline_id)
+    dataset = dataset.map(input_pipeline.graph_function(
+        lambda record: decode(record, rerank_records.TRIPLE)),
+                          num_parallel_calls=tf.data.AUTOTUNE)
+    return input_pipeline.with_fixed_tuning(padded_batches(
+        dataset, per_replica, True, pad_to).prefetch(tf.data.AUTOTUNE))
+
+  return input_fn
+
+
+def ordered_input_fn(files, kind, batch_size, pad_to=None):
+  """The input_fn of one ordered pass over records, each batch padded to its
+  longest pair or to `pad_to` (the last batch may be smaller)."""
+
+  def input_fn(params=None, input_context=None):
+    del params, input_context
+    dataset = tf.data.TFRecordDataset(list(files)).map(
+        input_pipeline.graph_function(lambda record: decode(record, kind)),
+        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return input_pipeline.with_fixed_tuning(padded_batches(
+        dataset, batch_size, False, pad_to).prefetch(tf.data.AUTOTUNE))
+
+  return input_fn
+
+
+def chunk_counts(files, total):
+  """{file: records} of chunks of records.CHUNK_ITEMS holding `total`."""
+  return {path: min(rerank_records.CHUNK_ITEMS,
+                    total - i * rerank_records.CHUNK_ITEMS)
+          for i, path in enumerate(files)}
+
+
+def count_triples(path, needed):
+  """Reads and checks the first `needed` triples of `path` (all of them
+  when it holds fewer), before anything is written; returns how many.
+
+  Raises:
+    UserError: a bad line (msmarco.read_triples), or no triple at all.
+  """
+  count = 0
+  for _ in msmarco.read_triples(path):
+    count += 1
+    if count == needed:
+      break
+  if not count:
+    raise UserError("%s has no triple (it is empty)" % path)
+  return count
+
+
+def judged_candidates(qrels, candidates, path, candidates_path):
+  """Warns of the qrels queries without candidates (they count 0, as the
+  official evaluator counts them).
+
+  Raises:
+    UserError: the candidates rank none of the qrels' queries (the
+      evaluator's "No matching QIDs").
+  """
+  missing = msmarco.qrels_queries_missing(qrels, candidates.pids)
+  if len(missing) == len(qrels):
+    raise UserError("%s ranks none of the %d queries of %s (is it the same "
+                    "set?)" % (candidates_path, len(qrels), path))
+  if missing:
+    logging.warning(
+        "%d of the %d queries of %s have no candidates in %s (first: qid "
+        "%s); they count 0 in MRR@10, Recall@1000 and nDCG@10, as MS "
+        "MARCO's evaluator counts them", len(missing), len(qrels), path,
+        candidates_path, missing[0])
+
+
+def held_out_inputs(qrels, candidates, num_queries):
+  """(qrels, candidates) of the first `num_queries` queries of the qrels."""
+  qids = list(qrels)[:num_queries]
+  kept = {qid: candidates.pids[qid] for qid in qids if qid in candidates.pids}
+  return ({qid: qrels[qid] for qid in qids},
+          msmarco.Candidates(kept, candidates.queries, candidates.passages,
+                             candidates.source_format))
+
+
+def read_inputs(opts):
+  """Reads and checks every input the options name.
+
+  Returns:
+    {"triples": the number of records (triples) trained on,
+     "candidates": msmarco.Candidates with their texts, "qrels": {...},
+     "held_out": (qrels, Candidates) evaluated during training}, each where
+    the options ask for it.
+  """
+  inputs = {}
+  if opts.do_train:
+    inputs["triples"] = count_triples(
+        opts.train_triples, opts.num_train_steps * opts.run.train_batch_size)
+  if opts.candidates:
+    inputs["candidates"] = msmarco.with_texts(
+        msmarco.read_candidates(opts.candidates, opts.num_eval_docs),
+        opts.queries, opts.collection)
+  if opts.qrels and opts.candidates:
+    qrels = inputs["qrels"] = msmarco.read_qrels(opts.qrels)
+    judged_candidates(qrels, inputs["candidates"], opts.qrels,
+                      opts.candidates)
+    if opts.eval_every_n_steps and opts.do_train:
+      inputs["held_out"] = held_out_inputs(qrels, inputs["candidates"],
+                                           opts.held_out_queries)
+  return inputs
+
+
+def pair_items(candidates, qrels=None):
+  """The (pair_index, query, passage, label) of every candidate, queries in
+  order, each query's candidates in first-stage order."""
+  index = 0
+  for qid, pids in candidates.pids.items():
+    judged = (qrels or {}).get(qid, {})
+    for pid in pids:
+      yield (index, candidates.queries[qid], candidates.passages[pid],
+             int(judged.get(pid, 0) > 0))
+      index += 1
+
+
+def write_inputs(opts, inputs, tokenizer):
+  """Writes the records of the triples, the candidates and the held-out
+  queries (records.write_split) into --output_dir.
+
+  Returns:
+    {split: [record file]} of "train", "rerank", "heldout".
+  """
+  settings = rerank_records.EncodingSettings(
+      tokenizer.vocab, tokenizer.basic_tokenizer.do_lower_case,
+      opts.max_seq_length, opts.max_query_length)
+  workers = rerank_records.num_workers_default(opts.num_workers)
+  write = functools.partial(rerank_records.write_split, opts.run.output_dir,
+                            settings=settings, num_workers=workers)
+  files = {}
+  if "triples" in inputs:
+    count = inputs["triples"]
+    identity = {"triples": os.path.abspath(opts.train_triples),
+                "bytes": os.path.getsize(opts.train_triples), "count": count}
+    files["train"], _ = write(
+        "train", rerank_records.TRIPLE,
+        itertools.islice(msmarco.read_triples(opts.train_triples), count),
+        expected=count, identity=identity)
+  if opts.do_eval or opts.do_predict:
+    candidates = inputs["candidates"]
+    files["rerank"], _ = write(
+        "rerank", rerank_records.PAIR,
+        pair_items(candidates, inputs.get("qrels")),
+        expected=candidates.num_pairs)
+  if "held_out" in inputs:
+    qrels, candidates = inputs["held_out"]
+    files["heldout"], _ = write(
+        "heldout", rerank_records.PAIR, pair_items(candidates, qrels),
+        expected=candidates.num_pairs)
+  return files
+
+
+def ranking_of(candidates, scores):
+  """{qid: [(pid, score)]} in rank order (msmarco.ranked) of the scores of
+  every candidate, in pair_items' order."""
+  ranking, start = {}, 0
+  for qid, pids in candidates.pids.items():
+    ranking[qid] = msmarco.ranked(pids, scores[start:start + len(pids)])
+    start += len(pids)
+  return ranking
+
+
+def use_predictions(opts, inputs, predictions):
+  """The runner's PredictStage.use_predictions (on the chief): the
+  re-ranked run in MS MARCO's and TREC's formats, the first stage's in MS
+  MARCO's, and with --qrels the figures of both (rerank_results.json; the
+  re-ranked run's are returned for eval_results.txt)."""
+  candidates = inputs["candidates"]
+  scores = np.full([candidates.num_pairs], np.nan)
+  for prediction in predictions:
+    scores[int(prediction["pair_index"])] = float(prediction["score"])
+  if np.isnan(scores).any():
+    raise RuntimeError("%d of %d pairs were not scored" % (
+        int(np.isnan(scores).sum()), len(scores)))
+  ranking = ranking_of(candidates, scores)
+  output_dir = opts.run.output_dir
+  paths = {name: os.path.join(output_dir, name)
+           for name in (MSMARCO_RUN, TREC_RUN, FIRST_STAGE_RUN)}
+  msmarco.write_msmarco_run(paths[MSMARCO_RUN], ranking)
+  msmarco.write_trec_run(paths[TREC_RUN], ranking, opts.run_tag)
+  first_stage = {qid: [(pid, 0.0) for pid in pids]
+                 for qid, pids in candidates.pids.items()}
+  msmarco.write_msmarco_run(paths[FIRST_STAGE_RUN], first_stage)
+  results = {"first_stage": {"run": paths[FIRST_STAGE_RUN],
+                             "candidates": opts.candidates},
+             "reranked": {"run": paths[MSMARCO_RUN],
+                          "trec_run": paths[TREC_RUN]}}
+  qrels = inputs.get("qrels")
+  figures = None
+  if qrels is not None and opts.do_eval:
+    for name, run in (("first_stage", candidates.pids),
+                      ("reranked", msmarco.run_pids(ranking))):
+      results[name].update(ranking_metrics.figures(qrels, run))
+      logging.info("%s; run %s", ranking_metrics.describe(
+          name.replace("_", " "), results[name]), results[name]["run"])
+    figures = {key: results["reranked"][key]
+               for key in ranking_metrics.FIGURES}
+    figures.update({"first_stage_" + key: results["first_stage"][key]
+                    for key in ranking_metrics.FIGURES})
+  with atomic_io.atomic_open(os.path.join(output_dir, RESULTS_FILE)) as f:
+    f.write(json.dumps(results, indent=2, sort_keys=True) + "\n")
+  logging.info("wrote %s (MS MARCO), %s (TREC)", paths[MSMARCO_RUN],
+               paths[TREC_RUN])
+  return figures
+
+
+class RerankFineTuning(driver.FineTuningTask):
+  """Passage re-ranking (run_rerank.py's docstring): trained on triples,
+  scoring each query's candidates, the runs and MRR@10 out."""
+  head = heads.RERANKER
+
+  def read(self, opts):
+    return read_inputs(opts)
+
+  def runner_task(self, bert_config, inputs, distill):
+    del distill  # re-ranking takes no --teacher_outputs (yet)
+    held_out = inputs.get("held_out")
+    return rerank_task(bert_config, held_out and HeldOut(*held_out))
+
+  def training_set(self, opts, inputs, tokenizer):
+    return driver.TrainingSet(inputs["triples"], "triples")
+
+  def write_records(self, opts, inputs, tokenizer, is_chief, training,
+                    distill):
+    files = write_inputs(opts, inputs, tokenizer)
+    if training is None:
+      return driver.Records(files)
+    needed = opts.num_train_steps * opts.run.train_batch_size
+    return driver.Records(files, "triples of %s (two pairs each), %s" % (
+        opts.train_triples, "%d in all" % needed if training.count >= needed
+        else "its %d read %.1f times" % (training.count,
+                                         needed / training.count)))
+
+  def schedule(self, opts, training):
+    if training is None:
+      return runner.TrainingSchedule(0, 0)
+    return runner.TrainingSchedule(
+        opts.num_train_steps,
+        int(opts.num_train_steps * opts.warmup_proportion))
+
+  def input_fn_maker(self, opts, inputs, distill):
+    pad_to = opts.max_seq_length if opts.pad_to_max_seq_length else None
+
+    def make_input_fn(files, mode, global_batch_size, num_replicas):
+      if mode == task_contract.TRAIN:
+        return train_input_fn(
+            files, chunk_counts(files, inputs["triples"]), global_batch_size,
+            num_replicas, functools.partial(input_pipeline.checkpoint_step,
+                                            opts.run.output_dir),
+            opts.run.tf_random_seed or DEFAULT_SHUFFLE_SEED, pad_to)
+      kind = (rerank_records.TRIPLE
+              if os.path.basename(files[0]).startswith("train-")
+              else rerank_records.PAIR)
+      return ordered_input_fn(files, kind, global_batch_size, pad_to)
+    return make_input_fn
+
+  def evaluation(self, opts, inputs, records):
+    if "heldout" not in records.files:
+      return runner.EvalStage()
+    return runner.EvalStage(
+        files=records.files["heldout"], batch_size=opts.eval_batch_size,
+        during_training=True, every_n_steps=opts.eval_every_n_steps,
+        target=opts.target_mrr_at_10, target_metric="mrr_at_10")
+
+  def prediction(self, opts, inputs, records, model):
+    if "rerank" not in records.files:
+      return runner.PredictStage()
+    candidates = inputs["candidates"]
+    return runner.PredictStage(
+        files=records.files["rerank"], batch_size=opts.predict_batch_size,
+        message="***** Re-ranking: %d queries, %d pairs, batch %d *****" % (
+            len(candidates.pids), candidates.num_pairs,
+            opts.predict_batch_size),
+        use_predictions=functools.partial(use_predictions, opts, inputs),
+        on_every_replica=True)
+
+
+TASK = RerankFineTuning()
