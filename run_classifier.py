@@ -14,7 +14,7 @@ registry.py (every task's names, files and labels), data.py and
 processors.py (the tasks' processors), features.py (features, records), task.py (head, the runner's task, records)
 and outputs.py (output files), run by the fine-tuning driver
 (bertkit/tasks/fine_tuning/driver.py); a GLUE task's metrics and
-submission files: bertkit/tasks/glue/task_outputs.py.
+submission files: bertkit/tasks/classification/glue_outputs.py.
 
 Tasks (`--task_name`) and the files they read from `--data_dir`:
   cola   train.tsv, dev.tsv (no header): label in column 1, sentence in 3;
@@ -69,7 +69,8 @@ Outputs in --output_dir (besides checkpoints and throughput logs):
   train.tf_record, eval.tf_record, predict.tf_record  the features.
   eval_results.txt  `name = value` lines: eval_accuracy, eval_loss,
                     global_step, loss (sts-b: no eval_accuracy); a GLUE
-                    task adds its metrics (bertkit/tasks/glue/task_outputs.py):
+                    task adds its metrics
+                    (bertkit/tasks/classification/glue_outputs.py):
                     eval_<metric> of its dev set, eval_<dev set>_<metric>
                     of MNLI's dev_mismatched.
   eval_results.json a GLUE task's metrics per dev set, written last:

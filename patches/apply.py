@@ -39,6 +39,7 @@ if _REPO_ROOT not in sys.path:
   sys.path.insert(0, _REPO_ROOT)
 
 from bertkit.common import errors  # noqa: E402  pylint: disable=g-import-not-at-top
+from bertkit.common import flag_parsing  # noqa: E402  pylint: disable=g-import-not-at-top
 
 FLAGS = flags.FLAGS
 
@@ -449,4 +450,4 @@ def main(argv):
 
 if __name__ == "__main__":
   app.run(errors.main_with_user_errors(main),
-          flags_parser=errors.parse_flags)
+          flags_parser=flag_parsing.parse_flags)

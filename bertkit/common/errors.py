@@ -3,11 +3,9 @@ never a traceback; every log line once (console.py)."""
 
 import sys
 
-from absl import flags
 from absl import logging
 
 from bertkit.common import console
-from bertkit.common import flag_parsing
 
 EXIT_USER_ERROR = 2
 EXIT_TRAINING_FAILED = 3
@@ -81,21 +79,3 @@ def op_error_reason(text):
       return lines[i + 1]
   lines = [l for l in lines if l != "Graph execution error:"]
   return lines[0] if lines else ""
-
-
-def parse_flags(argv):
-  """absl's flag parser for `app.run(..., flags_parser=parse_flags)`, shared
-  by every program: what absl refuses (an enum outside its choices, a number
-  that is not one, an unknown flag) and what it would let through unnoticed
-  (a stray argument, a flagfile line without `--`, a missing flagfile, a
-  float flag given nan or inf; flag_parsing.py) give one `error:` line and
-  exit 2, as every other bad input does, before the program's main runs.
-  --help (and --helpshort, --helpfull, --helpxml) print what was asked
-  for and exit 0: absl exits 1 after them, but help given is no failure."""
-  try:
-    return flag_parsing.parse(argv, flags.FLAGS)
-  except flag_parsing.CommandLineError as e:
-    print("error: %s" % e, file=sys.stderr, flush=True)
-    sys.exit(EXIT_USER_ERROR)
-  except SystemExit as e:  # absl's help flags are the only ones that exit
-    sys.exit(0 if e.code == 1 else e.code)

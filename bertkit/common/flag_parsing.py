@@ -3,13 +3,18 @@ silently ignore (a stray argument, a flagfile line without its `--`) or
 accept although no program can use it (a float flag given nan or inf).
 
 TensorFlow-free, so that a mistyped command fails in a fraction of a second;
-`errors.parse_flags` turns a CommandLineError into one `error:` line.
+`parse_flags`, every program's absl flag parser, turns a CommandLineError
+into one `error:` line.
 """
 
 import math
 import os
+import sys
 
 from absl import flags
+
+from bertkit.common import errors
+from bertkit.common import text_files
 
 _FLAG_FORM = "flags take the form --name=value"
 
@@ -84,10 +89,6 @@ def _check_flagfile(path, flag_values, including, named_in):
   skips a file that includes itself), `named_in` where it is named."""
   if not path or path in including:  # absl ignores both
     return
-  # Imported here: errors imports this module, and text_files imports errors.
-  # pylint: disable=g-import-not-at-top
-  from bertkit.common import errors
-  from bertkit.common import text_files
   try:
     # Its lines as absl reads them, a byte-order mark included.
     with text_files.open_text(path, "--flagfile=%s%s" % (path, named_in),
@@ -154,3 +155,21 @@ def refuse_non_finite(flag_values):
       if value is not None and not math.isfinite(value):
         raise CommandLineError("--%s=%r is not a finite number"
                                % (name, value))
+
+
+def parse_flags(argv):
+  """absl's flag parser for `app.run(..., flags_parser=parse_flags)`, shared
+  by every program: what absl refuses (an enum outside its choices, a number
+  that is not one, an unknown flag) and what it would let through unnoticed
+  (a stray argument, a flagfile line without `--`, a missing flagfile, a
+  float flag given nan or inf) give one `error:` line and
+  exit 2, as every other bad input does, before the program's main runs.
+  --help (and --helpshort, --helpfull, --helpxml) print what was asked
+  for and exit 0: absl exits 1 after them, but help given is no failure."""
+  try:
+    return parse(argv, flags.FLAGS)
+  except CommandLineError as e:
+    print("error: %s" % e, file=sys.stderr, flush=True)
+    sys.exit(errors.EXIT_USER_ERROR)
+  except SystemExit as e:  # absl's help flags are the only ones that exit
+    sys.exit(0 if e.code == 1 else e.code)

@@ -22,6 +22,7 @@ from absl import flags
 from bertkit.common import console
 from bertkit.common import cpu_kernels
 from bertkit.common import errors
+from bertkit.common import flag_parsing
 from bertkit.common import option_flags
 
 flags.disclaim_key_flags()
@@ -69,4 +70,4 @@ def main(options_class, run, passes_arguments=False):
       print(said)
 
   app.run(errors.main_with_user_errors(main_of_options),
-          flags_parser=errors.parse_flags)
+          flags_parser=flag_parsing.parse_flags)

@@ -7,6 +7,7 @@ module's docstring declares it. Read from the source with `ast`, so a new
 module or import is checked the day it lands.
 """
 import ast
+import collections
 import json
 import os
 import re
@@ -135,6 +136,125 @@ def test_no_module_imports_a_program_and_imports_point_down():
   programs = _programs()
   assert {"run_pretraining", "run_classifier", "benchmark"} <= programs
   assert _violations(_source_files(), programs) == []
+
+
+def _importable_modules():
+  """{name Python imports it by: path} of the package's modules, the root's
+  and the benchmarks' (each benchmark puts benchmarks/ on its path)."""
+  modules = {name: path for path, name in _source_files() if name}
+  folder = os.path.join(REPO_ROOT, "benchmarks")
+  modules.update((f[:-3], os.path.join(folder, f))
+                 for f in os.listdir(folder) if f.endswith(".py"))
+  return modules
+
+
+def _resolve(imported, modules):
+  """The module of `modules` an import names (`from a.b import c` is a.b.c
+  when that is a module, else a.b), or None: another library's."""
+  while imported and imported not in modules:
+    imported = imported.rpartition(".")[0]
+  return imported or None
+
+
+def _unit(name, modules):
+  """The package a module belongs to (a package's __init__: the package);
+  a module of the root or of benchmarks/ is a unit of its own."""
+  if os.path.basename(modules[name]) == "__init__.py" or "." not in name:
+    return name
+  return name.rpartition(".")[0]
+
+
+def _strongly_connected(graph):
+  """The components of more than one node of {node: set of nodes}, each a
+  sorted list (Tarjan's algorithm, without recursion)."""
+  index, low, on_stack, stack, found = {}, {}, set(), [], []
+  for root in sorted(graph):
+    if root in index:
+      continue
+    work = [(root, iter(sorted(graph[root])))]
+    index[root] = low[root] = len(index)
+    stack.append(root)
+    on_stack.add(root)
+    while work:
+      node, successors = work[-1]
+      for successor in successors:
+        if successor not in index:
+          index[successor] = low[successor] = len(index)
+          stack.append(successor)
+          on_stack.add(successor)
+          work.append((successor, iter(sorted(graph.get(successor, ())))))
+          break
+        if successor in on_stack:
+          low[node] = min(low[node], index[successor])
+      else:
+        work.pop()
+        if work:
+          low[work[-1][0]] = min(low[work[-1][0]], low[node])
+        if low[node] == index[node]:
+          component = []
+          while True:
+            member = stack.pop()
+            on_stack.discard(member)
+            component.append(member)
+            if member == node:
+              break
+          if len(component) > 1:
+            found.append(sorted(component))
+  return sorted(found)
+
+
+def _import_cycles(modules):
+  """One line per cycle of imports among `modules` ({name: path}): modules
+  importing each other, at any depth (an import inside a function counts),
+  or packages whose modules import each other's."""
+  graph = {name: {_resolve(i, modules) for i in _imports(path)} - {None, name}
+           for name, path in modules.items()}
+  units = collections.defaultdict(set)
+  for name, imported in graph.items():
+    units[_unit(name, modules)].update(
+        _unit(i, modules) for i in imported)
+  units = {unit: imported - {unit} for unit, imported in units.items()}
+  return (["modules import each other: %s" % ", ".join(c)
+           for c in _strongly_connected(graph)] +
+          ["packages import each other: %s" % ", ".join(c)
+           for c in _strongly_connected(units)])
+
+
+def test_no_import_cycles():
+  """Rule 1 makes the layers a ladder; within a layer, modules and packages
+  still import one way only, imports inside functions included."""
+  modules = _importable_modules()
+  assert {"bertkit.common.errors", "modeling", "time_to_accuracy"} <= set(
+      modules)
+  assert _import_cycles(modules) == []
+
+
+@pytest.mark.parametrize("files,cycle", [
+    # Hidden inside a function, as a lazy import hides it.
+    ({"pkg/a.py": "import pkg.b\n",
+      "pkg/b.py": "def f():\n  from pkg import a\n"},
+     "modules import each other: pkg.a, pkg.b"),
+    # Three modules round.
+    ({"pkg/a.py": "from pkg.b import x\n", "pkg/b.py": "import pkg.c\n",
+      "pkg/c.py": "def f():\n  import pkg.a\n"},
+     "modules import each other: pkg.a, pkg.b, pkg.c"),
+    # No two modules import each other, but their packages do.
+    ({"pkg/x/m.py": "from pkg.y import n\n",
+      "pkg/y/n.py": "X = 1\n", "pkg/y/k.py": "from pkg.x import m\n"},
+     "packages import each other: pkg.x, pkg.y"),
+])
+def test_the_cycle_rule_finds_a_planted_cycle(tmp_path, files, cycle):
+  modules = {}
+  for relative, source in files.items():
+    path = tmp_path / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(source)
+    modules[relative[:-3].replace("/", ".")] = str(path)
+  assert _import_cycles(modules) == [cycle]
+  # One way only, as the package's are: no cycle.
+  one_way = {name: path for name, path in modules.items()
+             if name != sorted(modules)[-1]}
+  assert _import_cycles(one_way) == []
 
 
 def test_every_package_module_imports_and_common_and_data_load_no_tensorflow():

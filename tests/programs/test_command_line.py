@@ -1,4 +1,4 @@
-"""The command line every program reads through errors.parse_flags
+"""The command line every program reads through flag_parsing.parse_flags
 (bertkit/common/flag_parsing.py): a stray argument, a float flag given nan or
 inf, a flagfile line without its `--` and a missing flagfile are one `error:`
 line and exit 2, before the program's main runs."""

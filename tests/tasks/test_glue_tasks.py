@@ -17,7 +17,7 @@ from bertkit.tasks.classification import task as classifier
 from bertkit.tasks.classification import data as classifier_data
 from bertkit.tasks.classification import processors as classifier_processors
 from bertkit.tasks.classification import features as classifier_features
-from bertkit.tasks.glue import task_outputs as glue_tasks
+from bertkit.tasks.classification import glue_outputs as glue_tasks
 from bertkit.tasks.classification import registry as task_registry
 import modeling
 from test_export import classifier_inputs, hf_classifier_logits

@@ -3,7 +3,7 @@
 
 One record per task, read by the classifier's processors (processors.py:
 the task's files and labels), the GLUE runs of run_classifier
-(glue/task_outputs.py: dev sets, metrics, submission files) and the GLUE
+(glue_outputs.py: dev sets, metrics, submission files) and the GLUE
 suite of run_glue.py (glue/suite.py: folders, files, the leaderboard's
 metrics). No TensorFlow here: run_glue.py checks its options with it before
 any run.

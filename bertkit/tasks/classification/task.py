@@ -33,7 +33,7 @@ from bertkit.tasks.classification import packing as classifier_packing
 from bertkit.tasks.classification import registry as task_registry
 from bertkit.tasks.fine_tuning import distillation
 from bertkit.tasks.fine_tuning import driver
-from bertkit.tasks.glue import task_outputs as glue_task_outputs
+from bertkit.tasks.classification import glue_outputs
 import modeling
 
 
@@ -345,7 +345,7 @@ def read_split(processor, split, opts):
 class ClassificationFineTuning(driver.FineTuningTask):
   """Sentence (pair) classification and regression: GLUE, XNLI, any tsv,
   query/passage re-ranking (run_classifier.py's docstring). A GLUE task adds
-  its metrics, results and submission files (glue/task_outputs.py)."""
+  its metrics, results and submission files (glue_outputs.py)."""
   head = heads.CLASSIFIER
 
   def read(self, opts):
@@ -389,7 +389,7 @@ class ClassificationFineTuning(driver.FineTuningTask):
         tokenizer, opts.max_seq_length, opts.eval_batch_size,
         opts.predict_batch_size, per_pack, training and training.computed,
         distill)
-    glue_run = inputs.glue_task and glue_task_outputs.GlueRun(
+    glue_run = inputs.glue_task and glue_outputs.GlueRun(
         inputs.glue_task, inputs.label_list, inputs.examples, files, counts,
         per_pack is not None)
     if glue_run and is_chief:
@@ -428,7 +428,7 @@ class ClassificationFineTuning(driver.FineTuningTask):
             len(inputs.examples.get("dev", ())), opts.eval_batch_size))
 
   def prediction(self, opts, inputs, records, model):
-    """The test set; a GLUE task's dev and test sets (glue_task_outputs)."""
+    """The test set; a GLUE task's dev and test sets (glue_outputs)."""
     glue_run = records.details
     if glue_run is None:
       return runner.PredictStage(

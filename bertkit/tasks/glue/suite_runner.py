@@ -64,8 +64,8 @@ def check_inputs(opts, extra_flags):
   glue_suite.check_init_checkpoint(opts.init_checkpoint,
                                    opts.bert_config_file, opts.vocab_file)
   check_output_dir(opts.output_dir)
-  # errors.parse_flags has refused an argument that is no flag, after `--`
-  # as before it.
+  # flag_parsing.parse_flags has refused an argument that is no flag,
+  # after `--` as before it.
   for arg in extra_flags:
     name = arg.lstrip("-").split("=")[0]
     if name not in SUITE_FLAGS and name.startswith("no"):  # --noNAME
