@@ -14,12 +14,12 @@ length, XLA), and writes to --output_dir:
 
 Each cell's figure is the steady-state examples/sec of the run's
 throughput_summary.json (warm-up steps and checkpoint steps excluded, see
-bertkit/engine/throughput.py). Scaling efficiency compares with the 1-replica
-cell of the same series; model FLOP utilisation (MFU) divides the model FLOPs
-of bertkit.perf.model_flops.pretraining_flops by a peak: --peak_tflops per
-GPU, or on a CPU-only machine the whole CPU's float32 matmul rate, measured
-in a subprocess with the training's thread count unless --peak_tflops gives
-it.
+bertkit/engine/report/throughput.py). Scaling efficiency compares with the
+1-replica cell of the same series; model FLOP utilisation (MFU) divides the
+model FLOPs of bertkit.perf.model_flops.pretraining_flops by a peak:
+--peak_tflops per GPU, or on a CPU-only machine the whole CPU's float32 matmul
+rate, measured in a subprocess with the training's thread count unless
+--peak_tflops gives it.
 
 Without GPUs every replica is a logical CPU device (--cpu_replicas N); the
 replicas then share the same cores, and the tables say so.

@@ -5,9 +5,9 @@ run_ner.py, run_swag.py or run_rerank.py (the head is read from its variables), 
 Hugging Face BERT directory (a BertModel, with no head, is exported as the
 encoder alone). A training output_dir, Google's and Hugging Face's
 directories hold the model's config, vocab and casing
-(bertkit/engine/run_directory.py): --bert_config_file, --vocab_file and
---do_lower_case may then be left out. Writes each requested format to its own
-sub-directory of --output_dir:
+(bertkit/engine/checkpointing/run_directory.py): --bert_config_file,
+--vocab_file and --do_lower_case may then be left out. Writes each requested
+format to its own sub-directory of --output_dir:
 
   google/        bert_model.ckpt.{index,data-*} with the model's weights only
                  (no optimizer slots, loss scale or step counter),
@@ -121,7 +121,7 @@ def class_labels(labels, head, num_labels):
   Raises:
     UserError: --labels given for a pretraining model, or of the wrong count.
   """
-  from bertkit.engine import checkpoint_formats
+  from bertkit.engine.checkpointing import checkpoint_formats
   if head not in checkpoint_formats.LABELLED_HEADS:
     if labels:
       raise UserError("--labels is for classifier checkpoints; this one has "
@@ -200,7 +200,7 @@ def write_google(directory, weights, bert_config_file, bert_config,
   bert_config.json is a copy of `bert_config_file`, or `bert_config` written
   out when there is no file (a Hugging Face --checkpoint's config).
   """
-  from bertkit.engine import checkpoint_formats
+  from bertkit.engine.checkpointing import checkpoint_formats
   os.makedirs(directory)
   checkpoint_formats.write_checkpoint(
       os.path.join(directory, "bert_model.ckpt"), weights)
@@ -223,7 +223,7 @@ def write_huggingface(directory, weights, table, bert_config, head, labels,
                       vocab_file, do_lower_case):
   """huggingface/: what `from_pretrained` and `AutoTokenizer` read."""
   from safetensors.numpy import save_file
-  from bertkit.engine import checkpoint_formats
+  from bertkit.engine.checkpointing import checkpoint_formats
   os.makedirs(directory)
   save_file(checkpoint_formats.to_hf_state(weights, table),
             os.path.join(directory, checkpoint_formats.HF_WEIGHTS),
@@ -249,7 +249,7 @@ def write_huggingface(directory, weights, table, bert_config, head, labels,
 def write_saved_model(directory, weights, bert_config, head, num_labels):
   """saved_model/: the serving_default signature over modeling.BertModel."""
   import tensorflow.compat.v1 as tf
-  from bertkit.engine import checkpoint_formats
+  from bertkit.engine.checkpointing import checkpoint_formats
   from bertkit.tasks.classification import task as classifier
   from bertkit.tasks.swag import task as multiple_choice
   from bertkit.tasks.squad import model as squad_model
@@ -330,9 +330,9 @@ def export(checkpoint, bert_config_file, vocab_file, do_lower_case,
     UserError: any input does not fit; nothing is written then.
   """
   import tensorflow.compat.v1 as tf
-  from bertkit.engine import checkpoint_formats
-  from bertkit.engine import checkpoints
-  from bertkit.engine import run_directory
+  from bertkit.engine.checkpointing import checkpoint_formats
+  from bertkit.engine.checkpointing import checkpoints
+  from bertkit.engine.checkpointing import run_directory
   from bertkit.tasks.fine_tuning import driver
   hf_dir = checkpoint if checkpoint_formats.is_hf_dir(checkpoint) else None
   prefix = None if hf_dir else checkpoints.resolve(checkpoint, "checkpoint")

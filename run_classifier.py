@@ -2,7 +2,7 @@
 """BERT fine-tuning for sentence (pair) classification with tf.estimator.
 
 Upstream's flags, processors and files (TPU flags dropped), run by the task
-runner (bertkit/engine/runner.py) as run_pretraining.py is: one device,
+runner (bertkit/engine/loop/runner.py) as run_pretraining.py is: one device,
 MirroredStrategy, MultiWorkerMirroredStrategy, CentralStorageStrategy or
 horovod ranks, fp16,
 gradient accumulation, preemption, throughput logs, a run summary.

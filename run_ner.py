@@ -1,7 +1,7 @@
 # coding=utf-8
 """BERT fine-tuning for named-entity recognition (token classification).
 
-Run by the task runner (bertkit/engine/runner.py) as run_classifier.py is:
+Run by the task runner (bertkit/engine/loop/runner.py) as run_classifier.py is:
 one device, MirroredStrategy, MultiWorkerMirroredStrategy,
 CentralStorageStrategy, horovod or BytePS, --use_fp16, --use_bf16, gradient
 accumulation, preemption, throughput logs, a run summary.

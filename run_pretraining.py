@@ -1,14 +1,14 @@
 """Masked LM and next-sentence pretraining of BERT with tf.estimator.
 
 Upstream's flags (TPU ones dropped) plus the distribution flags of
-bertkit/engine/distribution.py: the Estimator gets a MirroredStrategy,
-MultiWorkerMirroredStrategy or CentralStorageStrategy through its RunConfig,
-runs on one device, or runs as one horovod rank of several
-(--distribution_strategy=horovod, launched by horovodrun).
-`--train_batch_size` is the global batch over all replicas, per update: with
+bertkit/engine/distributed/distribution.py: the Estimator gets a
+MirroredStrategy, MultiWorkerMirroredStrategy or CentralStorageStrategy through
+its RunConfig, runs on one device, or runs as one horovod rank of several
+(--distribution_strategy=horovod, launched by horovodrun). `--train_batch_size`
+is the global batch over all replicas, per update: with
 `--num_accumulation_steps K` each replica runs K micro-batches of
-train_batch_size / (replicas * K) examples, then the summed gradient makes
-one all-reduce and one update (one global step).
+train_batch_size / (replicas * K) examples, then the summed gradient makes one
+all-reduce and one update (one global step).
 
 Its options (flags): bertkit/tasks/pretraining/options.py and the runner's
 in bertkit/common/options.py. What the records hold and how they are masked:
@@ -30,13 +30,15 @@ UPSTREAM_API = ("gather_indexes", "get_masked_lm_output",
 def __getattr__(name):
   if name not in UPSTREAM_API:
     raise AttributeError("module %r has no attribute %r" % (__name__, name))
-  from bertkit.tasks.pretraining import task  # pylint: disable=g-import-not-at-top
+  # pylint: disable-next=g-import-not-at-top
+  from bertkit.tasks.pretraining import task
   return getattr(task, name)
 
 
 def run(opts):
   """Pretrains (and evaluates) as `opts`, a PretrainingOptions, say."""
-  from bertkit.tasks.pretraining import trainer  # pylint: disable=g-import-not-at-top
+  # pylint: disable-next=g-import-not-at-top
+  from bertkit.tasks.pretraining import trainer
   trainer.run(opts)
 
 

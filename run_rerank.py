@@ -2,7 +2,7 @@
 """BERT passage re-ranking on MS MARCO's files (Nogueira and Cho's re-ranker)
 with tf.estimator.
 
-Run by the task runner (bertkit/engine/runner.py) as run_classifier.py is:
+Run by the task runner (bertkit/engine/loop/runner.py) as run_classifier.py is:
 one device, MirroredStrategy, MultiWorkerMirroredStrategy,
 CentralStorageStrategy, horovod or BytePS, --use_fp16, --use_bf16, gradient
 accumulation, preemption, throughput logs, a run summary. Scoring runs on

@@ -2,7 +2,7 @@
 """BERT fine-tuning on SQuAD 1.1 and 2.0 with tf.estimator.
 
 Upstream's flags, features and output files (TPU flags dropped), run by the
-task runner (bertkit/engine/runner.py) as run_pretraining.py and
+task runner (bertkit/engine/loop/runner.py) as run_pretraining.py and
 run_classifier.py are: one device, MirroredStrategy,
 MultiWorkerMirroredStrategy, CentralStorageStrategy or horovod, --use_fp16,
 --use_bf16, gradient accumulation, preemption, throughput logs, a run

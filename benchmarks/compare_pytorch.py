@@ -55,7 +55,7 @@ sys.path.insert(0, REPO_ROOT)
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from bertkit.common import atomic_io
-from bertkit.engine import training_setup
+from bertkit.engine.loop import engine_setup
 from bertkit.perf import benchmark_args
 from bertkit.perf import child_runs
 from bertkit.perf import cpu_peak
@@ -92,7 +92,7 @@ def cpu_description():
           break
   except OSError:
     pass
-  flags = training_setup.cpu_flags()
+  flags = engine_setup.cpu_flags()
   return {"model": model, "cores": len(os.sched_getaffinity(0)),
           "flags": {name: name in flags for name in CPU_FLAGS_OF_INTEREST}}
 

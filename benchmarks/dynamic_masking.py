@@ -35,9 +35,9 @@ sys.path.insert(0, REPO_ROOT)
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from bertkit.common import options
 from bertkit.data import pretraining_instances
-from bertkit.engine import dynamic_masking
-from bertkit.engine import input_pipeline
-from bertkit.engine import record_checks
+from bertkit.engine.input import dynamic_masking
+from bertkit.engine.input import input_pipeline
+from bertkit.engine.input import record_checks
 from bertkit.perf import benchmark_args
 from bertkit.perf import child_runs
 

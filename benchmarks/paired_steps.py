@@ -4,10 +4,10 @@ On a loaded machine two runs minutes apart differ by more than most single
 optimisations give. This builds one BERT pretraining step graph (the model
 and both heads of a checkout's bertkit/kernels.py, modeling.py and
 bertkit/tasks/pretraining/task.py, the update of its
-bertkit/engine/optimizers.py and training_update.py)
-per CHECKOUT[:INTER_OP_THREADS] argument and runs their steps in turn
-(ABC ABC ..., reversed every other round), so that load changes hit all
-alike. Prints per variant the median step
+bertkit/engine/update/optimizers.py and gradient_update.py) per
+CHECKOUT[:INTER_OP_THREADS] argument and runs their steps in turn (ABC ABC
+..., reversed every other round), so that load changes hit all alike.
+Prints per variant the median step
 time and the median of its per-round speed-ups against the first variant, by
 wall clock and by process CPU time.
 
@@ -35,25 +35,42 @@ sys.path.insert(0, REPO_ROOT)
 # Imported before any checkout loads: what a checkout's heads import besides
 # CHECKOUT_MODULES (the runner, checkpoints, ...) is then ours already, built
 # on our modeling rather than on the checkout's, bound only while they load.
-from bertkit.tasks.pretraining import task  # noqa: F401
 from bertkit.common.errors import UserError
 from bertkit.perf import benchmark_args
 from bertkit.perf import child_runs
+from bertkit.tasks.pretraining import task  # noqa: F401
 
 
+# The engine modules the heads and their train op are built of, lowest
+# first, as bertkit/engine/ held them before its subpackages and since.
+_ENGINE_MODULES = (("cluster_environment", "distributed/cluster_environment"),
+                   ("distribution", "distributed/distribution"),
+                   ("lr_schedules", "update/lr_schedules"),
+                   ("training_clock", "loop/training_clock"),
+                   ("train_step", "update/train_step"),
+                   ("optimizers", "update/optimizers"),
+                   ("training_update", "update/gradient_update"),
+                   ("checkpoint_formats", "checkpointing/checkpoint_formats"),
+                   ("checkpoints", "checkpointing/checkpoints"),
+                   ("task_contract", "loop/model_spec"))
 # A checkout's modules loaded as its own, lowest first: each is bound under
 # its name while the later ones load. A module a checkout lacks (the
 # kernels before they left modeling.py, the train op before it left
-# optimizers.py, the heads before the task folders) is skipped.
+# optimizers.py, the heads before the task folders, either layout of the
+# engine) is skipped.
 HEADS = ("bertkit.tasks.pretraining.task", "bertkit.tasks.pretraining")
+OPTIMIZERS = ("bertkit.engine.update.optimizers", "bertkit.engine.optimizers")
+UPDATES = ("bertkit.engine.update.gradient_update",
+           "bertkit.engine.training_update") + OPTIMIZERS
 CHECKOUT_MODULES = (
-    ("bertkit.kernels", "bertkit/kernels.py"),
-    ("modeling", "modeling.py"),
-    ("bertkit.engine.optimizers", "bertkit/engine/optimizers.py"),
-    ("bertkit.engine.training_update", "bertkit/engine/training_update.py"),
-    (HEADS[0], "bertkit/tasks/pretraining/task.py"),
-    (HEADS[1], "bertkit/tasks/pretraining.py"),
-)
+    (("bertkit.kernels", "bertkit/kernels.py"),
+     ("modeling", "modeling.py")) +
+    tuple(("bertkit.engine." + path.replace("/", "."),
+           "bertkit/engine/%s.py" % path)
+          for layout in (0, 1) for path in
+          [paths[layout] for paths in _ENGINE_MODULES]) +
+    ((HEADS[0], "bertkit/tasks/pretraining/task.py"),
+     (HEADS[1], "bertkit/tasks/pretraining.py")))
 
 
 def checkout_files(checkout):
@@ -67,10 +84,10 @@ def checkout_files(checkout):
   files = {name: os.path.join(checkout, *path.split("/"))
            for name, path in CHECKOUT_MODULES}
   files = {name: path for name, path in files.items() if os.path.exists(path)}
-  if not (set(HEADS) & set(files) and "bertkit.engine.optimizers" in files):
+  if not (set(HEADS) & set(files) and set(OPTIMIZERS) & set(files)):
     raise UserError("%s has no bertkit/tasks/pretraining/task.py and "
-                    "bertkit/engine/optimizers.py: compare checkouts of the "
-                    "bertkit layout" % checkout)
+                    "bertkit/engine/update/optimizers.py: compare checkouts "
+                    "of the bertkit layout" % checkout)
   return files
 
 
@@ -95,7 +112,7 @@ def bound(modules):
   saved = []
   for name, module in modules.items():
     parent, _, child = name.rpartition(".")
-    package = sys.modules[parent] if parent else None
+    package = importlib.import_module(parent) if parent else None
     saved.append((name, sys.modules.get(name), package, child,
                   getattr(package, child, None)))
     sys.modules[name] = module
@@ -132,8 +149,7 @@ def load_checkout(checkout, index):
   for name, path in checkout_files(checkout).items():
     with bound(modules):
       modules[name] = load("%s_%d" % (name.replace(".", "_"), index), path)
-  update = (modules.get("bertkit.engine.training_update") or
-            modules["bertkit.engine.optimizers"])
+  update = next(modules[name] for name in UPDATES if name in modules)
   heads = modules.get(HEADS[0]) or modules[HEADS[1]]
   return heads, update
 

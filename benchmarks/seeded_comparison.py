@@ -59,7 +59,7 @@ import time_to_accuracy as tta
 
 from bertkit.common import atomic_io
 from bertkit.common.errors import UserError
-from bertkit.engine import evaluation
+from bertkit.engine.loop import evaluation
 from bertkit.perf import benchmark_args
 from bertkit.perf import child_runs
 

@@ -69,7 +69,7 @@ import time_to_accuracy as tta
 
 from bertkit.common import atomic_io
 from bertkit.common.errors import UserError
-from bertkit.engine import throughput
+from bertkit.engine.report import throughput
 from bertkit.perf import benchmark_args
 from bertkit.perf import child_runs
 from bertkit.tasks.glue import suite as glue_suite

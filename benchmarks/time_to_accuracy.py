@@ -109,7 +109,7 @@ from bertkit.common import text_files
 from bertkit.common.errors import UserError
 from bertkit.data import corpus_input
 from bertkit.data import pretraining_instances
-from bertkit.engine import evaluation
+from bertkit.engine.loop import evaluation
 from bertkit.perf import accuracy_reports
 from bertkit.perf import benchmark_args
 from bertkit.perf import child_runs

@@ -25,7 +25,7 @@ held-out set by run_pretraining.py's rule (`evaluate`): the records' own
 masks, masked-LM accuracy = the share of masked positions (weight 1) whose
 argmax is the label, loss = the mean cross-entropy over them.
 
-Its clock is run_pretraining.py's (bertkit/engine/training_clock.py):
+Its clock is run_pretraining.py's (bertkit/engine/loop/training_clock.py):
 training seconds run from when the frameworks are imported (before the model
 is built and the data loaded) and leave evaluation out; wall seconds include
 it. The learning-rate schedule is the recipe's, in steps or, with
@@ -79,8 +79,8 @@ import transformers
 import pytorch_peer
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))))
-from bertkit.engine import lr_schedules
-from bertkit.engine import training_clock
+from bertkit.engine.loop import training_clock
+from bertkit.engine.update import lr_schedules
 from bertkit.perf import benchmark_args
 
 # transformers imports a class's module on first use: done here, so that
@@ -250,7 +250,8 @@ def schedule_of(args):
 
 
 def target_result(history, target, final_step):
-  """time_to_target.json's content (bertkit/engine/evaluation.py's fields)."""
+  """time_to_target.json's content (bertkit/engine/loop/evaluation.py's
+  fields)."""
   for entry in history:
     if entry[METRIC] >= target:
       return {"target": target, "metric": METRIC, "reached": True,

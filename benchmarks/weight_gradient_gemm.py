@@ -27,7 +27,7 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 from bertkit import kernels
-from bertkit.engine import training_setup
+from bertkit.engine.loop import engine_setup
 from bertkit.perf import benchmark_args
 from bertkit.perf import child_runs
 from bertkit.perf import profiles
@@ -68,7 +68,7 @@ def main(args):
   with tf.Session() as sess:
     sess.run(tf.global_variables_initializer())
     seconds = profiles.time_in_turns(sess, fetches, args.rounds)
-  print("kernels: %s" % ("oneDNN" if training_setup.onednn_enabled()
+  print("kernels: %s" % ("oneDNN" if engine_setup.onednn_enabled()
                           else "Eigen"))
   print("M | in x out | form | ms | GFLOP/s")
   print("---|---|---|---|---")

@@ -34,8 +34,8 @@ concern:
 Rules (tests/common/test_layout.py enforces them):
   1. Imports point down. Layers, lowest first: common; tokenization,
      modeling and kernels; data; engine; tasks and optimization (upstream's
-     names for engine.optimizers); perf; programs. A module imports only from
-     its own layer or a lower one, and never a program.
+     names for engine.update.optimizers); perf; programs. A module imports only
+     from its own layer or a lower one, and never a program.
   2. `bertkit.common` and `bertkit.data` import no TensorFlow at import time
      (data creation and create_vocab start in well under a second and their
      worker processes stay small); where they need TensorFlow they import it
@@ -43,9 +43,11 @@ Rules (tests/common/test_layout.py enforces them):
   3. At most 20 Python files at the root, none of them a library module.
   4. Module-level state lives only in modules whose docstring says who writes
      it and who reads it, in a paragraph beginning `Module state:`
-     (engine.preemption's signal flag, engine.distribution's process group,
-     engine.horovod_engine's and engine.byteps_engine's handles; the caches of
-     engine.checkpoint_formats, data.pretraining_records, data.tfrecord_files
-     and data.shard_task). State is a name a function rebinds through `global`,
-     or a container bound at import that a function changes.
+     (engine.loop.preemption's signal flag, engine.distributed.distribution's
+     process group, engine.distributed.horovod_engine's and
+     engine.distributed.byteps_engine's handles; the caches of
+     engine.checkpointing.checkpoint_formats, data.pretraining_records,
+     data.tfrecord_files and data.shard_task). State is a name a function
+     rebinds through `global`, or a container bound at import that a function
+     changes.
 """

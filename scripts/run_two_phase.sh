@@ -258,7 +258,7 @@ fi
 check_seq_lengths_fit PHASE1_SEQ_LENGTH PHASE2_SEQ_LENGTH
 if [[ "$DRY_RUN" != 1 ]]; then
   CHECK_RECORDS='from bertkit.common import file_patterns
-from bertkit.engine import record_checks
+from bertkit.engine.input import record_checks
 record_checks.check_pretraining_records(
     file_patterns.expand_file_patterns(sys.argv[1]), int(sys.argv[2]),
     int(sys.argv[3]))'

@@ -43,8 +43,8 @@ tf.config.set_logical_device_configuration(
     tf.config.list_physical_devices("CPU")[0],
     [tf.config.LogicalDeviceConfiguration()] * IN_PROCESS_CPU_REPLICAS)
 
-from bertkit.engine.precision import LossScale  # noqa: E402
-from bertkit.engine import training_setup  # noqa: E402
+from bertkit.engine.loop import engine_setup  # noqa: E402
+from bertkit.engine.loop.precision import LossScale  # noqa: E402
 from bertkit.perf import synthetic_data  # noqa: E402
 import optimization  # noqa: E402
 from slurm_cluster import SLURM_MISSING  # noqa: E402
@@ -240,7 +240,7 @@ def mixed_precision():
 
 def fp16_precision(initial_scale, growth_steps=2000):
   """The Precision --use_fp16 resolves to here (no GPU), with that scale."""
-  return training_setup.resolve_precision(
+  return engine_setup.resolve_precision(
       True, False, 0, False, set(), LossScale(initial_scale, growth_steps))
 
 

@@ -8,7 +8,7 @@ model_fn", every hook it creates), the deprecation notices TensorFlow and
 Keras address to this toolkit's code, and the C++ runtime's start-up lines
 come back with absl's `--verbosity=1` (`-v 1`), together with the programs'
 own DEBUG lines and absl's line format (level, date, time, thread, file and
-line: `I1125 23:58:17.588982 140632555826048 training_setup.py:237] ...`);
+line: `I1125 23:58:17.588982 140632555826048 engine_setup.py:237] ...`);
 `-v -1` leaves warnings and errors.
 """
 

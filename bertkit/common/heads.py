@@ -2,9 +2,9 @@
 
 One table, read by the tasks that build the heads (bertkit/tasks), by the
 fine-tuning driver's check that an evaluated checkpoint holds its task's
-head, and by the checkpoint formats (engine/checkpoint_formats.py: export,
-detection of a checkpoint's head, Hugging Face's names). TensorFlow-free, so
-that it sits below all of them.
+head, and by the checkpoint formats (engine/checkpointing/checkpoint_formats.py:
+export, detection of a checkpoint's head, Hugging Face's names).
+TensorFlow-free, so that it sits below all of them.
 """
 
 import dataclasses

@@ -18,7 +18,8 @@ from bertkit.common.errors import UserError
 from bertkit.common.option_fields import (AT_LEAST_ONE, NOT_NEGATIVE,
                                           POSITIVE, PROBABILITY, option)
 
-# --distribution_strategy and --all_reduce_alg (engine/distribution.py).
+# --distribution_strategy and --all_reduce_alg
+# (engine/distributed/distribution.py).
 STRATEGIES = ("one_device", "mirrored", "multi_worker", "central_storage",
               "horovod", "byteps")
 ALL_REDUCE_ALGS = ("auto", "nccl", "hierarchical_copy", "one_device", "ring")
@@ -30,10 +31,10 @@ MAX_PREDICTIONS_PER_SEQ = 20
 # Upstream's --eval_batch_size (every program) and --predict_batch_size.
 UPSTREAM_EVAL_BATCH_SIZE = 8
 
-# --optimizer (engine/optimizers.py).
+# --optimizer (engine/update/optimizers.py).
 OPTIMIZERS = ("adamw", "lamb")
 
-# --lr_schedule (engine/lr_schedules.py).
+# --lr_schedule (engine/update/lr_schedules.py).
 LINEAR = "linear"
 WARMUP_STABLE_DECAY = "warmup_stable_decay"
 COSINE = "cosine"
@@ -50,7 +51,8 @@ INIT_DISTRIBUTIONS = (TRUNCATED_NORMAL, NORMAL)
 
 @dataclasses.dataclass(frozen=True)
 class DistributionOptions:
-  """Where the replicas run (engine/distribution.py decides the plan)."""
+  """Where the replicas run (engine/distributed/distribution.py decides the
+  plan)."""
   distribution_strategy: Optional[str] = option(
       None, "One of %s." % ", ".join(STRATEGIES), choices=STRATEGIES,
       unset="multi_worker when TF_CONFIG or a Slurm job step of several "
@@ -98,7 +100,7 @@ class Bfloat16Options:
 
 @dataclasses.dataclass(frozen=True)
 class PrecisionOptions(Bfloat16Options):
-  """What the kernels compute in (training_setup.resolve_precision decides,
+  """What the kernels compute in (engine_setup.resolve_precision decides,
   with the machine's facts)."""
   use_fp16: bool = option(
       False, "Mixed precision: enable_mixed_precision_graph_rewrite with "
@@ -192,7 +194,7 @@ def parse_profile_steps(text):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RunOptions:
-  """What every training program tells the runner (engine/runner.py)."""
+  """What every training program tells the runner (engine/loop/runner.py)."""
   output_dir: str = option(
       option_fields.REQUIRED, "Checkpoints, events, throughput logs and "
       "results go here; a rerun with the same directory resumes.")
@@ -244,7 +246,7 @@ class ModelFiles:
 
   None: not given; a directory the program reads (a described
   --init_checkpoint, a resumed --output_dir) says them
-  (engine/run_directory.py).
+  (engine/checkpointing/run_directory.py).
   """
   bert_config_file: Optional[str] = option(
       None, "bert_config.json of the model.", path=option_fields.FILE,

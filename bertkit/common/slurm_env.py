@@ -7,8 +7,8 @@ and each copy's global (SLURM_PROCID) and per-node (SLURM_LOCALID) task id.
 `step_from_environment` turns these into the workers of a multi_worker
 cluster: task i's host is the node srun put it on, its port
 `port_base + SLURM_LOCALID`, its GPUs its share of what the node shows it;
-task 0 is the chief. engine/distribution.py decides whether the step is used
-(TF_CONFIG wins) and hands it to TensorFlow.
+task 0 is the chief. engine/distributed/distribution.py decides whether the step
+is used (TF_CONFIG wins) and hands it to TensorFlow.
 
 Free of TensorFlow: pure functions of a mapping like os.environ.
 """

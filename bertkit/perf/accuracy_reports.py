@@ -34,8 +34,8 @@ import statistics
 
 from bertkit.common import atomic_io
 from bertkit.common.errors import UserError
-from bertkit.engine import evaluation
-from bertkit.engine import throughput
+from bertkit.engine.loop import evaluation
+from bertkit.engine.report import throughput
 from bertkit.perf import reports
 from bertkit.tasks.glue import suite_results as glue_results
 

@@ -19,8 +19,8 @@ import sys
 from absl import logging
 
 from bertkit.common.errors import UserError
-from bertkit.engine import distribution
-from bertkit.engine import throughput
+from bertkit.engine.distributed import distribution
+from bertkit.engine.report import throughput
 from bertkit.perf import child_runs
 from bertkit.perf import model_flops
 from bertkit.perf import synthetic_data

@@ -500,9 +500,9 @@ def test_a_state_declaration_is_a_docstring_paragraph():
 @pytest.mark.parametrize("name,source", [
     (None, "import run_pretraining\n"),
     ("bertkit.perf.sweep", "from run_classifier import create_model\n"),
-    ("bertkit.data.packing", "from bertkit.engine import runner\n"),
+    ("bertkit.data.packing", "from bertkit.engine.loop import runner\n"),
     ("modeling", "import optimization\n"),
-    ("bertkit.engine.runner", "import optimization\n"),
+    ("bertkit.engine.loop.runner", "import optimization\n"),
     ("bertkit.common.errors", "def f():\n  from bertkit.data import packing\n"),
 ])
 def test_the_import_rule_catches_each_kind_of_violation(tmp_path, name, source):

@@ -162,7 +162,8 @@ def test_masked_positions_per_row_bounds_upstreams_mask_count():
 
 
 def test_steady_state_counts_sequences_and_real_tokens():
-  from bertkit.engine import throughput  # pylint: disable=g-import-not-at-top
+  # pylint: disable-next=g-import-not-at-top
+  from bertkit.engine.report import throughput
   steps = [{"examples": 8, "seconds": 9.0, "saved": False, "sequences": 1,
             "real_tokens": 1},
            {"examples": 8, "seconds": 2.0, "saved": False, "sequences": 20,

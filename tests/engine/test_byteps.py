@@ -25,8 +25,8 @@ import tensorflow.compat.v1 as tf
 from bertkit.common import errors
 from bertkit.common import options
 from bertkit.common.errors import UserError
-from bertkit.engine import cluster_environment
-from bertkit.engine import distribution
+from bertkit.engine.distributed import cluster_environment
+from bertkit.engine.distributed import distribution
 from conftest import (REPO_ROOT, load_checkpoint, requires_byteps,
                       run_program, tiny_bert_config, write_real_text_records)
 from test_preemption import STOP_LINE, check_resumed, logged_step
@@ -108,7 +108,8 @@ def test_plan_is_one_cpu_device_per_worker(monkeypatch):
 
 
 def test_cpu_workers_need_a_local_size_of_one(monkeypatch):
-  from bertkit.engine import byteps_engine  # pylint: disable=g-import-not-at-top
+  # pylint: disable-next=g-import-not-at-top
+  from bertkit.engine.distributed import byteps_engine
   monkeypatch.setenv("BYTEPS_LOCAL_SIZE", "2")
   monkeypatch.setenv("BYTEPS_LOCAL_RANK", "0")
   plan = distribution.StrategyPlan("byteps", ["/cpu:0"], 2, "auto", 600, None)
@@ -240,15 +241,15 @@ PROBE = textwrap.dedent("""\
     import tensorflow.compat.v1 as tf
     tf.disable_v2_behavior()
     import optimization
-    from bertkit.engine import byteps_engine
-    from bertkit.engine import distribution
-    from bertkit.engine import training_setup
-    from bertkit.engine.precision import LossScale
+    from bertkit.engine.distributed import byteps_engine
+    from bertkit.engine.distributed import distribution
+    from bertkit.engine.loop import engine_setup
+    from bertkit.engine.loop.precision import LossScale
 
     from bertkit.common import options
     plan = distribution.plan(options.DistributionOptions(
         distribution_strategy="byteps", collective_timeout_seconds=60), 0)
-    FP16 = training_setup.resolve_precision(True, False, 0, False, set(),
+    FP16 = engine_setup.resolve_precision(True, False, 0, False, set(),
                                             LossScale(1024, 100))
     group = byteps_engine.init(plan, FP16)
     rank = group.rank

@@ -6,8 +6,8 @@ import tensorflow.compat.v1 as tf
 
 from bertkit.common import options
 from bertkit.common.errors import UserError
-from bertkit.engine import distribution
-from bertkit.engine import preemption
+from bertkit.engine.distributed import distribution
+from bertkit.engine.loop import preemption
 
 
 def flag_values(**overrides):

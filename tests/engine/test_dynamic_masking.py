@@ -17,8 +17,8 @@ import tensorflow.compat.v1 as tf
 from bertkit.data import packing
 from bertkit.data import pretraining_instances
 from bertkit.data import pretraining_records
-from bertkit.engine import dynamic_masking
-from bertkit.engine import input_pipeline
+from bertkit.engine.input import dynamic_masking
+from bertkit.engine.input import input_pipeline
 from bertkit.tasks.pretraining import trainer as pretraining_trainer
 import tokenization
 from conftest import REPO_ROOT, expect_user_error, tiny_bert_config

@@ -13,8 +13,8 @@ import tensorflow.compat.v1 as tf
 from conftest import (REPO_ROOT, TINY_CONFIG, expect_user_error,
                       program_in_process, read_json, run_program)
 from bertkit.common.errors import UserError
-from bertkit.engine import evaluation
-from bertkit.engine import training_clock
+from bertkit.engine.loop import evaluation
+from bertkit.engine.loop import training_clock
 from test_preemption import multi_worker_cluster, wait_all
 
 DATA = os.path.join(REPO_ROOT, "tests", "fixtures", "create_pretraining_data")

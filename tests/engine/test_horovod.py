@@ -21,7 +21,7 @@ import tensorflow.compat.v1 as tf
 
 from conftest import (REPO_ROOT, TINY_CONFIG, load_checkpoint,
                       requires_horovod, run_program)
-from bertkit.engine import input_pipeline
+from bertkit.engine.input import input_pipeline
 from bertkit.perf import synthetic_data
 from bertkit.tasks.classification import features as classifier_features
 
@@ -120,7 +120,7 @@ def write_tiny_config(directory):
 
 def test_engine_imports_without_horovod(tmp_path):
   result = run_program(
-      ["-c", "from bertkit.engine import horovod_engine; "
+      ["-c", "from bertkit.engine.distributed import horovod_engine; "
        "print(horovod_engine.SCRATCH_ROOT_ENV)"],
       env=hide_horovod(tmp_path))
   assert result.returncode == 0, result.stderr
@@ -169,18 +169,18 @@ PROBE_START = textwrap.dedent("""\
     tf.disable_v2_behavior()
     import types
     import optimization
-    from bertkit.engine import cluster_environment
-    from bertkit.engine import distribution
-    from bertkit.engine import horovod_engine
-    from bertkit.engine import input_pipeline
-    from bertkit.engine import training_setup
-    from bertkit.engine.precision import LossScale
+    from bertkit.engine.distributed import cluster_environment
+    from bertkit.engine.distributed import distribution
+    from bertkit.engine.distributed import horovod_engine
+    from bertkit.engine.input import input_pipeline
+    from bertkit.engine.loop import engine_setup
+    from bertkit.engine.loop.precision import LossScale
 
     plan = distribution.StrategyPlan(
         "horovod", ["/cpu:0"], cluster_environment.horovod_world_size(),
         "auto", 600, None)
-    FP32 = training_setup.resolve_precision(False, False, 0, False, set())
-    FP16 = training_setup.resolve_precision(True, False, 0, False, set(),
+    FP32 = engine_setup.resolve_precision(False, False, 0, False, set())
+    FP16 = engine_setup.resolve_precision(True, False, 0, False, set(),
                                             LossScale(1024, 100))
     """)
 
@@ -221,7 +221,7 @@ PROBE = textwrap.dedent("""\
              "sum16": sess.run(sum16).tolist(),
              "dtype16": sess.run(sum16).dtype.name,
              "broadcast": sess.run(var).tolist()}
-      context = training_setup.input_context(types.SimpleNamespace(plan=plan))
+      context = engine_setup.input_context(types.SimpleNamespace(plan=plan))
       batches = input_pipeline.records_input_fn(
           %(records)r, input_pipeline.classifier_feature_spec(4),
           is_training=False, drop_remainder=False,

@@ -15,9 +15,9 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from bertkit.common import options
-from bertkit.engine import checkpoints
-from bertkit.engine import distribution
-from bertkit.engine import training_setup
+from bertkit.engine.checkpointing import checkpoints
+from bertkit.engine.distributed import distribution
+from bertkit.engine.loop import engine_setup
 from bertkit.tasks.classification import task as classification
 from bertkit.tasks.features import extraction
 from bertkit.tasks.ner import task as ner
@@ -77,7 +77,7 @@ def test_every_copy_of_every_variable_starts_as_the_checkpoints(
   plan, strategy = build_strategy(name)
   expected = load_checkpoint(random_checkpoint)
   with tf.Graph().as_default():
-    def model_fn():  # as task_contract.model_fn_builder's, on each replica
+    def model_fn():  # as model_spec.model_fn_builder's, on each replica
       build_bert()
       checkpoints.init_from_checkpoint(random_checkpoint)
 
@@ -87,7 +87,7 @@ def test_every_copy_of_every_variable_starts_as_the_checkpoints(
     copies = {v.op.name: strategy.experimental_local_results(v)
               for v in tvars}
     config = strategy.update_config_proto(
-        training_setup.session_config(plan, use_xla=False))
+        engine_setup.session_config(plan, use_xla=False))
     with tf.Session(config=config) as sess:
       sess.run(tf.global_variables_initializer())
       values = sess.run(copies)
@@ -185,30 +185,30 @@ def built_shapes(build):
 
 def extraction_model(config):
   ids = tf.zeros([1, 2], tf.int32)
-  extraction.extraction_task(config, extraction.Output((-1,))).predictions(
+  extraction.extraction_model_spec(config, extraction.Output((-1,))).predictions(
       {"unique_ids": tf.zeros([1], tf.int32), "input_ids": ids,
        "input_mask": ids, "segment_ids": ids})
 
 
 # Each program's Task, and the model it builds.
 TASK_MODELS = {
-    "pretraining": (pretraining.pretraining_task,
+    "pretraining": (pretraining.pretraining_model_spec,
                     pretraining.build_pretraining_variables),
-    "masked_lm": (lambda c: pretraining.pretraining_task(c, False),
+    "masked_lm": (lambda c: pretraining.pretraining_model_spec(c, False),
                   lambda c: pretraining.build_pretraining_variables(c, False)),
-    "classifier": (lambda c: classification.classifier_task(c, 3),
+    "classifier": (lambda c: classification.classifier_model_spec(c, 3),
                    lambda c: classification.build_classifier_variables(c, 3)),
-    "regression": (lambda c: classification.classifier_task(c, 1),
+    "regression": (lambda c: classification.classifier_model_spec(c, 1),
                    lambda c: classification.build_classifier_variables(c, 1)),
-    "ner": (lambda c: ner.token_classification_task(c, 5),
+    "ner": (lambda c: ner.token_classification_model_spec(c, 5),
             lambda c: ner.build_variables(c, 5)),
-    "squad": (squad_model.question_answering_task,
+    "squad": (squad_model.question_answering_model_spec,
               squad_model.build_squad_variables),
-    "swag": (swag.multiple_choice_task, swag.build_variables),
-    "rerank": (rerank.rerank_task, lambda c: rerank.pair_logits(
+    "swag": (swag.multiple_choice_model_spec, swag.build_variables),
+    "rerank": (rerank.rerank_model_spec, lambda c: rerank.pair_logits(
         c, False, {name: tf.zeros([1, 2, 2], tf.int32)
                    for name in rerank.SEQUENCE_FEATURES})),
-    "extract_features": (lambda c: extraction.extraction_task(
+    "extract_features": (lambda c: extraction.extraction_model_spec(
         c, extraction.Output((-1,))), extraction_model),
 }
 

@@ -12,8 +12,8 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from bertkit.data import pretraining_records
-from bertkit.engine import dynamic_masking
-from bertkit.engine import input_pipeline
+from bertkit.engine.input import dynamic_masking
+from bertkit.engine.input import input_pipeline
 from bertkit.perf import synthetic_data
 
 SEQ, PREDS, VOCAB = 16, 3, 100

@@ -16,8 +16,8 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import conftest
-from bertkit.engine import distribution
-from bertkit.engine import task_contract
+from bertkit.engine.distributed import distribution
+from bertkit.engine.loop import model_spec
 from bertkit.perf import synthetic_data
 from bertkit.tasks.pretraining import task as pretraining
 import modeling
@@ -261,7 +261,7 @@ def test_micro_batch_gradients_sum_to_the_whole_batch_gradient(graph):
     naive_loss = tf.add_n([
         m[0] + n[0] for m, n in (
             pretraining.pretraining_model(config, micro, True)
-            for micro in task_contract.split_micro_batches(features, 4))
+            for micro in model_spec.split_micro_batches(features, 4))
     ]) / 4.0
     naive_grads = tf.gradients(naive_loss, tf.trainable_variables())
   # Micro-batches reuse the variables: none was added or renamed.

@@ -10,11 +10,11 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from conftest import REPO_ROOT, expect_user_error, run_program
-from bertkit.engine import lr_schedules
-from bertkit.engine import optimizers
-from bertkit.engine import training_update
-from bertkit.engine import throughput
-from bertkit.engine import training_clock
+from bertkit.engine.loop import training_clock
+from bertkit.engine.report import throughput
+from bertkit.engine.update import gradient_update
+from bertkit.engine.update import lr_schedules
+from bertkit.engine.update import optimizers
 
 PEAK = 1e-3
 
@@ -111,12 +111,12 @@ def test_time_budget_schedule_follows_the_training_clock(tmp_path):
   included."""
   time = FakeTime(1000.0)
   clock = training_clock.TrainingClock(start=1000.0, now=time)
-  budget = training_update.TimeBudget(seconds=100.0, warmup_seconds=10.0,
+  budget = gradient_update.TimeBudget(seconds=100.0, warmup_seconds=10.0,
                                       clock=clock, is_chief=True)
   training_clock.record_checkpoint_clock(str(tmp_path), 0, clock)
   with tf.Graph().as_default():
     weight = tf.Variable(1.0)
-    step = training_update.create_accumulating_optimizer(
+    step = gradient_update.create_accumulating_optimizer(
         [lambda: tf.square(weight)], PEAK, 10**6, 0,
         lr_schedule=lr_schedules.COSINE, time_budget=budget)
     with tf.Session() as session:
@@ -160,7 +160,7 @@ def test_hyperparameters_reach_the_update():
                                          clip_norm=None)
   with tf.Graph().as_default():
     weight = tf.get_variable("w", initializer=tf.constant([3.0, -4.0]))
-    step = training_update.create_accumulating_optimizer(
+    step = gradient_update.create_accumulating_optimizer(
         [lambda: tf.reduce_sum(weight * tf.constant([1.0, 2.0]))], 0.1, 100,
         0, hyperparameters=hyper, lr_schedule=lr_schedules.WARMUP_STABLE_DECAY)
     with tf.Session() as session:
@@ -188,7 +188,7 @@ def test_adamw_bias_correction_equals_torch_adamw():
   def ours(bias_correction):
     with tf.Graph().as_default():
       weight = tf.get_variable("w", initializer=tf.constant(start))
-      step = training_update.create_accumulating_optimizer(
+      step = gradient_update.create_accumulating_optimizer(
           [lambda: tf.reduce_sum(tf.square(weight) * tf.constant(scale))],
           0.1, 100, 0, hyperparameters=hyper, bias_correction=bias_correction,
           lr_schedule=lr_schedules.WARMUP_STABLE_DECAY)

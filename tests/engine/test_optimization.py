@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from bertkit.engine import train_step
+from bertkit.engine.update import train_step
 import optimization
 from conftest import (TWO_CPUS, build_fp16_step, fp16_precision,
                       fp16_training_state, reachable_ops,

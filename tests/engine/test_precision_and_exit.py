@@ -19,9 +19,9 @@ import tensorflow.compat.v1 as tf
 from tensorflow.python.data.ops import multi_device_iterator_ops  # pylint: disable=g-direct-tensorflow-import
 
 from bertkit.common import cpu_kernels
-from bertkit.engine import input_pipeline
-from bertkit.engine.precision import LossScale
-from bertkit.engine import training_setup
+from bertkit.engine.input import input_pipeline
+from bertkit.engine.loop import engine_setup
+from bertkit.engine.loop.precision import LossScale
 from bertkit.tasks.features import extraction as feature_extraction
 from conftest import (REPO_ROOT, TINY_CONFIG, expect_user_error,
                       load_checkpoint, read_json, run_ok, run_program)
@@ -92,7 +92,7 @@ def logged_losses(output_dir):
 def test_programs_ask_for_onednn_unless_the_user_chose(monkeypatch):
   # This process asked before importing TensorFlow, as the programs do
   # (conftest), and TensorFlow took it (it reads the variable once).
-  assert training_setup.onednn_enabled()
+  assert engine_setup.onednn_enabled()
   monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
   cpu_kernels.prefer_onednn()
   assert os.environ["TF_ENABLE_ONEDNN_OPTS"] == "1"
@@ -102,36 +102,36 @@ def test_programs_ask_for_onednn_unless_the_user_chose(monkeypatch):
 
 
 def test_precision_flags_resolve_to_one_precision():
-  assert training_setup.resolve_precision(
+  assert engine_setup.resolve_precision(
       False, False, 0, False, set()).compute == "float32"
   with pytest.raises(UserError, match="mutually exclusive"):
-    training_setup.resolve_precision(True, True, 0, True, set())
+    engine_setup.resolve_precision(True, True, 0, True, set())
   with pytest.raises(UserError, match="not available on GPUs"):
-    training_setup.resolve_precision(False, True, 1, True, set())
+    engine_setup.resolve_precision(False, True, 1, True, set())
   # oneDNN off (TF_ENABLE_ONEDNN_OPTS=0): nothing to rewrite, said so.
-  chosen = training_setup.resolve_precision(False, True, 0, False, {"avx2"})
+  chosen = engine_setup.resolve_precision(False, True, 0, False, {"avx2"})
   assert (chosen.compute == "float32" and
           "TF_ENABLE_ONEDNN_OPTS=1" in chosen.reason)
-  chosen = training_setup.resolve_precision(False, True, 0, True,
+  chosen = engine_setup.resolve_precision(False, True, 0, True,
                                             {"avx2", "avx512f"})
   assert chosen.compute == "mixed_bfloat16" and "emulated" in chosen.reason
-  chosen = training_setup.resolve_precision(
+  chosen = engine_setup.resolve_precision(
       False, True, 0, True, {"avx512f", "avx512_bf16", "amx_tile"})
   assert chosen.compute == "mixed_bfloat16"
   assert ("amx_tile, avx512_bf16" in chosen.reason and
           "emulated" not in chosen.reason)
-  assert training_setup.resolve_precision(
+  assert engine_setup.resolve_precision(
       True, False, 1, False, set()).compute == "mixed_float16"
 
 
 def test_fp16_decides_loss_scaling_the_wire_and_the_loss_guard_at_once():
-  fp16 = training_setup.resolve_precision(True, False, 0, False, set(),
+  fp16 = engine_setup.resolve_precision(True, False, 0, False, set(),
                                           LossScale(1024, 2), True)
   assert fp16.loss_scale == LossScale(1024, 2) and fp16.compress_gradients
   assert not fp16.stop_on_nonfinite_loss and fp16.fell_back
   assert fp16.summary() == {"precision": "float32", "use_fp16": True,
                             "use_bf16": False}
-  fp32 = training_setup.resolve_precision(False, False, 0, False, set(),
+  fp32 = engine_setup.resolve_precision(False, False, 0, False, set(),
                                           LossScale(1024, 2), False)
   assert fp32.loss_scale is None and not fp32.compress_gradients
   assert not fp32.stop_on_nonfinite_loss and not fp32.fell_back
@@ -139,10 +139,10 @@ def test_fp16_decides_loss_scaling_the_wire_and_the_loss_guard_at_once():
 
 def test_only_bf16_turns_on_the_bfloat16_rewrite():
   plan = types.SimpleNamespace(name="one_device", devices=["/cpu:0"])
-  rewrite = (lambda precision: training_setup.session_config(
+  rewrite = (lambda precision: engine_setup.session_config(
       plan, False, precision).graph_options.rewrite_options
              .auto_mixed_precision_onednn_bfloat16)
-  on = training_setup.rewriter_config_pb2.RewriterConfig.ON
+  on = engine_setup.rewriter_config_pb2.RewriterConfig.ON
   assert rewrite("mixed_bfloat16") == on
   assert rewrite("float32") != on and rewrite("mixed_float16") != on
 
@@ -151,9 +151,9 @@ def test_cpu_flags_reads_the_first_processor(tmp_path):
   cpuinfo = tmp_path / "cpuinfo"
   cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512_bf16\n\n"
                      "processor\t: 1\nflags\t\t: fpu\n")
-  assert training_setup.cpu_flags(str(cpuinfo)) == {"fpu", "avx2",
+  assert engine_setup.cpu_flags(str(cpuinfo)) == {"fpu", "avx2",
                                                     "avx512_bf16"}
-  assert training_setup.cpu_flags(str(tmp_path / "missing")) == set()
+  assert engine_setup.cpu_flags(str(tmp_path / "missing")) == set()
 
 
 def test_input_pipelines_run_without_the_autotuning_thread(corpus_run_dir):

@@ -1,7 +1,7 @@
 """The task runner (runner.py): what the programs may and may not do, and
 what the runner does for every task.
 
-The programs describe their task (task_contract.Task) and hand it to the runner,
+The programs describe their task (model_spec.ModelSpec) and hand it to the runner,
 through the two modules that run a training program: pretraining's trainer
 and the fine-tuning driver. Their rules are read from the source: neither
 imports the optimizer, the throughput hook, the step contract or the engine
@@ -17,8 +17,8 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from bertkit.common import options
-from bertkit.engine import runner
-from bertkit.engine import task_contract
+from bertkit.engine.loop import model_spec
+from bertkit.engine.loop import runner
 from conftest import REPO_ROOT
 
 # What runs a training program: run_pretraining.py's, and every
@@ -28,7 +28,7 @@ PROGRAMS = ("bertkit/tasks/pretraining/trainer.py",
 # What only the runner may reach: the optimizer, the speed measurement, the
 # step contract and the engine set-up.
 RUNNER_ONLY = {"optimization", "optimizers", "throughput", "train_step",
-               "training_setup"}
+               "engine_setup"}
 
 
 def parse(program):
@@ -38,7 +38,7 @@ def parse(program):
 
 def imported_modules(tree):
   """The modules `tree` imports, by their last name: `runner` for both
-  `import runner` and `from bertkit.engine import runner`."""
+  `import runner` and `from bertkit.engine.loop import runner`."""
   names = set()
   for node in ast.walk(tree):
     if isinstance(node, ast.Import):
@@ -92,8 +92,8 @@ def test_each_main_makes_at_most_3_calls_into_the_runner(program):
 
 def test_the_checks_themselves_see_a_forbidden_import_and_call():
   """The two tests above on a program that breaks both rules."""
-  tree = ast.parse("from bertkit.engine import throughput\n"
-                   "from bertkit.engine import runner\n"
+  tree = ast.parse("from bertkit.engine.report import throughput\n"
+                   "from bertkit.engine.loop import runner\n"
                    "def main(argv):\n"
                    "  runner.prepare(); runner.a(); runner.b()\n"
                    "  runner.run(runner.TrainingSchedule(1, 0))\n"
@@ -112,8 +112,8 @@ def linear_task():
     return tf.reduce_mean(tf.square(tf.matmul(features["x"], w)[:, 0] -
                                     features["y"]))
 
-  return task_contract.Task(variable_shapes=None,
-                     train_loss_fns=task_contract.mean_loss_shares(mean_loss),
+  return model_spec.ModelSpec(variable_shapes=None,
+                     train_loss_fns=model_spec.mean_loss_shares(mean_loss),
                      eval_outputs=None)
 
 
@@ -122,7 +122,7 @@ def train_once(num_accumulation_steps):
   `num_accumulation_steps` micro-batches."""
   rng = np.random.RandomState(3)
   with tf.Graph().as_default():
-    model_fn = task_contract.upstream_model_fn(
+    model_fn = model_spec.upstream_model_fn(
         linear_task(), None, 0.1, 10, 0,
         options.OptimizerOptions(optimizer="lamb"), num_accumulation_steps)
     features = {"x": tf.constant(rng.randn(8, 4), tf.float32),
@@ -147,9 +147,9 @@ def test_accumulation_is_one_update_of_the_whole_batch():
 
 
 def test_a_task_without_predictions_refuses_predict_mode():
-  task = task_contract.Task(variable_shapes=None, train_loss_fns=None,
+  task = model_spec.ModelSpec(variable_shapes=None, train_loss_fns=None,
                      eval_outputs=None)
-  model_fn = task_contract.upstream_model_fn(task, None, 0.1, 10, 0)
+  model_fn = model_spec.upstream_model_fn(task, None, 0.1, 10, 0)
   with pytest.raises(ValueError, match="no infer mode"):
     model_fn({}, None, runner.PREDICT, None)
 
@@ -157,7 +157,7 @@ def test_a_task_without_predictions_refuses_predict_mode():
 def test_micro_batches_are_consecutive_equal_slices():
   with tf.Graph().as_default():
     features = {"x": tf.reshape(tf.range(12), [6, 2])}
-    pieces = task_contract.split_micro_batches(features, 3)
+    pieces = model_spec.split_micro_batches(features, 3)
     with tf.Session() as sess:
       values = sess.run([p["x"] for p in pieces])
   assert [v.tolist() for v in values] == [[[0, 1], [2, 3]], [[4, 5], [6, 7]],

@@ -28,13 +28,13 @@ import zstandard
 from bertkit.common import errors
 from bertkit.common import file_patterns
 from bertkit.data import corpus_input
+from bertkit.data import creation_options
 from bertkit.data import extraction_input
 from bertkit.data import pretraining_instances
 from bertkit.data import pretraining_records
-from bertkit.data import creation_options
-from bertkit.engine import checkpoint_formats
-from bertkit.engine import dynamic_masking
-from bertkit.engine import record_checks
+from bertkit.engine.checkpointing import checkpoint_formats
+from bertkit.engine.input import dynamic_masking
+from bertkit.engine.input import record_checks
 from bertkit.tasks.classification import data as classifier_data
 from bertkit.tasks.classification import processors as classifier_processors
 from bertkit.tasks.features import pooling

@@ -16,7 +16,7 @@ from conftest import (REPO_ROOT, TINY_CONFIG, expect_user_error,
                       load_checkpoint, pretrain_args, pretrain_in_process,
                       program_in_process, read_json, run_ok, run_program)
 from bertkit.common.errors import UserError
-from bertkit.engine import checkpoint_formats
+from bertkit.engine.checkpointing import checkpoint_formats
 import modeling
 
 @pytest.fixture(scope="module")

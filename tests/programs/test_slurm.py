@@ -20,11 +20,11 @@ import time
 import numpy as np
 import pytest
 
+from bertkit.common import options
 from bertkit.common import slurm_env
 from bertkit.common.errors import EXIT_STOPPED, UserError
-from bertkit.common import options
-from bertkit.engine import cluster_environment
-from bertkit.engine import distribution
+from bertkit.engine.distributed import cluster_environment
+from bertkit.engine.distributed import distribution
 from conftest import (REPO_ROOT, expect_user_error, load_checkpoint,
                       requires_slurm, run_ok, run_program, tiny_bert_config)
 from test_preemption import STOP_LINE, check_resumed, logged_step

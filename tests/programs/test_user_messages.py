@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from bertkit.common import console
-from bertkit.engine import checkpoint_formats
+from bertkit.engine.checkpointing import checkpoint_formats
 import modeling
 from conftest import (REPO_ROOT, RUN_AND_REPORT_TENSORFLOW, TINY_CONFIG,
                       expect_user_error, pretrain_args, requires_horovod,

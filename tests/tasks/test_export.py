@@ -21,8 +21,8 @@ import transformers
 
 from bertkit.common import errors
 from bertkit.data import creation_options
-from bertkit.engine import checkpoint_formats
-from bertkit.engine import run_directory
+from bertkit.engine.checkpointing import checkpoint_formats
+from bertkit.engine.checkpointing import run_directory
 import create_pretraining_data
 import create_vocab
 import export_checkpoint

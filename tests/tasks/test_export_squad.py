@@ -16,7 +16,7 @@ import tensorflow.compat.v1 as tf
 import torch
 import transformers
 
-from bertkit.engine import checkpoint_formats
+from bertkit.engine.checkpointing import checkpoint_formats
 import export_checkpoint
 from bertkit.tasks.squad import model as squad_model
 import modeling

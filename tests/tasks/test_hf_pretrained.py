@@ -19,9 +19,9 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from bertkit.common.errors import UserError
-from bertkit.engine import checkpoint_formats
-from bertkit.engine import checkpoints
-from bertkit.engine import run_directory
+from bertkit.engine.checkpointing import checkpoint_formats
+from bertkit.engine.checkpointing import checkpoints
+from bertkit.engine.checkpointing import run_directory
 from bertkit.tasks.classification import task as classifier
 import export_checkpoint
 import modeling

@@ -20,7 +20,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from bertkit.common.errors import UserError
-from bertkit.engine import checkpoint_formats
+from bertkit.engine.checkpointing import checkpoint_formats
 from bertkit.tasks.ner import data as ner_data
 from bertkit.tasks.ner import task as token_classification
 import export_checkpoint

@@ -23,10 +23,10 @@ from bertkit.data import creation_options
 from bertkit.data import pretraining_instances
 from bertkit.data import pretraining_records
 from bertkit.data import sharded_mode
-from bertkit.engine import checkpoint_formats
-from bertkit.engine import dynamic_masking
-from bertkit.engine import input_pipeline
-from bertkit.engine import record_checks
+from bertkit.engine.checkpointing import checkpoint_formats
+from bertkit.engine.input import dynamic_masking
+from bertkit.engine.input import input_pipeline
+from bertkit.engine.input import record_checks
 from bertkit.tasks.pretraining import task as pretraining
 import create_pretraining_data
 import modeling
@@ -458,7 +458,8 @@ def test_program_trains_the_masked_lm_and_exports_a_bert_for_masked_lm(
 
 
 def test_masked_no_nsp_records_keep_their_masks():
-  from bertkit.tasks.pretraining import trainer  # pylint: disable=g-import-not-at-top
+  # pylint: disable-next=g-import-not-at-top
+  from bertkit.tasks.pretraining import trainer
   for masking in ("auto", "static"):
     assert trainer.masking_for_records(
         masking, pretraining_records.MASKED_NO_NSP, None, 32, 5, 0.15,

@@ -23,8 +23,8 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from bertkit.common.errors import UserError
-from bertkit.engine import checkpoint_formats
 from bertkit.data import pair_encoding
+from bertkit.engine.checkpointing import checkpoint_formats
 from bertkit.tasks.reranking import bm25
 from bertkit.tasks.reranking import metrics
 from bertkit.tasks.reranking import msmarco

@@ -11,15 +11,15 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from bertkit.common import errors
-from bertkit.engine import distribution
-from bertkit.engine import input_pipeline
-from bertkit.engine import run_directory
-from bertkit.engine import training_setup
-from bertkit.tasks.classification import task as classifier
+from bertkit.engine.checkpointing import run_directory
+from bertkit.engine.distributed import distribution
+from bertkit.engine.input import input_pipeline
+from bertkit.engine.loop import engine_setup
 from bertkit.tasks.classification import data as classifier_data
-from bertkit.tasks.classification import processors as classifier_processors
 from bertkit.tasks.classification import features as classifier_features
 from bertkit.tasks.classification import outputs as classifier_outputs
+from bertkit.tasks.classification import processors as classifier_processors
+from bertkit.tasks.classification import task as classifier
 import modeling
 import tokenization
 from conftest import (REPO_ROOT, program_in_process, read_eval_results,
@@ -399,7 +399,7 @@ def test_record_shards_split_the_training_file_between_ranks(tmp_path, graph):
     input_fn = input_pipeline.records_input_fn(
         path, input_pipeline.classifier_feature_spec(6), is_training=True,
         drop_remainder=True, global_batch_size=2, shuffle_seed=7)
-    # What the runner hands each horovod rank (training_setup.input_context).
+    # What the runner hands each horovod rank (engine_setup.input_context).
     context = tf.distribute.InputContext(
         num_input_pipelines=2, input_pipeline_id=index, num_replicas_in_sync=2)
     batch = tf.data.make_one_shot_iterator(
@@ -417,13 +417,13 @@ def test_only_horovod_ranks_get_an_input_context_from_the_runner():
   plan = distribution.StrategyPlan("mirrored", ["/cpu:0", "/cpu:1"], 1,
                                    "auto", 600, None)
   # Strategies: Estimator hands the input_fn its own InputContext.
-  assert training_setup.input_context(types.SimpleNamespace(plan=plan)) is None
+  assert engine_setup.input_context(types.SimpleNamespace(plan=plan)) is None
   horovod = dataclasses.replace(plan, name="horovod", devices=["/cpu:0"],
                                 num_workers=2)
   distribution.join_process_group(distribution.ProcessGroup(
       engine="horovod", rank=1, size=2, sum_across_processes=None))
   try:
-    context = training_setup.input_context(
+    context = engine_setup.input_context(
         types.SimpleNamespace(plan=horovod))
   finally:
     distribution.leave_process_group()

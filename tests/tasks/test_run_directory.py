@@ -1,4 +1,5 @@
-"""Run directories that describe themselves (bertkit/engine/run_directory.py).
+"""Run directories that describe themselves
+(bertkit/engine/checkpointing/run_directory.py).
 
 Every training program writes bert_config.json, vocab.txt and
 tokenizer_config.json into its --output_dir; every program reading a
@@ -22,9 +23,9 @@ import pytest
 
 from bertkit.common import options
 from bertkit.common.errors import UserError
-from bertkit.engine import run_directory
-from bertkit.engine import runner
-from bertkit.engine import training_setup
+from bertkit.engine.checkpointing import run_directory
+from bertkit.engine.loop import engine_setup
+from bertkit.engine.loop import runner
 import export_checkpoint
 from conftest import (REPO_ROOT, SEQ, TINY_CONFIG, pretrain_in_process,
                       program_in_process, run_ok, tiny_bert_config)
@@ -169,7 +170,7 @@ def test_only_the_chief_writes_the_description(runs, tmp_path, monkeypatch,
   setup = types.SimpleNamespace(
       is_chief=is_chief, plan=types.SimpleNamespace(num_replicas=1),
       process_group=None)
-  monkeypatch.setattr(training_setup, "prepare", lambda _: setup)
+  monkeypatch.setattr(engine_setup, "prepare", lambda _: setup)
   out = tmp_path / "out"
   runner.prepare(options.RunOptions(output_dir=str(out)), None,
                  run_directory.resolve(str(work / "pre")))

@@ -22,9 +22,9 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from bertkit.common.errors import UserError
-from bertkit.engine import checkpoint_formats
-from bertkit.tasks.swag import task as multiple_choice
+from bertkit.engine.checkpointing import checkpoint_formats
 from bertkit.tasks.swag import data as swag_data
+from bertkit.tasks.swag import task as multiple_choice
 import export_checkpoint
 import modeling
 import tokenization

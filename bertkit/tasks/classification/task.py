@@ -1,5 +1,5 @@
 # coding=utf-8
-"""The classifier task: its head, the task_contract.Task, its records, and its
+"""The classifier task: its head, the model_spec.ModelSpec, its records, and its
 description for the fine-tuning driver (ClassificationFineTuning).
 
 The head is upstream's: dropout, then one dense layer `output_weights`
@@ -20,20 +20,20 @@ import tensorflow.compat.v1 as tf
 
 from bertkit.common import heads
 from bertkit.common.errors import UserError
-from bertkit.engine import checkpoint_formats
-from bertkit.engine import distribution
-from bertkit.engine import input_pipeline
-from bertkit.engine import runner
-from bertkit.engine import task_contract
+from bertkit.engine.checkpointing import checkpoint_formats
+from bertkit.engine.distributed import distribution
+from bertkit.engine.input import input_pipeline
+from bertkit.engine.loop import model_spec
+from bertkit.engine.loop import runner
 from bertkit.tasks.classification import data as classifier_data
-from bertkit.tasks.classification import processors as classifier_processors
 from bertkit.tasks.classification import features as classifier_features
+from bertkit.tasks.classification import glue_outputs
 from bertkit.tasks.classification import outputs as classifier_outputs
 from bertkit.tasks.classification import packing as classifier_packing
+from bertkit.tasks.classification import processors as classifier_processors
 from bertkit.tasks.classification import registry as task_registry
 from bertkit.tasks.fine_tuning import distillation
 from bertkit.tasks.fine_tuning import driver
-from bertkit.tasks.classification import glue_outputs
 import modeling
 
 
@@ -125,8 +125,8 @@ def classifier_metrics(per_example_loss, label_ids, logits, is_real_example):
   return metrics
 
 
-def classifier_task(bert_config, num_labels, distill=None):
-  """Classification as a task_contract.Task: the head's mean cross-entropy
+def classifier_model_spec(bert_config, num_labels, distill=None):
+  """Classification as a model_spec.ModelSpec: the head's mean cross-entropy
   over the real examples (of packed rows too: classification/packing.py);
   eval accuracy and loss over them; class probabilities and logits. With
   num_labels 1, regression: the mean squared error, eval loss, the
@@ -154,7 +154,7 @@ def classifier_task(bert_config, num_labels, distill=None):
     return tf.reduce_mean(distillation.per_example_losses(
         per_example_loss, logits, features, distill, num_labels == 1))
 
-  unpacked_loss_fns = task_contract.mean_loss_shares(mean_train_loss)
+  unpacked_loss_fns = model_spec.mean_loss_shares(mean_train_loss)
 
   def train_loss_fns(features, num_micro_batches):
     if not classifier_packing.is_packed(features):
@@ -165,12 +165,12 @@ def classifier_task(bert_config, num_labels, distill=None):
         tf.reduce_sum(features["label_weights"]))), 1.0)
 
     def loss_fn(index, micro_batch):
-      with task_contract.reusing_variables(index):
+      with model_spec.reusing_variables(index):
         (_, per_example_loss, _, _), _, weights = model(micro_batch, True)
       return tf.reduce_sum(weights * per_example_loss) / count
 
     return [functools.partial(loss_fn, i, micro_batch) for i, micro_batch
-            in enumerate(task_contract.split_micro_batches(features,
+            in enumerate(model_spec.split_micro_batches(features,
                                                     num_micro_batches))]
 
   def eval_outputs(features):
@@ -190,7 +190,7 @@ def classifier_task(bert_config, num_labels, distill=None):
             "logits": tf.reshape(logits, per_row),
             "example_index": features["example_index"]}
 
-  return task_contract.Task(
+  return model_spec.ModelSpec(
       variable_shapes=lambda: checkpoint_formats.variable_shapes(
           bert_config, checkpoint_formats.CLASSIFIER, num_labels),
       train_loss_fns=train_loss_fns, eval_outputs=eval_outputs,
@@ -213,8 +213,8 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
       upstream's).
     num_accumulation_steps: micro-batches per update.
   """
-  return task_contract.upstream_model_fn(
-      classifier_task(bert_config, num_labels), init_checkpoint,
+  return model_spec.upstream_model_fn(
+      classifier_model_spec(bert_config, num_labels), init_checkpoint,
       learning_rate, num_train_steps, num_warmup_steps, optimizer,
       num_accumulation_steps)
 
@@ -367,8 +367,8 @@ class ClassificationFineTuning(driver.FineTuningTask):
     return ClassifierInputs(label_list, examples, None if opts.predict_file
                             else glue_task(opts.task_name))
 
-  def runner_task(self, bert_config, inputs, distill):
-    return classifier_task(bert_config, len(inputs.label_list), distill)
+  def model_spec(self, bert_config, inputs, distill):
+    return classifier_model_spec(bert_config, len(inputs.label_list), distill)
 
   def training_set(self, opts, inputs, tokenizer):
     """The training examples, or with --pack_sequences their packed rows

@@ -8,7 +8,7 @@ text is cut to S - 2. The tokens written are those the model saw, [CLS] and
 [SEP] included; each value is round(float(x), 6).
 
 `run` resolves and checks the model, and the model runs through the task
-runner (engine/runner.py) as a Task whose
+runner (engine/loop/runner.py) as a Task whose
 predictions are the requested encoder layers [B, S, H], or one pooled vector
 [B, H] (features/pooling.py); `runner.predictions` yields them in the order
 it is given, on one device or on every replica of the run's strategy. Each
@@ -36,12 +36,12 @@ from bertkit.common import atomic_io
 from bertkit.common import options
 from bertkit.common.errors import UserError
 from bertkit.data import pair_encoding
-from bertkit.engine import checkpoint_formats
-from bertkit.engine import distribution
-from bertkit.engine import input_pipeline
-from bertkit.engine import run_directory
-from bertkit.engine import runner
-from bertkit.engine import task_contract
+from bertkit.engine.checkpointing import checkpoint_formats
+from bertkit.engine.checkpointing import run_directory
+from bertkit.engine.distributed import distribution
+from bertkit.engine.input import input_pipeline
+from bertkit.engine.loop import model_spec
+from bertkit.engine.loop import runner
 from bertkit.tasks.features import options as feature_options
 from bertkit.tasks.features import pooling as sentence_pooling
 import modeling
@@ -114,7 +114,7 @@ class Output:
   normalize: bool = False
 
 
-def extraction_task(bert_config, output):
+def extraction_model_spec(bert_config, output):
   """The runner Task predicting `output` of a BertModel.
 
   Predictions: "unique_id" [B] and either "layer_output_J" [B, S, H] for the
@@ -140,7 +140,7 @@ def extraction_task(bert_config, output):
                            if output.normalize else vectors)
     return result
 
-  return task_contract.Task(variable_shapes=functools.partial(
+  return model_spec.ModelSpec(variable_shapes=functools.partial(
       checkpoint_formats.variable_shapes, bert_config,
       checkpoint_formats.ENCODER),
                             train_loss_fns=None, eval_outputs=None,
@@ -413,7 +413,7 @@ def run(opts, examples):
                            distribution=opts.distribution,
                            precision=options.PrecisionOptions(
                                use_bf16=opts.precision.use_bf16)),
-        extraction_task(bert_config, output), resolved)
+        extraction_model_spec(bert_config, output), resolved)
     predict_and_write(opts, prepared, features, output,
                       bert_config.hidden_size)
   logging.info("wrote %s", opts.output_file)

@@ -3,7 +3,7 @@
 run_glue.py through it), run_squad.py, run_ner.py, run_swag.py.
 
 A task describes itself once, as a `FineTuningTask` (its folder's task.py):
-its head, how it reads its files, the task_contract.Task it trains, the
+its head, how it reads its files, the model_spec.ModelSpec it trains, the
 records it writes, its input function, its evaluation and what it does with its
 predictions. A program checks what needs no TensorFlow (`check_inputs`),
 then hands its task and options to `run`, which holds the rules every task
@@ -19,7 +19,7 @@ follows, once:
     written (examples that make no whole step are refused with the output
     directory untouched), and one line saying so;
   * the engine, the output directory's description, the records, train /
-    evaluate / predict (engine/runner.py);
+    evaluate / predict (engine/loop/runner.py);
   * distillation (distillation.py): a teacher's outputs (--teacher_outputs)
     are read and checked against the training file before anything is
     written, and every prediction writes the raw logits of the examples
@@ -99,8 +99,8 @@ class FineTuningTask:
     """
     raise NotImplementedError
 
-  def runner_task(self, bert_config, inputs, distill):
-    """The task_contract.Task of the model with this task's head; with a
+  def model_spec(self, bert_config, inputs, distill):
+    """The model_spec.ModelSpec of the model with this task's head; with a
     distillation.Distillation, its training loss is per_example_losses'."""
     raise NotImplementedError
 
@@ -144,7 +144,8 @@ class FineTuningTask:
     """The runner.EvalStage of the dev set; none by default (tasks that
     score their dev set from predictions)."""
     del opts, inputs, records
-    from bertkit.engine import runner  # pylint: disable=g-import-not-at-top
+    # pylint: disable-next=g-import-not-at-top
+    from bertkit.engine.loop import runner
     return runner.EvalStage()
 
   def prediction(self, opts, inputs, records, model):
@@ -211,7 +212,7 @@ def predict_dev_and_test(opts, records, described, use_predictions):
     described: {split: what it holds, for the log ("12 examples")}.
     use_predictions: the stage's use_predictions (on the chief).
   """
-  from bertkit.engine import runner  # pylint: disable=g-import-not-at-top
+  from bertkit.engine.loop import runner  # pylint: disable=g-import-not-at-top
   predicted = [split for split in ("dev", "test") if split in records.files]
   return runner.PredictStage(
       files=[f for split in predicted for f in records.files[split]] or None,
@@ -245,8 +246,8 @@ def run(task, opts):
   """
   check_inputs(opts)
   # pylint: disable=g-import-not-at-top
-  from bertkit.engine import distribution
-  from bertkit.engine import runner
+  from bertkit.engine.distributed import distribution
+  from bertkit.engine.loop import runner
   import tokenization
   distribution.use_slurm_cluster(opts.run.distribution)  # before the strategy
   model = load_checked_model(opts)
@@ -259,7 +260,7 @@ def run(task, opts):
       else None
   schedule = task.schedule(opts, training)
   # Nothing is written before this line.
-  prepared = runner.prepare(opts.run, task.runner_task(
+  prepared = runner.prepare(opts.run, task.model_spec(
       model.bert_config, inputs, distill), model)
   records = task.write_records(opts, inputs, tokenizer,
                                prepared.setup.is_chief, training, distill)
@@ -331,7 +332,7 @@ def load_checked_model(opts):
       directory, or a sequence length or vocab the model cannot take.
   """
   # pylint: disable=g-import-not-at-top
-  from bertkit.engine import run_directory
+  from bertkit.engine.checkpointing import run_directory
   import modeling
   import tokenization
   model = run_directory.resolve(
@@ -360,7 +361,7 @@ def check_weights_hold_head(opts, head):
     return
   # pylint: disable=g-import-not-at-top
   import tensorflow.compat.v1 as tf
-  from bertkit.engine import checkpoints
+  from bertkit.engine.checkpointing import checkpoints
   stages = opts.evaluation_stages
   path = shown = tf.train.latest_checkpoint(opts.run.output_dir)
   if not path and opts.run.init_checkpoint:
@@ -392,7 +393,7 @@ def training_schedule(opts, training):
   Raises:
     UserError: the training set makes no whole step.
   """
-  from bertkit.engine import runner  # pylint: disable=g-import-not-at-top
+  from bertkit.engine.loop import runner  # pylint: disable=g-import-not-at-top
   if training is None:
     return runner.TrainingSchedule(0, 0)
   num_train_steps = int(training.count / opts.run.train_batch_size *

@@ -1,5 +1,5 @@
 # coding=utf-8
-"""The token classification (NER) task: its head, the task_contract.Task, its
+"""The token classification (NER) task: its head, the model_spec.ModelSpec, its
 records and the files it writes from the predictions.
 
 The head: dropout (the config's hidden_dropout_prob, as Hugging Face's
@@ -28,10 +28,10 @@ import tensorflow.compat.v1 as tf
 from bertkit.common import atomic_io
 from bertkit.common import heads
 from bertkit.common.errors import UserError
-from bertkit.engine import checkpoint_formats
-from bertkit.engine import distribution
-from bertkit.engine import input_pipeline
-from bertkit.engine import task_contract
+from bertkit.engine.checkpointing import checkpoint_formats
+from bertkit.engine.distributed import distribution
+from bertkit.engine.input import input_pipeline
+from bertkit.engine.loop import model_spec
 from bertkit.tasks.fine_tuning import distillation
 from bertkit.tasks.fine_tuning import driver
 from bertkit.tasks.ner import data as ner_data
@@ -92,8 +92,8 @@ def token_losses(logits, label_ids):
                                                         logits=logits)
 
 
-def token_classification_task(bert_config, num_labels, distill=None):
-  """NER as a task_contract.Task: the cross-entropy summed over the labelled
+def token_classification_model_spec(bert_config, num_labels, distill=None):
+  """NER as a model_spec.ModelSpec: the cross-entropy summed over the labelled
   positions of each micro-batch, divided by those of the global batch (so
   that replicas and micro-batches add up to one device's mean); eval loss
   and token accuracy over labelled positions; logits [B, S, C] and
@@ -112,7 +112,7 @@ def token_classification_task(bert_config, num_labels, distill=None):
         tf.cast(features["label_weights"], tf.float32))), 1.0)
 
     def loss_fn(index, micro_batch):
-      with task_contract.reusing_variables(index):
+      with model_spec.reusing_variables(index):
         logits = logits_of(micro_batch, True)
         losses = distillation.per_example_losses(
             token_losses(logits, micro_batch["label_ids"]), logits,
@@ -121,7 +121,7 @@ def token_classification_task(bert_config, num_labels, distill=None):
       return tf.reduce_sum(weights * losses) / count
 
     return [functools.partial(loss_fn, i, micro_batch) for i, micro_batch
-            in enumerate(task_contract.split_micro_batches(features,
+            in enumerate(model_spec.split_micro_batches(features,
                                                     num_micro_batches))]
 
   def eval_outputs(features):
@@ -141,7 +141,7 @@ def token_classification_task(bert_config, num_labels, distill=None):
     return {"logits": logits,
             "predicted_ids": tf.argmax(logits, -1, output_type=tf.int32)}
 
-  return task_contract.Task(
+  return model_spec.ModelSpec(
       variable_shapes=lambda: checkpoint_formats.variable_shapes(
           bert_config, checkpoint_formats.TOKEN_CLASSIFICATION, num_labels),
       train_loss_fns=train_loss_fns, eval_outputs=eval_outputs,
@@ -364,8 +364,8 @@ class NerFineTuning(driver.FineTuningTask):
     logging.info("Labels %s", label_list)
     return NerInputs(sentences, label_list)
 
-  def runner_task(self, bert_config, inputs, distill):
-    return token_classification_task(bert_config, len(inputs.label_list),
+  def model_spec(self, bert_config, inputs, distill):
+    return token_classification_model_spec(bert_config, len(inputs.label_list),
                                      distill)
 
   def training_set(self, opts, inputs, tokenizer):

@@ -33,7 +33,8 @@ class PretrainingOptions(options.TrainingOptions, options.EvaluationOptions,
   """What run_pretraining.py is told. Drawn masks (--masking=dynamic) follow
   the masking rate; static records carry their own masks. --do_lower_case is
   not read by training: it is recorded in --output_dir's description
-  (engine/run_directory.py) for the programs that read the checkpoints."""
+  (engine/checkpointing/run_directory.py) for the programs that read the
+  checkpoints."""
   input_file: str = option(REQUIRED, "Input TFRecord file(s): "
                            "comma-separated globs.")
   masking: str = option(

@@ -20,9 +20,9 @@ import tensorflow.compat.v1 as tf
 from bertkit import kernels
 from bertkit.common import options
 from bertkit.data import packing
-from bertkit.engine import checkpoint_formats
-from bertkit.engine import distribution
-from bertkit.engine import task_contract
+from bertkit.engine.checkpointing import checkpoint_formats
+from bertkit.engine.distributed import distribution
+from bertkit.engine.loop import model_spec
 import modeling
 
 
@@ -333,7 +333,7 @@ def micro_batch_loss_fns(bert_config, features, num_micro_batches,
   denominator = masked_count + 1e-5
 
   def loss_fn(index, micro_batch):
-    with task_contract.reusing_variables(index), modeling.init_distribution(
+    with model_spec.reusing_variables(index), modeling.init_distribution(
         init_distribution):
       (masked_lm_loss, _, _), next_sentence = pretraining_model(
           bert_config, micro_batch, is_training=True,
@@ -350,7 +350,7 @@ def micro_batch_loss_fns(bert_config, features, num_micro_batches,
         next_sentence_loss / float(num_micro_batches))
 
   return [functools.partial(loss_fn, i, micro_batch) for i, micro_batch
-          in enumerate(task_contract.split_micro_batches(features,
+          in enumerate(model_spec.split_micro_batches(features,
                                                   num_micro_batches))]
 
 
@@ -378,9 +378,9 @@ def eval_outputs(bert_config, features, next_sentence_prediction=True):
   return masked_lm_loss + next_sentence_loss, metrics
 
 
-def pretraining_task(bert_config, next_sentence_prediction=True,
+def pretraining_model_spec(bert_config, next_sentence_prediction=True,
                      init_distribution=options.TRUNCATED_NORMAL):
-  """Pretraining as a task_contract.Task: masked LM + next sentence, packed rows
+  """Pretraining as a model_spec.ModelSpec: masked LM + next sentence, packed rows
   included; trains and evaluates, predicts nothing.
 
   Args:
@@ -391,7 +391,7 @@ def pretraining_task(bert_config, next_sentence_prediction=True,
     init_distribution: what weights not loaded from a checkpoint are drawn
       from, one of options.INIT_DISTRIBUTIONS.
   """
-  return task_contract.Task(
+  return model_spec.ModelSpec(
       variable_shapes=functools.partial(
           checkpoint_formats.variable_shapes, bert_config,
           checkpoint_formats.PRETRAINING if next_sentence_prediction
@@ -421,10 +421,10 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
       upstream's).
     num_accumulation_steps: micro-batches per update; each replica's batch
       must divide by it.
-    next_sentence_prediction: see `pretraining_task`.
+    next_sentence_prediction: see `pretraining_model_spec`.
   """
-  return task_contract.upstream_model_fn(
-      pretraining_task(bert_config, next_sentence_prediction), init_checkpoint,
+  return model_spec.upstream_model_fn(
+      pretraining_model_spec(bert_config, next_sentence_prediction), init_checkpoint,
       learning_rate, num_train_steps, num_warmup_steps, optimizer,
       num_accumulation_steps)
 

@@ -48,7 +48,7 @@ def masking_for_records(masking, record_kind, vocab_file, max_seq_length,
     UserError: --masking=static on records without masks, a masked_lm_prob
       the masks cannot follow, or no --vocab_file to draw masks with.
   """
-  from bertkit.engine import dynamic_masking
+  from bertkit.engine.input import dynamic_masking
   if not pretraining_records.holds_masks(record_kind):
     if masking == pretraining_instances.STATIC:
       raise UserError(
@@ -130,7 +130,7 @@ class Plan:
 
 def learning_rate_schedule(opts):
   """The runner.TrainingSchedule of a run's steps, warm-up and time budget."""
-  from bertkit.engine import runner
+  from bertkit.engine.loop import runner
   if opts.train_time_budget_hours is not None:
     seconds = opts.train_time_budget_hours * 3600.0
     return runner.TrainingSchedule(
@@ -142,8 +142,8 @@ def learning_rate_schedule(opts):
 def training_input(opts, model, input_files):
   """The PretrainingInput of the training records (of `model`, a
   run_directory.Model)."""
-  from bertkit.engine import input_pipeline
-  from bertkit.engine import record_checks
+  from bertkit.engine.input import input_pipeline
+  from bertkit.engine.input import record_checks
   record_kind, max_sequences_per_pack = (
       record_checks.check_pretraining_records(
           input_files, opts.max_seq_length, opts.max_predictions_per_seq,
@@ -175,8 +175,8 @@ def evaluation_input(opts, model, eval_files, flag_name):
   max_predictions_per_seq); records without masks get masks drawn at
   EVAL_MASKED_LM_PROB, per wordpiece, with the eval seed, once.
   """
-  from bertkit.engine import input_pipeline
-  from bertkit.engine import record_checks
+  from bertkit.engine.input import input_pipeline
+  from bertkit.engine.input import record_checks
   predictions = record_checks.predictions_per_record(eval_files[0])
   if predictions is None:
     predictions = max(1, int(round(EVAL_MASKED_LM_PROB *
@@ -222,7 +222,7 @@ def validate(opts, checked):
   Returns:
     A Plan.
   """
-  from bertkit.engine import run_directory
+  from bertkit.engine.checkpointing import run_directory
   import modeling
   model = run_directory.resolve(
       opts.run.init_checkpoint, opts.bert_config_file, opts.vocab_file,
@@ -262,7 +262,7 @@ def input_fn_maker(train_input, eval_input, seed, output_dir):
   """
 
   import tensorflow.compat.v1 as tf
-  from bertkit.engine import input_pipeline
+  from bertkit.engine.input import input_pipeline
 
   def make_input_fn(files, mode, global_batch_size, num_replicas):
     is_training = mode == tf.estimator.ModeKeys.TRAIN
@@ -286,13 +286,13 @@ def run(opts):
     errors.TrainingFailed, errors.TrainingStopped: see runner.run.
   """
   checked = check_inputs(opts)
-  from bertkit.engine import runner
-  from bertkit.engine import distribution
+  from bertkit.engine.loop import runner
+  from bertkit.engine.distributed import distribution
   distribution.use_slurm_cluster(opts.run.distribution)  # before the strategy
-  from bertkit.tasks.pretraining.task import pretraining_task
+  from bertkit.tasks.pretraining.task import pretraining_model_spec
   plan = validate(opts, checked)
   train_input = plan.train_input
-  prepared = runner.prepare(opts.run, pretraining_task(
+  prepared = runner.prepare(opts.run, pretraining_model_spec(
       plan.model.bert_config,
       pretraining_records.has_next_sentence(train_input.record_kind),
       opts.init_distribution), plan.model)

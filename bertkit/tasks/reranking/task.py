@@ -31,10 +31,10 @@ import tensorflow.compat.v1 as tf
 from bertkit.common import atomic_io
 from bertkit.common import heads
 from bertkit.common.errors import UserError
-from bertkit.engine import checkpoint_formats
-from bertkit.engine import input_pipeline
-from bertkit.engine import runner
-from bertkit.engine import task_contract
+from bertkit.engine.checkpointing import checkpoint_formats
+from bertkit.engine.input import input_pipeline
+from bertkit.engine.loop import model_spec
+from bertkit.engine.loop import runner
 from bertkit.tasks.fine_tuning import driver
 from bertkit.tasks.reranking import metrics as ranking_metrics
 from bertkit.tasks.reranking import msmarco
@@ -150,8 +150,8 @@ def mrr_at_10_metric(held_out, scores, pair_index):
   return (tf.reduce_sum(reciprocal) / float(held_out.num_judged), update)
 
 
-def rerank_task(bert_config, held_out=None):
-  """The re-ranker as a task_contract.Task.
+def rerank_model_spec(bert_config, held_out=None):
+  """The re-ranker as a model_spec.ModelSpec.
 
   Training: pointwise_loss over the triples' pairs. Evaluation: the loss and,
   on scored pairs, MRR@10 of the held-out queries (`held_out`); on triples
@@ -181,10 +181,10 @@ def rerank_task(bert_config, held_out=None):
     return {"score": pair_logits(bert_config, False, features)[:, 0],
             "pair_index": features["pair_index"]}
 
-  return task_contract.Task(
+  return model_spec.ModelSpec(
       variable_shapes=lambda: checkpoint_formats.variable_shapes(
           bert_config, checkpoint_formats.RERANKER),
-      train_loss_fns=task_contract.mean_loss_shares(mean_loss),
+      train_loss_fns=model_spec.mean_loss_shares(mean_loss),
       eval_outputs=eval_outputs, predictions=predictions)
 
 
@@ -466,10 +466,10 @@ class RerankFineTuning(driver.FineTuningTask):
   def read(self, opts):
     return read_inputs(opts)
 
-  def runner_task(self, bert_config, inputs, distill):
+  def model_spec(self, bert_config, inputs, distill):
     del distill  # re-ranking takes no --teacher_outputs (yet)
     held_out = inputs.get("held_out")
-    return rerank_task(bert_config, held_out and HeldOut(*held_out))
+    return rerank_model_spec(bert_config, held_out and HeldOut(*held_out))
 
   def training_set(self, opts, inputs, tokenizer):
     return driver.TrainingSet(inputs["triples"], "triples")
@@ -496,7 +496,7 @@ class RerankFineTuning(driver.FineTuningTask):
     pad_to = opts.max_seq_length if opts.pad_to_max_seq_length else None
 
     def make_input_fn(files, mode, global_batch_size, num_replicas):
-      if mode == task_contract.TRAIN:
+      if mode == model_spec.TRAIN:
         return train_input_fn(
             files, chunk_counts(files, inputs["triples"]), global_batch_size,
             num_replicas, functools.partial(input_pipeline.checkpoint_step,

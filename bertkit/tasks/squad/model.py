@@ -14,8 +14,8 @@ import tensorflow.compat.v1 as tf
 
 from bertkit.common import heads
 from bertkit.data import pretraining_records
-from bertkit.engine import checkpoint_formats
-from bertkit.engine import task_contract
+from bertkit.engine.checkpointing import checkpoint_formats
+from bertkit.engine.loop import model_spec
 import modeling
 
 OUTPUT_WEIGHTS, OUTPUT_BIAS = heads.SQUAD.variables
@@ -110,8 +110,8 @@ def serialize_feature(feature, is_training):
       feature=features)).SerializeToString()
 
 
-def question_answering_task(bert_config):
-  """SQuAD as a task_contract.Task: upstream's span loss; its mean as the eval
+def question_answering_model_spec(bert_config):
+  """SQuAD as a model_spec.ModelSpec: upstream's span loss; its mean as the eval
   loss (train_and_evaluate under a TF_CONFIG cluster); unique_ids [B] and
   start_logits / end_logits [B, S] as predictions."""
 
@@ -133,10 +133,10 @@ def question_answering_task(bert_config):
     return {"unique_ids": features["unique_ids"],
             "start_logits": start_logits, "end_logits": end_logits}
 
-  return task_contract.Task(
+  return model_spec.ModelSpec(
       variable_shapes=lambda: checkpoint_formats.variable_shapes(
           bert_config, checkpoint_formats.SQUAD),
-      train_loss_fns=task_contract.mean_loss_shares(
+      train_loss_fns=model_spec.mean_loss_shares(
           lambda features: loss(features, True)),
       eval_outputs=eval_outputs, predictions=predictions)
 
@@ -144,7 +144,7 @@ def question_answering_task(bert_config):
 def model_fn_builder(bert_config, init_checkpoint, learning_rate,
                      num_train_steps, num_warmup_steps, optimizer=None,
                      num_accumulation_steps=1):
-  """Returns the Estimator model_fn for SQuAD (question_answering_task).
+  """Returns the Estimator model_fn for SQuAD (question_answering_model_spec).
 
   Args:
     bert_config: BertConfig.
@@ -157,7 +157,7 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate,
     num_accumulation_steps: micro-batches per update; each replica's batch
       must divide by it.
   """
-  return task_contract.upstream_model_fn(
-      question_answering_task(bert_config), init_checkpoint,
+  return model_spec.upstream_model_fn(
+      question_answering_model_spec(bert_config), init_checkpoint,
       learning_rate, num_train_steps, num_warmup_steps, optimizer,
       num_accumulation_steps)

@@ -22,8 +22,8 @@ import tensorflow.compat.v1 as tf
 from bertkit.common import atomic_io
 from bertkit.common import heads
 from bertkit.common.errors import UserError
-from bertkit.engine import input_pipeline
-from bertkit.engine import runner
+from bertkit.engine.input import input_pipeline
+from bertkit.engine.loop import runner
 from bertkit.tasks.fine_tuning import driver
 from bertkit.tasks.squad import data as squad_data
 from bertkit.tasks.squad import evaluation as squad_evaluation
@@ -180,9 +180,9 @@ class SquadFineTuning(driver.FineTuningTask):
   # SQuAD does not distill (its options have no --teacher_outputs): its
   # logits are per WordPiece of a window, tied to the tokenizer and the
   # windows, so `distill` is always None here.
-  def runner_task(self, bert_config, inputs, distill):
+  def model_spec(self, bert_config, inputs, distill):
     del distill
-    return squad_model.question_answering_task(bert_config)
+    return squad_model.question_answering_model_spec(bert_config)
 
   def training_set(self, opts, inputs, tokenizer):
     # Upstream counts the training steps in questions, not windows.

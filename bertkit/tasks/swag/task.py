@@ -1,5 +1,5 @@
 # coding=utf-8
-"""The multiple-choice task (SWAG): its head, the task_contract.Task, its
+"""The multiple-choice task (SWAG): its head, the model_spec.ModelSpec, its
 records, the figures of its predictions, and its description for the
 fine-tuning driver (MultipleChoiceFineTuning).
 
@@ -22,9 +22,9 @@ import tensorflow.compat.v1 as tf
 from bertkit.common import atomic_io
 from bertkit.common import heads
 from bertkit.common.errors import UserError
-from bertkit.engine import checkpoint_formats
-from bertkit.engine import input_pipeline
-from bertkit.engine import task_contract
+from bertkit.engine.checkpointing import checkpoint_formats
+from bertkit.engine.input import input_pipeline
+from bertkit.engine.loop import model_spec
 from bertkit.tasks.fine_tuning import distillation
 from bertkit.tasks.fine_tuning import driver
 from bertkit.tasks.swag import data as swag_data
@@ -82,8 +82,8 @@ def build_variables(bert_config):
   create_model(bert_config, False, ids, ids, ids)
 
 
-def multiple_choice_task(bert_config, distill=None):
-  """Multiple choice as a task_contract.Task: the mean cross-entropy of the
+def multiple_choice_model_spec(bert_config, distill=None):
+  """Multiple choice as a model_spec.ModelSpec: the mean cross-entropy of the
   softmax over each example's choices; eval loss and accuracy; logits [B, C] and
   probabilities [B, C] as predictions. With a distillation.Distillation, the
   training loss is the mean of its per-example losses."""
@@ -112,10 +112,10 @@ def multiple_choice_task(bert_config, distill=None):
     logits = logits_of(features, False)
     return {"logits": logits, "probabilities": tf.nn.softmax(logits, -1)}
 
-  return task_contract.Task(
+  return model_spec.ModelSpec(
       variable_shapes=lambda: checkpoint_formats.variable_shapes(
           bert_config, checkpoint_formats.MULTIPLE_CHOICE),
-      train_loss_fns=task_contract.mean_loss_shares(
+      train_loss_fns=model_spec.mean_loss_shares(
           lambda features: mean_loss(features, True)),
       eval_outputs=eval_outputs, predictions=predictions)
 
@@ -254,8 +254,8 @@ class MultipleChoiceFineTuning(driver.FineTuningTask):
   def read(self, opts):
     return read_splits(opts)
 
-  def runner_task(self, bert_config, inputs, distill):
-    return multiple_choice_task(bert_config, distill)
+  def model_spec(self, bert_config, inputs, distill):
+    return multiple_choice_model_spec(bert_config, distill)
 
   def training_set(self, opts, inputs, tokenizer):
     return driver.TrainingSet(len(inputs["train"]))

@@ -4,8 +4,7 @@ and the run summary on stdout (the numbers a user came for)."""
 import os
 
 from bertkit.common import atomic_io
-from bertkit.engine import evaluation as held_out
-from bertkit.engine import throughput
+from bertkit.engine.report import throughput
 
 
 def write_eval_results(output_dir, result):
@@ -20,8 +19,11 @@ def write_eval_results(output_dir, result):
   return path
 
 
-def print_run_summary(output_dir, throughput_summary, eval_result):
-  """The numbers a user came for, on stdout at the end of a run."""
+def print_run_summary(output_dir, throughput_summary, eval_result,
+                      target_line=None):
+  """The numbers a user came for, on stdout at the end of a run; with
+  `target_line`, the line saying when the held-out target was reached
+  (evaluation.describe_target)."""
   lines = ["***** Run summary: %s *****" % output_dir]
   if throughput_summary:
     eps = throughput_summary.get("examples_per_sec")
@@ -40,9 +42,8 @@ def print_run_summary(output_dir, throughput_summary, eval_result):
   if throughput_summary and "corrupt_records_skipped" in throughput_summary:
     lines.append("corrupt input records skipped: %d" %
                  throughput_summary["corrupt_records_skipped"])
-  if throughput_summary and "time_to_target" in throughput_summary:
-    lines.append(held_out.describe_target(
-        throughput_summary["time_to_target"]))
+  if target_line:
+    lines.append(target_line)
   for key in sorted(eval_result or {}):
     lines.append("eval %s = %s" % (key, eval_result[key]))
   print("\n".join(lines), flush=True)

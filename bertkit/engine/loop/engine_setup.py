@@ -25,13 +25,14 @@ from tensorflow.python.util import _pywrap_util_port
 from bertkit.common import atomic_io
 from bertkit.common.errors import UserError
 from bertkit.common.options import RunOptions
-from bertkit.engine import byteps_engine
-from bertkit.engine import checkpoints
-from bertkit.engine import cluster_environment
-from bertkit.engine import distribution
-from bertkit.engine import horovod_engine
-from bertkit.engine.precision import (FLOAT32, MIXED_BFLOAT16, MIXED_FLOAT16,
-                                      LossScale, Precision)
+from bertkit.engine.checkpointing import checkpoints
+from bertkit.engine.distributed import byteps_engine
+from bertkit.engine.distributed import cluster_environment
+from bertkit.engine.distributed import distribution
+from bertkit.engine.distributed import horovod_engine
+from bertkit.engine.loop.precision import (FLOAT32, MIXED_BFLOAT16,
+                                           MIXED_FLOAT16, LossScale,
+                                           Precision)
 
 MIN_FREE_DISK_BYTES = 50 * 1024 * 1024
 

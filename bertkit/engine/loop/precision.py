@@ -1,6 +1,6 @@
 """The numeric precision of a training run, as one value decided once.
 
-training_setup.resolve_precision turns --use_fp16 / --use_bf16 and the
+engine_setup.resolve_precision turns --use_fp16 / --use_bf16 and the
 machine's facts (GPUs, oneDNN, CPU flags) into a `Precision`. The runner
 hands that one value down: to the optimizer (dynamic loss scaling and the
 float16 graph rewrite), to the training hooks (whether a non-finite loss

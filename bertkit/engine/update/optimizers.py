@@ -27,7 +27,7 @@ Two optimizers: upstream's AdamW (`--optimizer=adamw`) and LAMB
 (`--optimizer=lamb`, arXiv:1904.00962). The train op that drives them
 (gradient accumulation over K micro-batches before step 2, so one update
 still costs one all-reduce; the fp16 wrap; upstream's `create_optimizer`) is
-training_update.py's.
+gradient_update.py's.
 
 What the all-reduce sums over is handed in: a distribution.Replicas (the
 runner's knows horovod's processes and carries the stop vote of
@@ -45,7 +45,7 @@ import tensorflow.compat.v1 as tf
 from tensorflow.python.ops import resource_variable_ops
 
 from bertkit.common import options as run_options
-from bertkit.engine import distribution
+from bertkit.engine.distributed import distribution
 
 DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
 OPTIMIZERS = run_options.OPTIMIZERS
@@ -81,7 +81,7 @@ UPSTREAM_HYPERPARAMETERS = AdamHyperparameters.of_options(
 
 
 def optimizer_arguments(options):
-  """The training_update.create_accumulating_optimizer keyword arguments of
+  """The gradient_update.create_accumulating_optimizer keyword arguments of
   an options.OptimizerOptions, but for the rate and the run's own
   (precision, replicas, time budget)."""
   return {"optimizer_name": options.optimizer,

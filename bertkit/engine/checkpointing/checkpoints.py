@@ -28,7 +28,7 @@ from tensorflow.python.distribute import ps_values  # pylint: disable=g-direct-t
 from bertkit.common import atomic_io
 from bertkit.common import errors
 from bertkit.common.errors import UserError
-from bertkit.engine import checkpoint_formats
+from bertkit.engine.checkpointing import checkpoint_formats
 import modeling
 
 
@@ -74,7 +74,7 @@ def resolve_init_checkpoint(path):
   return resolve(path, "init_checkpoint")
 
 
-def check_resumable(output_dir, task):
+def check_resumable(output_dir, spec):
   """Refuses an --output_dir whose latest checkpoint lacks variables of the
   model: another program's run (pretraining's, given to a fine-tuning
   program as --output_dir and --init_checkpoint both), which the run would
@@ -83,7 +83,7 @@ def check_resumable(output_dir, task):
 
   Args:
     output_dir: the run's --output_dir.
-    task: the run's task_contract.Task (its variable_shapes: the model's
+    spec: the run's model_spec.ModelSpec (its variable_shapes: the model's
       trainable variables).
 
   Raises:
@@ -96,7 +96,7 @@ def check_resumable(output_dir, task):
     held = {name for name, _ in tf.train.list_variables(latest)}
   except tf.errors.OpError:
     return  # unreadable: fall_back_to_readable's to say
-  missing = sorted(set(task.variable_shapes()) - held)
+  missing = sorted(set(spec.variable_shapes()) - held)
   if missing:
     raise UserError(
         "--output_dir %s holds %s, which this run would resume from, but it "
@@ -113,7 +113,7 @@ def check_init_checkpoint(init_checkpoint, model_shapes,
   Args:
     init_checkpoint: checkpoint prefix or directory.
     model_shapes: {name: shape} of the model's trainable variables
-      (Task.variable_shapes).
+      (ModelSpec.variable_shapes).
     config_source: where the model's config came from, for the message
       (run_directory.Model.config_source).
 

@@ -40,7 +40,7 @@ once per process. The in-graph helpers below read it (`replica_share`,
 `global_sum`, `sum_across_replicas`, `num_replicas_in_sync`,
 `num_local_replicas`), since the tasks' loss functions and train_step call
 them inside a model_fn, where nothing can be handed to them; so do
-training_setup.input_context and runner.task_name.
+engine_setup.input_context and runner.task_name.
 """
 
 import dataclasses
@@ -52,10 +52,10 @@ from absl import logging
 import tensorflow as tf2
 import tensorflow.compat.v1 as tf
 
-from bertkit.common.errors import UserError
-from bertkit.common import slurm_env
 from bertkit.common import options
-from bertkit.engine import cluster_environment
+from bertkit.common import slurm_env
+from bertkit.common.errors import UserError
+from bertkit.engine.distributed import cluster_environment
 
 STRATEGIES = options.STRATEGIES
 # Engines that run one process per replica, each with its own launcher;

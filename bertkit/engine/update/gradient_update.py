@@ -18,22 +18,24 @@ lr_schedules', or that schedule over training seconds (`TimeBudget`).
 """
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-from bertkit.engine import distribution
-from bertkit.engine import lr_schedules
-from bertkit.engine import optimizers
-from bertkit.engine import train_step
-from bertkit.engine import training_clock
+from bertkit.engine.distributed import distribution
+from bertkit.engine.update import lr_schedules
+from bertkit.engine.update import optimizers
+from bertkit.engine.update import train_step
 
 
 @dataclasses.dataclass(frozen=True)
 class TimeBudget:
   """--train_time_budget_hours: the schedule runs over training seconds.
 
-  The seconds are read from the run's training_clock.TrainingClock. The
+  The seconds are read from the run's clock (the loop's
+  training_clock.TrainingClock: its `train_seconds()` and
+  `first_step_seconds()`, the update's only use of it). The
   schedule begins at the run's first step (its warm-up is not spent in
   start-up) and ends with the budget (lr_schedules.py). Only the chief's
   clock counts, and it rides in the gradient all-reduce, so every replica
@@ -48,7 +50,7 @@ class TimeBudget:
   """
   seconds: float
   warmup_seconds: float
-  clock: training_clock.TrainingClock
+  clock: Any
   is_chief: bool
 
 

@@ -15,7 +15,7 @@ import weakref
 
 import tensorflow.compat.v1 as tf
 
-from bertkit.engine import distribution
+from bertkit.engine.distributed import distribution
 
 
 class TrainStep(typing.NamedTuple):

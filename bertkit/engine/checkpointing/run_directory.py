@@ -29,8 +29,8 @@ import tensorflow.compat.v1 as tf
 
 from bertkit.common import atomic_io
 from bertkit.common.errors import UserError
-from bertkit.engine import checkpoint_formats
-from bertkit.engine import checkpoints
+from bertkit.engine.checkpointing import checkpoint_formats
+from bertkit.engine.checkpointing import checkpoints
 import modeling
 import tokenization
 

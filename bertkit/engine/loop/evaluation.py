@@ -34,8 +34,8 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 from bertkit.common import atomic_io
-from bertkit.engine import preemption
-from bertkit.engine import training_clock
+from bertkit.engine.loop import preemption
+from bertkit.engine.loop import training_clock
 
 HISTORY_FILE = "eval_history.jsonl"
 TARGET_FILE = "time_to_target.json"
@@ -154,7 +154,7 @@ class HeldOutEvaluationHook(tf.train.SessionRunHook):
       session_config: the ConfigProto of the eval session.
       target: --target_masked_lm_accuracy (--target_mrr_at_10), or None.
       summary_info: the dict the throughput summary merges when training
-        ends (training_setup.Setup.extra_info); the chief adds the
+        ends (engine_setup.Setup.extra_info); the chief adds the
         time_to_target.json content to it.
       target_metric: the metric `target` is of.
     """

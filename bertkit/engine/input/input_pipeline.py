@@ -24,8 +24,8 @@ import tensorflow.compat.v1 as tf
 from tensorflow.python.data.ops import multi_device_iterator_ops  # pylint: disable=g-direct-tensorflow-import
 
 from bertkit.data import pretraining_records
-from bertkit.engine import dynamic_masking
-from bertkit.engine import record_checks
+from bertkit.engine.input import dynamic_masking
+from bertkit.engine.input import record_checks
 
 
 def record_feature_spec(kind, max_seq_length, max_predictions_per_seq,

@@ -20,8 +20,8 @@ import tensorflow.compat.v1 as tf
 
 from bertkit.common import atomic_io
 from bertkit.common import errors
-from bertkit.engine import preemption
-from bertkit.engine import train_step
+from bertkit.engine.loop import preemption
+from bertkit.engine.update import train_step
 
 
 class ProfilerHook(tf.train.SessionRunHook):

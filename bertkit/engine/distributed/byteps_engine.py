@@ -6,7 +6,7 @@ rank_zero.py), but the gradients travel through BytePS's parameter-server
 design instead of an all-reduce: every worker pushes each gradient to the
 servers, which sum it over the workers, and pulls the sum back
 (`push_pull`). Each worker's loss is already its share of the global-batch
-loss (task_contract.mean_loss_shares), so the summed gradient is the
+loss (model_spec.mean_loss_shares), so the summed gradient is the
 gradient of the global-batch loss, exactly as under every other engine.
 
 The processes find each other through ps-lite's DMLC_* environment:
@@ -39,8 +39,8 @@ import tensorflow.compat.v1 as tf
 
 from bertkit.common import errors
 from bertkit.common.errors import UserError
-from bertkit.engine import distribution
-from bertkit.engine import rank_zero
+from bertkit.engine.distributed import distribution
+from bertkit.engine.distributed import rank_zero
 
 # Where non-zero ranks keep their scratch model_dir (rank_zero.py).
 SCRATCH_ROOT_ENV = rank_zero.scratch_root_variable("byteps")

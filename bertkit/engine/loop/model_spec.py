@@ -1,11 +1,12 @@
 """What a task gives the runner, and the Estimator model_fn made of it.
 
-A program describes its task as a `Task`: the variables it builds, the
+A program describes the model its task trains as a `ModelSpec`: the
+variables it builds, the
 per-micro-batch shares of the training loss, the eval loss and metrics, the
 predictions (the fine-tuning tasks in their folders' task.py, pretraining in
 tasks/pretraining/task.py, feature extraction in tasks/features). The runner
 (runner.py) turns it into the Estimator's model_fn here: one update from the
-summed gradients of the micro-batches (training_update.py), the step
+summed gradients of the micro-batches (gradient_update.py), the step
 contract of train_step.py, initialisation from --init_checkpoint, prediction
 on every replica of one process.
 
@@ -19,11 +20,11 @@ from typing import Callable, Optional
 import tensorflow.compat.v1 as tf
 
 from bertkit.common import options as run_options
-from bertkit.engine import checkpoints
-from bertkit.engine import distribution
-from bertkit.engine import optimizers
-from bertkit.engine import train_step
-from bertkit.engine import training_update
+from bertkit.engine.checkpointing import checkpoints
+from bertkit.engine.distributed import distribution
+from bertkit.engine.update import gradient_update
+from bertkit.engine.update import optimizers
+from bertkit.engine.update import train_step
 
 TRAIN = tf.estimator.ModeKeys.TRAIN
 EVAL = tf.estimator.ModeKeys.EVAL
@@ -31,8 +32,8 @@ PREDICT = tf.estimator.ModeKeys.PREDICT
 
 
 @dataclasses.dataclass(frozen=True)
-class Task:
-  """What a program tells the runner about its task.
+class ModelSpec:
+  """What a program tells the runner about the model its task trains.
 
   Attributes:
     variable_shapes: function() -> {name: shape} of every trainable
@@ -79,7 +80,7 @@ def reusing_variables(index):
 
 
 def mean_loss_shares(mean_loss_fn):
-  """Task.train_loss_fns for a loss that is a mean over equal examples.
+  """ModelSpec.train_loss_fns for a loss that is a mean over equal examples.
 
   Args:
     mean_loss_fn: function(micro_batch features) -> the batch's mean loss
@@ -102,19 +103,19 @@ def mean_loss_shares(mean_loss_fn):
   return train_loss_fns
 
 
-def model_fn_builder(task, init_checkpoint, optimizer, num_train_steps,
+def model_fn_builder(spec, init_checkpoint, optimizer, num_train_steps,
                      num_warmup_steps, run_arguments, replicas=None,
                      predict_strategy=None, checkpoint_saver=None):
-  """The Estimator model_fn of `task`.
+  """The Estimator model_fn of `spec`.
 
   TRAIN: one update from the summed gradients of num_accumulation_steps
-  micro-batches (training_update.create_accumulating_optimizer), handed to the
+  micro-batches (gradient_update.create_accumulating_optimizer), handed to the
   hooks through train_step.register_step_metrics; EVAL and PREDICT: the
-  task's outputs on one unreplicated batch. Every mode starts from
+  model's outputs on one unreplicated batch. Every mode starts from
   `init_checkpoint` when given.
 
   Args:
-    task: a Task.
+    spec: a ModelSpec.
     init_checkpoint: checkpoint (prefix or directory) to start from, or None.
     optimizer: the options.OptimizerOptions (the peak rate, the update,
       micro-batches per update: each replica's batch must divide by them).
@@ -133,30 +134,30 @@ def model_fn_builder(task, init_checkpoint, optimizer, num_train_steps,
   def model_fn(features, labels, mode, params):
     del labels, params
     if mode == TRAIN:
-      if task.batch_counts is not None:
-        train_step.register_batch_counts(*task.batch_counts(features))
-      step = training_update.create_accumulating_optimizer(
-          task.train_loss_fns(features, optimizer.num_accumulation_steps),
+      if spec.batch_counts is not None:
+        train_step.register_batch_counts(*spec.batch_counts(features))
+      step = gradient_update.create_accumulating_optimizer(
+          spec.train_loss_fns(features, optimizer.num_accumulation_steps),
           optimizer.learning_rate, num_train_steps, num_warmup_steps,
           replicas=replicas, **optimizers.optimizer_arguments(optimizer),
           **run_arguments)
-      spec = dict(loss=train_step.register_step_metrics(step),
+      estimator_spec = dict(loss=train_step.register_step_metrics(step),
                   train_op=step.train_op)
       if checkpoint_saver is not None:
-        spec["training_chief_hooks"] = [checkpoint_saver()]
+        estimator_spec["training_chief_hooks"] = [checkpoint_saver()]
     elif mode == EVAL:
       # Eval runs unreplicated: the mean loss itself, not a replica's share.
-      loss, metrics = task.eval_outputs(features)
-      spec = dict(loss=loss, eval_metric_ops=metrics)
-    elif mode == PREDICT and task.predictions is not None:
-      spec = dict(predictions=task.predictions(features)
+      loss, metrics = spec.eval_outputs(features)
+      estimator_spec = dict(loss=loss, eval_metric_ops=metrics)
+    elif mode == PREDICT and spec.predictions is not None:
+      estimator_spec = dict(predictions=spec.predictions(features)
                   if predict_strategy is None else replicated_predictions(
-                      predict_strategy, task.predictions, features))
+                      predict_strategy, spec.predictions, features))
     else:
-      raise ValueError("This task has no %s mode" % mode)
+      raise ValueError("This model has no %s mode" % mode)
     if init_checkpoint:
       checkpoints.init_from_checkpoint(init_checkpoint)
-    return tf.estimator.EstimatorSpec(mode, **spec)
+    return tf.estimator.EstimatorSpec(mode, **estimator_spec)
 
   return model_fn
 
@@ -196,7 +197,7 @@ def replicated_predictions(strategy, predictions_fn, features):
             for name, t in outputs.items()}
 
 
-def upstream_model_fn(task, init_checkpoint, learning_rate, num_train_steps,
+def upstream_model_fn(spec, init_checkpoint, learning_rate, num_train_steps,
                       num_warmup_steps, optimizer=None,
                       num_accumulation_steps=1):
   """model_fn_builder with upstream's arguments (the tasks' model_fn_builder):
@@ -205,5 +206,5 @@ def upstream_model_fn(task, init_checkpoint, learning_rate, num_train_steps,
   optimizer = dataclasses.replace(
       optimizer or run_options.OptimizerOptions(), learning_rate=learning_rate,
       num_accumulation_steps=num_accumulation_steps)
-  return model_fn_builder(task, init_checkpoint, optimizer, num_train_steps,
+  return model_fn_builder(spec, init_checkpoint, optimizer, num_train_steps,
                           num_warmup_steps, {})

@@ -7,7 +7,7 @@ runner.for_this_process) and feeds a per-rank batch of global_batch / ranks.
 The data-parallel optimizer (optimizers.py) sums the gradients over the
 ranks through the ProcessGroup that `init` returns (`sum_across_ranks`);
 since each rank's loss is already its share of the global-batch loss (see
-task_contract.mean_loss_shares), the sum is the gradient of the global-batch
+model_spec.mean_loss_shares), the sum is the gradient of the global-batch
 loss, so the learning rate means what it means on one device. Rank 0 alone
 writes checkpoints and summaries to --output_dir; the other ranks start from its
 variables (`broadcast_hook`) and keep their model directory in a scratch
@@ -30,8 +30,8 @@ import tensorflow as tf2
 import tensorflow.compat.v1 as tf
 
 from bertkit.common.errors import UserError
-from bertkit.engine import distribution
-from bertkit.engine import rank_zero
+from bertkit.engine.distributed import distribution
+from bertkit.engine.distributed import rank_zero
 
 # Where non-zero ranks keep their scratch model_dir (rank_zero.py).
 SCRATCH_ROOT_ENV = rank_zero.scratch_root_variable("horovod")

@@ -1,24 +1,24 @@
 """The task runner: what every training program does, written once.
 
 What runs a training program (pretraining's trainer, the fine-tuning
-driver, feature extraction) describes its task as a task_contract.Task (the
-variables it builds, the per-micro-batch shares of the training loss, the
-eval loss and metrics, the predictions) and its input as a function building
-input_fns, then calls
+driver, feature extraction) describes the model of its task as a
+model_spec.ModelSpec (the variables it builds, the per-micro-batch shares of the
+training loss, the eval loss and metrics, the predictions) and its input as a
+function building input_fns, then calls
 
-  prepared = runner.prepare(options, task, model)  # engine, init_checkpoint
+  prepared = runner.prepare(options, spec, model)  # engine, init_checkpoint
   runner.run(prepared, make_input_fn, runner.TrainingSchedule(...),
              train_files, runner.EvalStage(...), runner.PredictStage(...))
 
 where `options` is the options.RunOptions built from the program's flags
 (common/option_flags.py) and `model` the run_directory.Model it resolved
 (its config, vocab and casing, which `prepare` writes into --output_dir).
-The runner owns the rest, once: the engine (training_setup.py: strategy,
+The runner owns the rest, once: the engine (engine_setup.py: strategy,
 horovod or BytePS, precision, RunConfig), what the optimizer is handed (the
 run's Precision, and the distribution.Replicas it sums over, which carries
-the stop vote), the model_fn (task_contract.py), the non-finite loss guard,
+the stop vote), the model_fn (model_spec.py), the non-finite loss guard,
 input sharding (one decision: the InputContext of
-training_setup.input_context), skipping corrupt records, the Estimator,
+engine_setup.input_context), skipping corrupt records, the Estimator,
 train / evaluate / predict with the hooks of training_hooks.py and the
 throughput hook, preemption (a stop signal ends training after the step in
 flight, checkpointed), eval_results.txt and the run summary.
@@ -37,24 +37,24 @@ import tensorflow.compat.v1 as tf
 
 from bertkit.common import errors
 from bertkit.common import options as run_options
-from bertkit.engine import checkpoints
-from bertkit.engine import cluster_environment
-from bertkit.engine import distribution
-from bertkit.engine import evaluation as held_out
-from bertkit.engine import input_pipeline
-from bertkit.engine import preemption
-from bertkit.engine import record_checks
-from bertkit.engine import run_directory
-from bertkit.engine import run_report
-from bertkit.engine import throughput
-from bertkit.engine import task_contract
-from bertkit.engine import training_clock
-from bertkit.engine import training_hooks
-from bertkit.engine import training_setup
-from bertkit.engine import training_update
+from bertkit.engine.checkpointing import checkpoints
+from bertkit.engine.checkpointing import run_directory
+from bertkit.engine.distributed import cluster_environment
+from bertkit.engine.distributed import distribution
+from bertkit.engine.input import input_pipeline
+from bertkit.engine.input import record_checks
+from bertkit.engine.loop import engine_setup
+from bertkit.engine.loop import evaluation as held_out
+from bertkit.engine.loop import model_spec
+from bertkit.engine.loop import preemption
+from bertkit.engine.loop import training_clock
+from bertkit.engine.loop import training_hooks
+from bertkit.engine.report import run_summary
+from bertkit.engine.report import throughput
+from bertkit.engine.update import gradient_update
 
-TRAIN, EVAL, PREDICT = (task_contract.TRAIN, task_contract.EVAL,
-                        task_contract.PREDICT)
+TRAIN, EVAL, PREDICT = (model_spec.TRAIN, model_spec.EVAL,
+                        model_spec.PREDICT)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,26 +62,26 @@ class PreparedRun:
   """A prepared run.
 
   Attributes:
-    task: the program's Task.
-    setup: the engine (training_setup.Setup); `setup.is_chief` tells whether
+    spec: the program's model_spec.ModelSpec.
+    setup: the engine (engine_setup.Setup); `setup.is_chief` tells whether
       this process writes results.
     options: the options.RunOptions it was prepared from.
     replicas: the distribution.Replicas the optimizer sums over (it carries
       the run's stop vote).
   """
-  task: task_contract.Task
-  setup: training_setup.Setup
+  spec: model_spec.ModelSpec
+  setup: engine_setup.Setup
   options: run_options.RunOptions
   replicas: distribution.Replicas
 
 
-def prepare(options, task, model):
+def prepare(options, spec, model):
   """Sets up the engine of a run, checks --init_checkpoint and describes
   the run's --output_dir.
 
   Args:
     options: the options.RunOptions (checked when they were built).
-    task: the program's Task.
+    spec: the program's model_spec.ModelSpec.
     model: the run_directory.Model it trains (run_directory.resolve), whose
       description the chief writes into --output_dir once --init_checkpoint
       fits it.
@@ -94,12 +94,12 @@ def prepare(options, task, model):
       --output_dir holding another program's run, or an --init_checkpoint
       that does not fit the model; before anything is written.
   """
-  checkpoints.check_resumable(options.output_dir, task)
+  checkpoints.check_resumable(options.output_dir, spec)
   if options.init_checkpoint:
     checkpoints.check_init_checkpoint(options.init_checkpoint,
-                                      task.variable_shapes(),
+                                      spec.variable_shapes(),
                                       model.config_source)
-  setup = training_setup.prepare(options)
+  setup = engine_setup.prepare(options)
   accumulation = options.optimizer.num_accumulation_steps
   if accumulation > 1:
     logging.info(
@@ -113,7 +113,7 @@ def prepare(options, task, model):
   # One vote per run: the optimizer sums it, StopOnSignalHook reads the sum.
   replicas = distribution.Replicas(process_group=setup.process_group,
                                    stop_vote=preemption.StopVote())
-  return PreparedRun(task=task, setup=setup, options=options,
+  return PreparedRun(spec=spec, setup=setup, options=options,
                      replicas=replicas)
 
 
@@ -221,11 +221,11 @@ def run(prepared, make_input_fn, schedule=TrainingSchedule(),
   clock = start_clock(setup, options.output_dir)
   run_arguments = {"precision": setup.precision}
   if schedule.time_budget_seconds:
-    run_arguments["time_budget"] = training_update.TimeBudget(
+    run_arguments["time_budget"] = gradient_update.TimeBudget(
         schedule.time_budget_seconds, schedule.warmup_seconds, clock,
         setup.is_chief)
-  estimator = make_estimator(task_contract.model_fn_builder(
-      prepared.task, options.init_checkpoint, options.optimizer,
+  estimator = make_estimator(model_spec.model_fn_builder(
+      prepared.spec, options.init_checkpoint, options.optimizer,
       schedule.num_train_steps, schedule.num_warmup_steps, run_arguments,
       prepared.replicas, checkpoint_saver=checkpoint_saver(setup)), setup)
   throughput_summary, result, eval_files = None, None, evaluation.files
@@ -246,7 +246,7 @@ def run(prepared, make_input_fn, schedule=TrainingSchedule(),
     if eval_files and evaluation.during_training:
       watch = dataclasses.replace(watch, evaluation=(
           held_out.HeldOutEvaluationHook(
-              eval_input_fn, prepared.task.eval_outputs,
+              eval_input_fn, prepared.spec.eval_outputs,
               evaluation.every_n_steps, evaluation.steps,
               options.output_dir, clock, options.train_batch_size,
               setup.is_chief, setup.run_config.session_config,
@@ -272,9 +272,11 @@ def run(prepared, make_input_fn, schedule=TrainingSchedule(),
                             result)
   if setup.is_chief:
     if result is not None:
-      run_report.write_eval_results(options.output_dir, result)
-    run_report.print_run_summary(options.output_dir, throughput_summary,
-                                 result)
+      run_summary.write_eval_results(options.output_dir, result)
+    target = (throughput_summary or {}).get("time_to_target")
+    run_summary.print_run_summary(
+        options.output_dir, throughput_summary, result,
+        target and held_out.describe_target(target))
 
 
 def checkpoint_saver(setup):
@@ -351,12 +353,12 @@ def predictions(prepared, input_fn):
   checkpoint.
 
   Args:
-    prepared: the PreparedRun of `prepare`, its task having `predictions`.
+    prepared: the PreparedRun of `prepare`, its spec having `predictions`.
     input_fn: an Estimator input_fn of the records, in order.
   """
   options = prepared.options
-  estimator = make_estimator(task_contract.model_fn_builder(
-      prepared.task, options.init_checkpoint, options.optimizer, 0, 0, {},
+  estimator = make_estimator(model_spec.model_fn_builder(
+      prepared.spec, options.init_checkpoint, options.optimizer, 0, 0, {},
       prepared.replicas,
       predict_strategy=prediction_strategy(prepared.setup)), prepared.setup)
   yield from estimator.predict(input_fn, yield_single_examples=True)
@@ -377,12 +379,12 @@ def for_this_process(setup, input_fn, files):
 
   One decision for every engine: tf.distribute strategies hand the input_fn
   their InputContext (one pipeline per worker); horovod ranks and BytePS
-  workers get theirs from training_setup.input_context. The input_fns share
+  workers get theirs from engine_setup.input_context. The input_fns share
   out whole files when there are at least as many as pipelines, else
   records; the log says which, from the same input_pipeline.process_share
   the input_fn uses.
   """
-  context = training_setup.input_context(setup)
+  context = engine_setup.input_context(setup)
   if context is None:
     return input_fn
   share = input_pipeline.process_share(files, context)
@@ -464,7 +466,7 @@ def train(estimator, setup, train_input_fn, eval_input_fn, max_steps,
 
   Args:
     estimator: from make_estimator.
-    setup: the training_setup.Setup.
+    setup: the engine_setup.Setup.
     train_input_fn: training input.
     eval_input_fn: evaluation input (train_and_evaluate under TF_CONFIG).
     max_steps: the global step to train to.

@@ -21,7 +21,7 @@ from absl import logging
 import tensorflow.compat.v1 as tf
 
 from bertkit.common import atomic_io
-from bertkit.engine import train_step
+from bertkit.engine.update import train_step
 
 def steady_state(step_records, warmup_steps):
   """Steady-state throughput from per-step records.
