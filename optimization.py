@@ -15,5 +15,5 @@ from bertkit.engine.update.gradient_update import (
     wrap_for_mixed_precision)
 from bertkit.engine.update.optimizers import (
     OPTIMIZERS, AdamWeightDecayOptimizer, DataParallelOptimizer,
-    LambOptimizer, build_optimizer, learning_rate_schedule)
+    LambOptimizer, build_optimizer)
 # pylint: enable=unused-import

@@ -41,11 +41,23 @@ def test_linear_is_upstreams_formula(x, expected):
                                                    abs=1e-12)
 
 
+def upstreams_rate(learning_rate, num_train_steps, num_warmup_steps,
+                   global_step):
+  """The rate of upstream's create_optimizer (google-research/bert's
+  optimization.py): polynomial_decay from step 0, a linear warm-up over it."""
+  step = tf.cast(global_step, tf.float32)
+  decayed = tf.train.polynomial_decay(
+      tf.constant(learning_rate, dtype=tf.float32), global_step,
+      num_train_steps, end_learning_rate=0.0, power=1.0, cycle=False)
+  warmup = learning_rate * step / float(num_warmup_steps)
+  return tf.where(step < float(num_warmup_steps), warmup, decayed)
+
+
 def test_step_linear_equals_upstreams_polynomial_decay():
   steps = [0, 1, 7, 10, 11, 50, 99, 100, 120]
   with tf.Graph().as_default():
     step = tf.placeholder(tf.int64, [])
-    upstream = optimizers.learning_rate_schedule(PEAK, 100, 10, step)
+    upstream = upstreams_rate(PEAK, 100, 10, step)
     ours = lr_schedules.rate_tensor(
         lr_schedules.Schedule(lr_schedules.LINEAR, PEAK, 100, 10), step)
     with tf.Session() as session:

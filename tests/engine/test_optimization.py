@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
+from bertkit.engine.update import lr_schedules
 from bertkit.engine.update import train_step
 import optimization
 from conftest import (TWO_CPUS, build_fp16_step, fp16_precision,
@@ -170,7 +171,8 @@ def test_adamw_converges_on_a_toy_problem(graph):
 def test_learning_rate_schedule_warmup_then_linear_decay(graph, step,
                                                           expected):
   step_t = tf.constant(step, tf.int64)
-  lr = optimization.learning_rate_schedule(1.0, 100, 10, step_t)
+  lr = lr_schedules.rate_tensor(
+      lr_schedules.Schedule(lr_schedules.LINEAR, 1.0, 100, 10), step_t)
   with tf.Session() as sess:
     assert sess.run(lr) == pytest.approx(expected, abs=1e-6)
 

@@ -53,6 +53,12 @@ class TimeBudget:
   clock: Any
   is_chief: bool
 
+  def schedule(self, steps_schedule):
+    """The lr_schedules.Schedule of a schedule over steps, run over these
+    seconds instead."""
+    return dataclasses.replace(steps_schedule, total=self.seconds,
+                               warmup=self.warmup_seconds, in_seconds=True)
+
 
 def _synced_clock_shares(time_budget):
   """This replica's parts of the chief's training seconds and of its first
@@ -85,7 +91,8 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
     loss: this replica's share of the global-batch mean loss
       (`distribution.replica_share(mean_loss)`); equal to the mean loss
       with one replica.
-    init_lr: peak learning rate.
+    init_lr: upstream's name of --learning_rate, the rate the schedule
+      warms up to.
     num_train_steps: total optimizer updates; the rate decays to 0 there.
     num_warmup_steps: linear warm-up steps.
     use_tpu: accepted for upstream compatibility; must be False.
@@ -104,7 +111,7 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
 # Size: upstream's four schedule arguments and use_tpu in upstream's order,
 # then the options every program sets from its flags.
 def create_accumulating_optimizer(
-    micro_batch_loss_fns, init_lr, num_train_steps, num_warmup_steps,
+    micro_batch_loss_fns, learning_rate, num_train_steps, num_warmup_steps,
     use_tpu=False, precision=None, optimizer_name="adamw",
     bias_correction=False, replicas=None,
     hyperparameters=optimizers.UPSTREAM_HYPERPARAMETERS,
@@ -117,7 +124,7 @@ def create_accumulating_optimizer(
     micro_batch_loss_fns: K functions without arguments, each building the
       graph of one micro-batch and returning its part of this replica's loss
       share (the K parts add up to the share); see `accumulate_gradients`.
-    init_lr: peak learning rate.
+    learning_rate: the rate the schedule warms up to (--learning_rate).
     num_train_steps: total optimizer updates; the rate decays to 0 there.
     num_warmup_steps: linear warm-up steps.
     use_tpu: accepted for upstream compatibility; must be False.
@@ -144,19 +151,15 @@ def create_accumulating_optimizer(
   if use_tpu:
     raise ValueError("TPUs are not supported by this fork.")
   global_step = tf.train.get_or_create_global_step()
-  if time_budget is None:
-    if lr_schedule == lr_schedules.LINEAR:
-      learning_rate = optimizers.learning_rate_schedule(
-          init_lr, num_train_steps, num_warmup_steps, global_step)
-    else:
-      learning_rate = lr_schedules.rate_tensor(lr_schedules.Schedule(
-          lr_schedule, init_lr, num_train_steps, num_warmup_steps,
-          lr_decay_proportion), global_step)
-  else:
-    # Set once the all-reduce has brought the chief's clock.
-    learning_rate = None
+  schedule = lr_schedules.Schedule(lr_schedule, learning_rate,
+                                   num_train_steps, num_warmup_steps,
+                                   lr_decay_proportion)
+  # The step's rate; under a time budget, known once the all-reduce has
+  # brought the chief's clock.
+  step_rate = (None if time_budget else
+               lr_schedules.rate_tensor(schedule, global_step))
   optimizer = optimizers.build_optimizer(
-      optimizer_name, learning_rate, bias_correction, reduced_by_caller=True,
+      optimizer_name, step_rate, bias_correction, reduced_by_caller=True,
       replicas=replicas, hyperparameters=hyperparameters)
   # What computes and applies the gradients: the optimizer, or its fp16
   # wrapper (scaled loss, unscaled gradients, update skipped on overflow).
@@ -167,27 +170,22 @@ def create_accumulating_optimizer(
   grads_and_vars, losses = accumulate_gradients(applier,
                                                 micro_batch_loss_fns)
   loss_share = tf.add_n(losses)
-  scalars = [loss_share]
-  if time_budget is not None:
-    scalars.extend(_synced_clock_shares(time_budget))
+  clock = _synced_clock_shares(time_budget) if time_budget else []
   # Reduced before the fp16 wrapper decides whether to apply them: its skip
   # branch runs no all-reduce, and an overflowing step still has a loss.
   grads_and_vars, reduced, votes_recorded = optimizer.all_reduce(
-      grads_and_vars, scalars)
+      grads_and_vars, [loss_share] + list(clock))
   loss, train_seconds = reduced[0], None
   if time_budget is not None:
     train_seconds, first_step = reduced[1], reduced[2]
-    learning_rate = lr_schedules.rate_tensor(lr_schedules.Schedule(
-        lr_schedule, init_lr, time_budget.seconds,
-        time_budget.warmup_seconds, lr_decay_proportion, in_seconds=True),
-                                             train_seconds, first_step)
-    optimizer.learning_rate = learning_rate
+    step_rate = optimizer.learning_rate = lr_schedules.rate_tensor(
+        time_budget.schedule(schedule), train_seconds, first_step)
   train_op = tf.group(
       applier.apply_gradients(grads_and_vars, global_step=global_step),
       votes_recorded)
   return train_step.TrainStep(
       train_op=train_op, loss_share=loss_share, loss=loss,
-      learning_rate=learning_rate,
+      learning_rate=step_rate,
       loss_scale=loss_scale() if loss_scale else None,
       train_seconds=train_seconds)
 

@@ -91,31 +91,6 @@ def optimizer_arguments(options):
           "lr_decay_proportion": options.lr_decay_proportion}
 
 
-def learning_rate_schedule(init_lr, num_train_steps, num_warmup_steps,
-                           global_step=None):
-  """Upstream's schedule: linear warm-up, then linear decay to 0.
-
-  Args:
-    init_lr: peak learning rate, reached at the end of warm-up.
-    num_train_steps: step at which the rate reaches 0.
-    num_warmup_steps: steps of linear warm-up from 0.
-    global_step: the step tensor; defaults to the graph's global step.
-
-  Returns:
-    A scalar float32 tensor.
-  """
-  if global_step is None:
-    global_step = tf.train.get_or_create_global_step()
-  step = tf.cast(global_step, tf.float32)
-  decayed = tf.train.polynomial_decay(
-      tf.constant(init_lr, dtype=tf.float32), global_step, num_train_steps,
-      end_learning_rate=0.0, power=1.0, cycle=False)
-  if not num_warmup_steps:
-    return decayed
-  warmup = init_lr * step / float(num_warmup_steps)
-  return tf.where(step < float(num_warmup_steps), warmup, decayed)
-
-
 class DataParallelOptimizer(tf.train.Optimizer):
   """Base class: all-reduce, clip once, apply the same update on every replica.
 

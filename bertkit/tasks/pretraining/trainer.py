@@ -128,7 +128,7 @@ class Plan:
   schedule: Any
 
 
-def learning_rate_schedule(opts):
+def training_schedule(opts):
   """The runner.TrainingSchedule of a run's steps, warm-up and time budget."""
   from bertkit.engine.loop import runner
   if opts.train_time_budget_hours is not None:
@@ -236,7 +236,7 @@ def validate(opts, checked):
   if model.vocab_file:
     tokenization.check_vocab_fits_config(model.vocab_file,
                                          bert_config.vocab_size)
-  schedule = learning_rate_schedule(opts)
+  schedule = training_schedule(opts)
   train_input = training_input(opts, model, checked.input_files)
   flag_name = checked.eval_flag
   # Records of either next-sentence kind evaluate either model: the
