@@ -91,11 +91,11 @@ def static_records(args, data, seed):
   (--compare=trainers: both trainers read these masks)."""
   path = os.path.join(data.dir, "fast_static_seed%d.tfrecord" % seed)
   if not os.path.exists(path):
-    values = tta.read_flagfile(tta.recipe_file(args, args.recipe,
+    values = tta.read_flagfile(tta.recipe_file(args, tta.PEER_RECIPE,
                                                "run_pretraining"))
     tta.run_checked([
         sys.executable, "create_pretraining_data.py",
-        "--flagfile=%s" % tta.recipe_file(args, args.recipe,
+        "--flagfile=%s" % tta.recipe_file(args, tta.PEER_RECIPE,
                                           "create_pretraining_data"),
         "--input_file=%s" % data.train_text, "--vocab_file=%s" % data.vocab,
         "--output_file=%s" % path,
