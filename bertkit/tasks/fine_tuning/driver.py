@@ -290,10 +290,13 @@ def read_distillation(task, opts, inputs):
   from bertkit.tasks.fine_tuning import distillation
   teacher = teacher_outputs.read(opts.teacher_outputs,
                                  task.example_rows(inputs, "train"))
-  logging.info("Distilling from %s: %d examples' logits, temperature %g, "
-               "weight %g on labelled examples", opts.teacher_outputs,
-               len(teacher), opts.temperature, opts.distillation_weight)
-  return distillation.Distillation(opts.temperature,
+  # Margin-MSE (run_rerank.py) compares scores: no temperature.
+  temperature = getattr(opts, "temperature", None)
+  logging.info("Distilling from %s: %d examples' logits, %s, weight %g on "
+               "labelled examples", opts.teacher_outputs, len(teacher),
+               "Margin-MSE" if temperature is None else
+               "temperature %g" % temperature, opts.distillation_weight)
+  return distillation.Distillation(temperature or 1.0,
                                    opts.distillation_weight, teacher)
 
 

@@ -50,10 +50,27 @@ class FineTuningOptions(options.TrainingOptions):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class DistillationOptions:
+class TeacherOptions:
+  """A student trained on a teacher's outputs (fine_tuning/distillation.py,
+  docs/distillation.md): what every task that distills adds (run_rerank's
+  Margin-MSE; with DistillationOptions, the classifying tasks)."""
+  teacher_outputs: Optional[str] = option(
+      None, "Distill: the predict_logits.jsonl a teacher's --do_predict "
+      "wrote over the training file; its rows must be that file's "
+      "examples, in its order.", path=option_fields.FILE,
+      unset="no distillation: the labels alone")
+  distillation_weight: float = option(
+      1.0, "With --teacher_outputs: the teacher's share of a labelled "
+      "example's loss, (1 - w) x label loss + w x teacher loss; unlabelled "
+      "examples learn from the teacher alone. 0 trains as without a "
+      "teacher.", **FRACTION)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DistillationOptions(TeacherOptions):
   """Any file of the task's format, and a student trained on a teacher's
-  outputs (fine_tuning/distillation.py, docs/distillation.md): what the
-  tasks that distill (run_classifier, run_ner, run_swag) add."""
+  logits at a temperature: what the tasks that classify and distill
+  (run_classifier, run_ner, run_swag) add."""
   train_file: Optional[str] = option(
       None, "--do_train trains on this file of the task's format instead of "
       "--data_dir's training file; with --teacher_outputs its examples may "
@@ -65,16 +82,6 @@ class DistillationOptions:
       "Every prediction also writes predict_logits.jsonl: each example's "
       "raw logits in full precision, a student's --teacher_outputs.",
       path=option_fields.FILE, unset="--data_dir's")
-  teacher_outputs: Optional[str] = option(
-      None, "Distill: the predict_logits.jsonl a teacher's --do_predict "
-      "wrote over the training file (--train_file, else --data_dir's); "
-      "its rows must be that file's examples.", path=option_fields.FILE,
-      unset="no distillation: the labels alone")
-  distillation_weight: float = option(
-      1.0, "With --teacher_outputs: the teacher's share of a labelled "
-      "example's loss, (1 - w) x label loss + w x teacher loss; unlabelled "
-      "examples learn from the teacher alone. 0 trains as without a "
-      "teacher.", **FRACTION)
   temperature: float = option(
       1.0, "With --teacher_outputs: the softmax temperature T of the "
       "teacher's and the student's distributions (loss x T^2, Hinton et "

@@ -38,6 +38,11 @@ from bertkit.common import text_files
 from bertkit.common.errors import UserError
 
 FILE_NAME = "predict_logits.jsonl"
+# The features a student's training records carry its teacher's outputs in
+# (distillation.py): the example's logits flattened, and 1 for a labelled
+# example. Here, without TensorFlow, for the record writers of every core.
+TEACHER_LOGITS = "teacher_logits"
+HAS_LABEL = "has_label"
 
 
 def row_json(index, row):

@@ -8,15 +8,18 @@ from bertkit.common import options
 from bertkit.common.errors import UserError
 from bertkit.common.option_fields import (AT_LEAST_ONE, NOT_NEGATIVE,
                                           option)
-from bertkit.tasks.fine_tuning.options import FineTuningOptions
+from bertkit.tasks.fine_tuning.options import (FineTuningOptions,
+                                               TeacherOptions)
 
 FILE = option_fields.FILE
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class RerankOptions(FineTuningOptions, options.EvaluationOptions):
+class RerankOptions(FineTuningOptions, options.EvaluationOptions,
+                    TeacherOptions):
   """What run_rerank.py is told: MS MARCO's files, the length budget, the
-  training steps, the candidates re-ranked."""
+  training steps, the candidates re-ranked; a teacher's scores of the
+  triples (Margin-MSE) and the triples a teacher scores."""
   # Nogueira and Cho's: 64 query tokens, the passage 448.
   max_seq_length: int = options.max_seq_length_option(
       512, low=4, help_text="Pair length S after WordPiece tokenization: "
@@ -68,6 +71,12 @@ class RerankOptions(FineTuningOptions, options.EvaluationOptions):
   held_out_queries: int = option(
       200, "Queries of --qrels (the first ones) evaluated during training.",
       **AT_LEAST_ONE)
+  predict_triples: Optional[str] = option(
+      None, "--do_predict scores this triples file (query, positive, "
+      "negative) instead of re-ranking --candidates: predict_logits.jsonl, "
+      "one row per triple, logits [the positive's, the negative's] (a "
+      "Margin-MSE student's --teacher_outputs).", path=FILE,
+      unset="none: --do_predict re-ranks --candidates")
   pad_to_max_seq_length: bool = option(
       False, "Pad every pair to --max_seq_length (one shape for every batch, "
       "as upstream's records) instead of each batch to its longest pair.")
@@ -84,7 +93,13 @@ class RerankOptions(FineTuningOptions, options.EvaluationOptions):
     super().__post_init__()
     if self.do_train and not self.train_triples:
       raise UserError("--do_train needs --train_triples")
-    if (self.do_eval or self.do_predict) and not self.candidates:
+    if self.predict_triples and (self.do_eval or self.candidates or
+                                 not self.do_predict):
+      raise UserError("--predict_triples is what --do_predict scores, in a "
+                      "run of its own: give --do_predict, without --do_eval "
+                      "and --candidates")
+    if ((self.do_eval or self.do_predict) and not self.candidates and
+        not self.predict_triples):
       raise UserError("--do_eval/--do_predict need --candidates")
     if (self.do_eval or self.eval_every_n_steps) and not self.qrels:
       raise UserError("--do_eval and --eval_every_n_steps need --qrels")

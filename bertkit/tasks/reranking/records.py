@@ -8,14 +8,17 @@ unpadded: the input pipeline pads each batch to its longest pair.
 
   TRIPLE (training, P = 2)  one line of triples.train.small.tsv: the
       positive pair, then the negative; labels [1, 0]; the line number.
+  TEACHER_TRIPLE (a Margin-MSE student's training)  a TRIPLE and its
+      teacher's scores of the two pairs (teacher_logits [2], has_label 1:
+      fine_tuning/distillation.py's features).
   PAIR (scoring, P = 1)     one candidate of one query: pair_index (its
       place in the candidates, queries in order, each query's candidates in
       first-stage order), its label (1: relevant in the qrels).
 
 Features: input_ids (the P pairs' ids, one after the other), pair_lengths
 [P], first_lengths [P] ([CLS] query [SEP] of each pair), labels [P]
-(float), and line [1] or pair_index [1]. A per-pair feature added to TRIPLE
-(a teacher's score of each pair, say) is read with the others as [P].
+(float), and line [1] or pair_index [1]; a feature of P values (a
+teacher's score of each pair) is read with the others as [P].
 
 The records of a split are written in chunks (one file each) by worker
 processes (data/local_workers.py, as create_pretraining_data's sharded
@@ -40,6 +43,7 @@ from bertkit.data import local_workers
 from bertkit.data import pair_encoding
 from bertkit.data import pretraining_records
 from bertkit.data import tfrecord_files
+from bertkit.tasks.fine_tuning import teacher_outputs
 
 _feature = pretraining_records.RecordFeature
 _PAIR_FEATURES = (_feature("input_ids", "int64", None),
@@ -50,6 +54,13 @@ TRIPLE = pretraining_records.RecordKind(
     name="triple", features=_PAIR_FEATURES + (_feature("line", "int64", 1),),
     serialized_order=tuple(f.name for f in _PAIR_FEATURES) + ("line",),
     description="a triple: positive and negative pair, labels [1, 0]")
+_TEACHER_FEATURES = (_feature(teacher_outputs.TEACHER_LOGITS, "float32", "P"),
+                     _feature(teacher_outputs.HAS_LABEL, "int64", 1))
+TEACHER_TRIPLE = pretraining_records.RecordKind(
+    name="teacher_triple", features=TRIPLE.features + _TEACHER_FEATURES,
+    serialized_order=TRIPLE.serialized_order + tuple(
+        f.name for f in _TEACHER_FEATURES),
+    description="a triple and its teacher's scores of its two pairs")
 PAIR = pretraining_records.RecordKind(
     name="pair",
     features=_PAIR_FEATURES + (_feature("pair_index", "int64", 1),),
@@ -105,15 +116,20 @@ class PairEncoder:
     return ids, segment_ids.count(0)
 
 
-def triple_record(encoder, triple):
-  """The TRIPLE record of a msmarco.Triple, as bytes."""
+def triple_record(encoder, triple, teacher_scores=None):
+  """The TRIPLE record of a msmarco.Triple, as bytes; with its teacher's
+  scores [the positive's, the negative's], the TEACHER_TRIPLE record."""
   positive = encoder.encode(triple.query, triple.positive)
   negative = encoder.encode(triple.query, triple.negative)
-  return pretraining_records.encode_example(TRIPLE, {
-      "input_ids": positive[0] + negative[0],
-      "pair_lengths": [len(positive[0]), len(negative[0])],
-      "first_lengths": [positive[1], negative[1]],
-      "labels": [1.0, 0.0], "line": [triple.line]})
+  values = {"input_ids": positive[0] + negative[0],
+            "pair_lengths": [len(positive[0]), len(negative[0])],
+            "first_lengths": [positive[1], negative[1]],
+            "labels": [1.0, 0.0], "line": [triple.line]}
+  if teacher_scores is None:
+    return pretraining_records.encode_example(TRIPLE, values)
+  values[teacher_outputs.TEACHER_LOGITS] = [float(x) for x in teacher_scores]
+  values[teacher_outputs.HAS_LABEL] = [1]
+  return pretraining_records.encode_example(TEACHER_TRIPLE, values)
 
 
 def pair_record(encoded, pair_index, label):
@@ -131,7 +147,8 @@ def make_chunk(settings, task, report):
   Args:
     settings: the EncodingSettings.
     task: (chunk index, kind name, items, path); items are msmarco.Triples
-      (TRIPLE) or (pair_index, query, passage, label) tuples (PAIR).
+      (TRIPLE), (msmarco.Triple, teacher scores) (TEACHER_TRIPLE) or
+      (pair_index, query, passage, label) tuples (PAIR).
     report: function(work, records) the progress is told.
 
   Returns:
@@ -141,6 +158,8 @@ def make_chunk(settings, task, report):
   encoder = PairEncoder(settings)
   if kind == TRIPLE.name:
     records = [triple_record(encoder, triple) for triple in items]
+  elif kind == TEACHER_TRIPLE.name:
+    records = [triple_record(encoder, *item) for item in items]
   else:
     encoded = [(encoder.encode(query, passage), pair_index, label)
                for pair_index, query, passage, label in items]
@@ -195,7 +214,7 @@ def write_split(output_dir, split, kind, items, settings, num_workers,
   Args:
     output_dir: where the files go.
     split: their name's prefix ("train", "eval", "predict").
-    kind: TRIPLE or PAIR.
+    kind: TRIPLE, TEACHER_TRIPLE or PAIR.
     items: an iterable of the items (make_chunk), read once, in order.
     settings: the EncodingSettings.
     num_workers: worker processes (1: this process).

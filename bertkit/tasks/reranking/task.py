@@ -8,7 +8,9 @@ dropout, then `cls/reranker/output_weights` [1, H], `.../output_bias` [1]:
 one logit per pair, the pair's relevance score. Training is pointwise, as
 Nogueira and Cho's: each triple's two pairs (positive, negative) are one
 record [2, S], and the loss is the sigmoid cross-entropy of each pair's
-logit with its label (1, 0), averaged over the batch's pairs. (Their
+logit with its label (1, 0), averaged over the batch's pairs. A student
+(--teacher_outputs) mixes it with Margin-MSE to its teacher's logits of the
+same two pairs (fine_tuning/distillation.py) by --distillation_weight. (Their
 two-class softmax scores with the difference of two logits; one logit is
 the same family of scores, and what Hugging Face's and
 sentence-transformers' cross-encoders hold: BertForSequenceClassification
@@ -35,6 +37,7 @@ from bertkit.engine import checkpoint_formats
 from bertkit.engine import input_pipeline
 from bertkit.engine import runner
 from bertkit.engine import task_contract
+from bertkit.tasks.fine_tuning import distillation
 from bertkit.tasks.fine_tuning import driver
 from bertkit.tasks.reranking import metrics as ranking_metrics
 from bertkit.tasks.reranking import msmarco
@@ -89,10 +92,15 @@ def pair_logits(bert_config, is_training, features):
       *(features[name] for name in SEQUENCE_FEATURES), head=heads.RERANKER)
 
 
-def pointwise_loss(logits, labels):
-  """The mean sigmoid cross-entropy of each pair's logit with its label."""
-  return tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(
-      labels=labels, logits=logits))
+def triple_losses(logits, features, distill=None):
+  """The training loss of each triple [B] of its logits [B, 2]: the mean
+  sigmoid cross-entropy of its two pairs' logits with their labels, and
+  with a distillation.Distillation, (1 - w) x that + w x Margin-MSE to the
+  teacher's logits of the same pairs."""
+  pointwise = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(
+      labels=features["labels"], logits=logits), axis=1)
+  return distillation.per_example_losses(pointwise, logits, features,
+                                         distill, margin=True)
 
 
 class HeldOut:
@@ -150,19 +158,20 @@ def mrr_at_10_metric(held_out, scores, pair_index):
   return (tf.reduce_sum(reciprocal) / float(held_out.num_judged), update)
 
 
-def rerank_task(bert_config, held_out=None):
+def rerank_task(bert_config, held_out=None, distill=None):
   """The re-ranker as a task_contract.Task.
 
-  Training: pointwise_loss over the triples' pairs. Evaluation: the loss and,
-  on scored pairs, MRR@10 of the held-out queries (`held_out`); on triples
-  (a cluster's evaluation of the training records), the share of triples
-  whose positive pair scores above the negative. Predictions: "score" [B]
-  and "pair_index" [B].
+  Training: the mean of triple_losses (with `distill`, a student's).
+  Evaluation: the loss and, on scored pairs, MRR@10 of the held-out queries
+  (`held_out`); on triples (a cluster's evaluation of the training records),
+  the share of triples whose positive pair scores above the negative.
+  Predictions: of scored pairs, "score" [B] and "pair_index" [B]; of
+  triples, "scores" [B, 2] (the positive's, the negative's) and "line" [B].
   """
 
   def mean_loss(features):
-    return pointwise_loss(pair_logits(bert_config, True, features),
-                          features["labels"])
+    return tf.reduce_mean(triple_losses(
+        pair_logits(bert_config, True, features), features, distill))
 
   def eval_outputs(features):
     logits = pair_logits(bert_config, False, features)
@@ -178,8 +187,10 @@ def rerank_task(bert_config, held_out=None):
     return tf.reduce_mean(losses), metric_ops
 
   def predictions(features):
-    return {"score": pair_logits(bert_config, False, features)[:, 0],
-            "pair_index": features["pair_index"]}
+    logits = pair_logits(bert_config, False, features)
+    if "line" in features:  # triples (--predict_triples)
+      return {"scores": logits, "line": features["line"]}
+    return {"score": logits[:, 0], "pair_index": features["pair_index"]}
 
   return task_contract.Task(
       variable_shapes=lambda: checkpoint_formats.variable_shapes(
@@ -217,7 +228,8 @@ def window_shuffled(dataset, start, seed):
 
 
 def train_input_fn(files, counts, global_batch_size, num_replicas,
-                   start_step_fn, seed=DEFAULT_SHUFFLE_SEED, pad_to=None):
+                   start_step_fn, seed=DEFAULT_SHUFFLE_SEED, pad_to=None,
+                   kind=rerank_records.TRIPLE):
   """The input_fn of the triples: the records in order, again and again,
   shuffled within windows, padded per batch; a run resuming at global step n
   starts at the triple the uninterrupted run would read next.
@@ -230,6 +242,7 @@ def train_input_fn(files, counts, global_batch_size, num_replicas,
     start_step_fn: function() -> the global step training resumes from.
     seed: the shuffle's seed.
     pad_to: pad every pair to this length (None: to the batch's longest).
+    kind: the records' kind (TRIPLE, or a student's TEACHER_TRIPLE).
 
   Returns:
     input_fn(params, input_context=None) -> [B, 2, L] features.
@@ -253,7 +266,7 @@ def train_input_fn(files, counts, global_batch_size, num_replicas,
     if share.by_record:
       dataset = dataset.shard(share.num_pipelines, share.pipeline_id)
     dataset = dataset.map(input_pipeline.graph_function(
-        lambda record: decode(record, rerank_records.TRIPLE)),
+        lambda record: decode(record, kind)),
                           num_parallel_calls=tf.data.AUTOTUNE)
     return input_pipeline.with_fixed_tuning(padded_batches(
         dataset, per_replica, True, pad_to).prefetch(tf.data.AUTOTUNE))
@@ -283,9 +296,10 @@ def chunk_counts(files, total):
           for i, path in enumerate(files)}
 
 
-def count_triples(path, needed):
+def count_triples(path, needed=None):
   """Reads and checks the first `needed` triples of `path` (all of them
-  when it holds fewer), before anything is written; returns how many.
+  when it holds fewer, or `needed` is None), before anything is written;
+  returns how many.
 
   Raises:
     UserError: a bad line (msmarco.read_triples), or no triple at all.
@@ -334,6 +348,8 @@ def read_inputs(opts):
 
   Returns:
     {"triples": the number of records (triples) trained on,
+     "train_triples": their file, "predict_triples": the number of triples
+     of --predict_triples,
      "candidates": msmarco.Candidates with their texts, "qrels": {...},
      "held_out": (qrels, Candidates) evaluated during training}, each where
     the options ask for it.
@@ -342,6 +358,9 @@ def read_inputs(opts):
   if opts.do_train:
     inputs["triples"] = count_triples(
         opts.train_triples, opts.num_train_steps * opts.run.train_batch_size)
+    inputs["train_triples"] = opts.train_triples
+  if opts.predict_triples:
+    inputs["predict_triples"] = count_triples(opts.predict_triples)
   if opts.candidates:
     inputs["candidates"] = msmarco.with_texts(
         msmarco.read_candidates(opts.candidates, opts.num_eval_docs),
@@ -368,12 +387,23 @@ def pair_items(candidates, qrels=None):
       index += 1
 
 
-def write_inputs(opts, inputs, tokenizer):
-  """Writes the records of the triples, the candidates and the held-out
-  queries (records.write_split) into --output_dir.
+def triples_of(path, count, teacher=None):
+  """The first `count` msmarco.Triples of `path`; with `teacher` (each
+  triple's teacher scores [2], in file order), (Triple, scores) pairs."""
+  triples = itertools.islice(msmarco.read_triples(path), count)
+  if teacher is None:
+    return triples
+  return zip(triples, ([float(x) for x in scores] for scores in teacher))
+
+
+def write_inputs(opts, inputs, tokenizer, distill=None):
+  """Writes the records of the triples (a student's with their teacher's
+  scores, `distill`), the candidates, the held-out queries and the triples
+  scored (records.write_split) into --output_dir.
 
   Returns:
-    {split: [record file]} of "train", "rerank", "heldout".
+    {split: [record file]} of "train", "rerank", "heldout", "test" (the
+    triples of --predict_triples).
   """
   settings = rerank_records.EncodingSettings(
       tokenizer.vocab, tokenizer.basic_tokenizer.do_lower_case,
@@ -386,11 +416,22 @@ def write_inputs(opts, inputs, tokenizer):
     count = inputs["triples"]
     identity = {"triples": os.path.abspath(opts.train_triples),
                 "bytes": os.path.getsize(opts.train_triples), "count": count}
+    kind = rerank_records.TRIPLE
+    if distill is not None:
+      kind = rerank_records.TEACHER_TRIPLE
+      identity["teacher_outputs"] = [
+          os.path.abspath(opts.teacher_outputs),
+          os.path.getsize(opts.teacher_outputs)]
     files["train"], _ = write(
-        "train", rerank_records.TRIPLE,
-        itertools.islice(msmarco.read_triples(opts.train_triples), count),
+        "train", kind, triples_of(opts.train_triples, count,
+                                  distill and distill.teacher),
         expected=count, identity=identity)
-  if opts.do_eval or opts.do_predict:
+  if "predict_triples" in inputs:
+    count = inputs["predict_triples"]
+    files["test"], _ = write(
+        "predict", rerank_records.TRIPLE,
+        triples_of(opts.predict_triples, count), expected=count)
+  if "candidates" in inputs and (opts.do_eval or opts.do_predict):
     candidates = inputs["candidates"]
     files["rerank"], _ = write(
         "rerank", rerank_records.PAIR,
@@ -467,16 +508,15 @@ class RerankFineTuning(driver.FineTuningTask):
     return read_inputs(opts)
 
   def runner_task(self, bert_config, inputs, distill):
-    del distill  # re-ranking takes no --teacher_outputs (yet)
     held_out = inputs.get("held_out")
-    return rerank_task(bert_config, held_out and HeldOut(*held_out))
+    return rerank_task(bert_config, held_out and HeldOut(*held_out), distill)
 
   def training_set(self, opts, inputs, tokenizer):
     return driver.TrainingSet(inputs["triples"], "triples")
 
   def write_records(self, opts, inputs, tokenizer, is_chief, training,
                     distill):
-    files = write_inputs(opts, inputs, tokenizer)
+    files = write_inputs(opts, inputs, tokenizer, distill)
     if training is None:
       return driver.Records(files)
     needed = opts.num_train_steps * opts.run.train_batch_size
@@ -501,9 +541,11 @@ class RerankFineTuning(driver.FineTuningTask):
             files, chunk_counts(files, inputs["triples"]), global_batch_size,
             num_replicas, functools.partial(input_pipeline.checkpoint_step,
                                             opts.run.output_dir),
-            opts.run.tf_random_seed or DEFAULT_SHUFFLE_SEED, pad_to)
+            opts.run.tf_random_seed or DEFAULT_SHUFFLE_SEED, pad_to,
+            rerank_records.TEACHER_TRIPLE if distill
+            else rerank_records.TRIPLE)
       kind = (rerank_records.TRIPLE
-              if os.path.basename(files[0]).startswith("train-")
+              if os.path.basename(files[0]).startswith(("train-", "predict-"))
               else rerank_records.PAIR)
       return ordered_input_fn(files, kind, global_batch_size, pad_to)
     return make_input_fn
@@ -516,7 +558,26 @@ class RerankFineTuning(driver.FineTuningTask):
         during_training=True, every_n_steps=opts.eval_every_n_steps,
         target=opts.target_mrr_at_10, target_metric="mrr_at_10")
 
+  def example_rows(self, inputs, split):
+    """A teacher's row of each triple trained on: its line, its two
+    pairs' logits."""
+    del split  # the teacher's outputs are of the training triples
+    return [(triple.line, (2,)) for triple in triples_of(
+        inputs["train_triples"], inputs["triples"])]
+
+  def predicted_rows(self, inputs, records, predictions):
+    return [{"id": int(p["line"]), "logits": p["scores"]}
+            for p in predictions]
+
   def prediction(self, opts, inputs, records, model):
+    if "test" in records.files:
+      return runner.PredictStage(
+          files=records.files["test"], batch_size=opts.predict_batch_size,
+          message="***** Scoring the triples of %s: %d, two pairs each, "
+          "batch %d *****" % (opts.predict_triples,
+                              inputs["predict_triples"],
+                              opts.predict_batch_size),
+          on_every_replica=True)
     if "rerank" not in records.files:
       return runner.PredictStage()
     candidates = inputs["candidates"]
