@@ -89,6 +89,17 @@ def pair_logits(bert_config, is_training, features):
       *(features[name] for name in SEQUENCE_FEATURES), head=heads.RERANKER)
 
 
+
+def serving_outputs(bert_config, input_ids, input_mask, segment_ids,
+                    num_labels):
+  """export_checkpoint's SavedModel outputs (heads.RERANKER.serving): from
+  one pair per row [B, S], scores [B] (the logit)."""
+  del num_labels  # one relevance logit
+  pairs = [t[:, None] for t in (input_ids, input_mask, segment_ids)]
+  return {"scores": multiple_choice.create_model(
+      bert_config, False, *pairs, head=heads.RERANKER)[:, 0]}
+
+
 def pointwise_loss(logits, labels):
   """The mean sigmoid cross-entropy of each pair's logit with its label."""
   return tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(
@@ -183,7 +194,7 @@ def rerank_model_spec(bert_config, held_out=None):
 
   return model_spec.ModelSpec(
       variable_shapes=lambda: checkpoint_formats.variable_shapes(
-          bert_config, checkpoint_formats.RERANKER),
+          bert_config, heads.RERANKER),
       train_loss_fns=model_spec.mean_loss_shares(mean_loss),
       eval_outputs=eval_outputs, predictions=predictions)
 
