@@ -98,8 +98,8 @@ class Head:
       have one: modeling.BertModel builds it).
     hf_reads_back: a Hugging Face model of its class is read as this head
       (False where another head shares the class and is read instead).
-    hf_config: function(labels) -> the config.json fields Hugging Face's
-      class needs beyond the shared ones and the labels' id2label.
+    hf_config_fields: function(labels) -> the config.json fields Hugging
+      Face's class needs beyond the shared ones and the labels' id2label.
     input_rank: the rank of the SavedModel's int32 inputs: 2 for [B, S],
       3 for [B, C, S] (one sequence per choice).
     serving: "module:function" building its SavedModel outputs,
@@ -115,7 +115,7 @@ class Head:
   program: Optional[str] = None
   hf_pooler: bool = True
   hf_reads_back: bool = True
-  hf_config: Optional[Callable] = None
+  hf_config_fields: Optional[Callable] = None
   input_rank: int = 2
   serving: Optional[str] = None
 
@@ -138,7 +138,8 @@ MASKED_LM = Head("masked_lm", _MASKED_LM_WEIGHTS, "BertForMaskedLM",
 CLASSIFIER = Head(
     "classifier", output_layer("", "classifier"),
     "BertForSequenceClassification", labelled=True,
-    program="run_classifier.py", hf_config=_sequence_classification_config,
+    program="run_classifier.py",
+    hf_config_fields=_sequence_classification_config,
     serving="bertkit.tasks.classification.task:serving_outputs")
 # [2, H]: row 0 gives the start logits, row 1 the end logits, as in
 # qa_outputs (a Linear(H, 2)) split into start and end.
@@ -165,7 +166,7 @@ MULTIPLE_CHOICE = Head(
 RERANKER = Head(
     "reranker", output_layer("cls/reranker/", "classifier"),
     "BertForSequenceClassification", outputs=1, program="run_rerank.py",
-    hf_reads_back=False, hf_config=_one_logit_config,
+    hf_reads_back=False, hf_config_fields=_one_logit_config,
     serving="bertkit.tasks.reranking.task:serving_outputs")
 # No head: the encoder and its pooler (a Hugging Face BertModel, e.g. a
 # sentence-transformers model).

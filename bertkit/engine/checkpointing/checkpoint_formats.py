@@ -161,8 +161,8 @@ def detect_head(checkpoint_shapes):
     raise UserError(
         "the checkpoint has no head of this toolkit (%s) and no BERT "
         "encoder; it is not a model of this toolkit" % ", ".join(
-            "%s: %s" % (head.name, head.variables[0])
-            for head in heads.HEADS if head.weights))
+            "%s: %s" % (known.name, known.variables[0])
+            for known in heads.HEADS if known.weights))
   num_labels = None
   if head.labelled:
     num_labels = int(checkpoint_shapes[head.variables[0]][0])
@@ -262,8 +262,8 @@ def hf_config(bert_config, head, labels=None):
   if head.labelled:
     config["id2label"] = {str(i): label for i, label in enumerate(labels)}
     config["label2id"] = {label: i for i, label in enumerate(labels)}
-  if head.hf_config:
-    config.update(head.hf_config(labels))
+  if head.hf_config_fields:
+    config.update(head.hf_config_fields(labels))
   return config
 
 
