@@ -50,7 +50,6 @@ from absl import logging
 
 from bertkit.common import atomic_io
 from bertkit.common import file_patterns
-from bertkit.common import heads
 from bertkit.common import option_fields
 from bertkit.common import options
 from bertkit.common import programs
@@ -116,16 +115,16 @@ def parse_formats(values, name="--format"):
 
 
 def class_labels(labels, head, num_labels):
-  """The class names of a classifier (None for a pretraining model).
+  """The class names of a labelled head (None for any other).
 
   Raises:
-    UserError: --labels given for a pretraining model, or of the wrong count.
+    UserError: --labels given for a head without labels, or of the wrong
+      count.
   """
-  from bertkit.engine.checkpointing import checkpoint_formats
-  if head not in checkpoint_formats.LABELLED_HEADS:
+  if not head.labelled:
     if labels:
       raise UserError("--labels is for classifier checkpoints; this one has "
-                      "the %s head" % head)
+                      "the %s head" % head.name)
     return None
   if not labels:
     return ["LABEL_%d" % i for i in range(num_labels)]
@@ -247,44 +246,20 @@ def write_huggingface(directory, weights, table, bert_config, head, labels,
 
 
 def write_saved_model(directory, weights, bert_config, head, num_labels):
-  """saved_model/: the serving_default signature over modeling.BertModel."""
+  """saved_model/: the serving_default signature over modeling.BertModel,
+  with the outputs head.serving builds (the encoder's without one)."""
+  import importlib
   import tensorflow.compat.v1 as tf
-  from bertkit.engine.checkpointing import checkpoint_formats
-  from bertkit.tasks.classification import task as classifier
-  from bertkit.tasks.swag import task as multiple_choice
-  from bertkit.tasks.squad import model as squad_model
-  from bertkit.tasks.ner import task as token_classification
   import modeling
   with tf.Graph().as_default(), tf.Session() as sess:
-    # Multiple choice: [B, C, S], one sequence per choice.
-    rank = 3 if head == checkpoint_formats.MULTIPLE_CHOICE else 2
-    inputs = {name: tf.placeholder(tf.int32, [None] * rank, name=name)
+    inputs = {name: tf.placeholder(tf.int32, [None] * head.input_rank,
+                                   name=name)
               for name in ("input_ids", "input_mask", "segment_ids")}
-    if head == checkpoint_formats.CLASSIFIER:
-      _, _, _, probabilities = classifier.create_model(
-          bert_config, False, inputs["input_ids"], inputs["input_mask"],
-          inputs["segment_ids"], tf.zeros_like(inputs["input_ids"][:, 0]),
-          num_labels)
-      # One output is a regression head (STS-B): its score.
-      outputs = ({"predictions": probabilities} if num_labels == 1 else
-                 {"probabilities": probabilities})
-    elif head == checkpoint_formats.TOKEN_CLASSIFICATION:
-      outputs = {"logits": token_classification.create_model(
-          bert_config, False, inputs["input_ids"], inputs["input_mask"],
-          inputs["segment_ids"], num_labels)}
-    elif head == checkpoint_formats.MULTIPLE_CHOICE:
-      outputs = {"logits": multiple_choice.create_model(
-          bert_config, False, inputs["input_ids"], inputs["input_mask"],
-          inputs["segment_ids"])}
-    elif head == checkpoint_formats.RERANKER:
-      pairs = [inputs[name][:, None] for name in inputs]  # [B, 1, S]
-      outputs = {"scores": multiple_choice.create_model(
-          bert_config, False, *pairs, head=heads.RERANKER)[:, 0]}
-    elif head == checkpoint_formats.SQUAD:
-      start_logits, end_logits = squad_model.create_model(
-          bert_config, False, inputs["input_ids"], inputs["input_mask"],
-          inputs["segment_ids"])
-      outputs = {"start_logits": start_logits, "end_logits": end_logits}
+    if head.serving:
+      module, function = head.serving.split(":")
+      outputs = getattr(importlib.import_module(module), function)(
+          bert_config, inputs["input_ids"], inputs["input_mask"],
+          inputs["segment_ids"], num_labels)
     else:
       model = modeling.BertModel(
           config=bert_config, is_training=False,
@@ -324,7 +299,8 @@ def export(checkpoint, bert_config_file, vocab_file, do_lower_case,
     overwrite: replace a non-empty output_dir.
 
   Returns:
-    (checkpoint prefix or Hugging Face directory, head): what was exported.
+    (checkpoint prefix or Hugging Face directory, heads.Head): what was
+    exported.
 
   Raises:
     UserError: any input does not fit; nothing is written then.
@@ -350,7 +326,7 @@ def export(checkpoint, bert_config_file, vocab_file, do_lower_case,
     prefix = checkpoint_formats.converted_hf_checkpoint(hf_dir)
   shapes = dict(tf.train.list_variables(prefix))
   head, num_labels = checkpoint_formats.detect_head(shapes)
-  if not labels and head in checkpoint_formats.LABELLED_HEADS:
+  if not labels and head.labelled:
     labels = (checkpoint_formats.hf_labels(hf_dir) if hf_dir else
               driver.read_labels(os.path.dirname(prefix)))
   labels = class_labels(labels, head, num_labels)
@@ -358,7 +334,7 @@ def export(checkpoint, bert_config_file, vocab_file, do_lower_case,
   weights = checkpoint_formats.model_weights(prefix, table)
   source = hf_dir or prefix
   logging.info("Exporting %s (%s head, %d weights) to %s: %s", source,
-               head, len(weights), output_dir, ", ".join(formats))
+               head.name, len(weights), output_dir, ", ".join(formats))
 
   building = _building_dir(output_dir)
   try:
@@ -372,8 +348,7 @@ def export(checkpoint, bert_config_file, vocab_file, do_lower_case,
       write_huggingface(os.path.join(building, "huggingface"), weights, table,
                         bert_config, head, labels, vocab_file,
                         model.do_lower_case)
-      logging.info("Wrote huggingface/ (%s)",
-                   checkpoint_formats.HF_ARCHITECTURES[head])
+      logging.info("Wrote huggingface/ (%s)", head.hf_architecture)
     if "saved_model" in formats:
       write_saved_model(os.path.join(building, "saved_model"), weights,
                         bert_config, head, num_labels)
@@ -421,7 +396,7 @@ def run(opts):
   prefix, head = export(opts.checkpoint, opts.bert_config_file,
                         opts.vocab_file, opts.do_lower_case, opts.output_dir,
                         formats, opts.labels, opts.overwrite)
-  print("Exported %s (%s) to %s:" % (prefix, head, opts.output_dir))
+  print("Exported %s (%s) to %s:" % (prefix, head.name, opts.output_dir))
   for name in formats:
     print("  %s" % os.path.join(opts.output_dir, name))
 

@@ -15,6 +15,7 @@ import tensorflow.compat.v1 as tf
 from conftest import (REPO_ROOT, TINY_CONFIG, expect_user_error,
                       load_checkpoint, pretrain_args, pretrain_in_process,
                       program_in_process, read_json, run_ok, run_program)
+from bertkit.common import heads
 from bertkit.common.errors import UserError
 from bertkit.engine.checkpointing import checkpoint_formats
 import modeling
@@ -283,7 +284,7 @@ def test_pretraining_into_another_programs_run_is_refused(workdir,
       name: rng.standard_normal(shape).astype(np.float32)
       for name, _, shape, _ in checkpoint_formats.weight_table(
           modeling.BertConfig.from_dict(TINY_CONFIG),
-          checkpoint_formats.CLASSIFIER, 2)})
+          heads.CLASSIFIER, 2)})
   tf.train.update_checkpoint_state(str(out), str(out / "model.ckpt-3"))
   before = sorted(os.listdir(out))
   with pytest.raises(UserError) as e:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from bertkit.common import console
+from bertkit.common import heads
 from bertkit.engine.checkpointing import checkpoint_formats
 import modeling
 from conftest import (REPO_ROOT, RUN_AND_REPORT_TENSORFLOW, TINY_CONFIG,
@@ -105,7 +106,7 @@ def write_hf_dir(directory, config_dict):
   from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
   config = modeling.BertConfig.from_dict(config_dict)
   table = checkpoint_formats.weight_table(config,
-                                          checkpoint_formats.PRETRAINING)
+                                          heads.PRETRAINING)
   rng = np.random.RandomState(0)
   weights = {name: rng.standard_normal(shape).astype(np.float32)
              for name, _, shape, _ in table}
@@ -114,7 +115,7 @@ def write_hf_dir(directory, config_dict):
             os.path.join(directory, "model.safetensors"))
   with open(os.path.join(directory, "config.json"), "w") as f:
     json.dump(checkpoint_formats.hf_config(config,
-                                           checkpoint_formats.PRETRAINING), f)
+                                           heads.PRETRAINING), f)
 
 
 def test_a_hugging_face_init_checkpoint_of_another_size_is_named_as_given(

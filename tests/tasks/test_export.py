@@ -20,6 +20,7 @@ import torch
 import transformers
 
 from bertkit.common import errors
+from bertkit.common import heads
 from bertkit.data import creation_options
 from bertkit.engine.checkpointing import checkpoint_formats
 from bertkit.engine.checkpointing import run_directory
@@ -177,15 +178,16 @@ def hf_pretraining_outputs(model, batch):
               "token_type_ids": torch.tensor(batch["segment_ids"],
                                              dtype=torch.long)}
     encoded = model.bert(**inputs)
-    heads = model(**inputs)
+    pretraining_outputs = model(**inputs)
   positions = torch.tensor(batch["masked_lm_positions"], dtype=torch.long)
   logits = torch.gather(
-      heads.prediction_logits, 1,
-      positions[:, :, None].expand(-1, -1, heads.prediction_logits.shape[-1]))
+      pretraining_outputs.prediction_logits, 1,
+      positions[:, :, None].expand(
+          -1, -1, pretraining_outputs.prediction_logits.shape[-1]))
   return {"sequence": encoded.last_hidden_state.numpy(),
           "pooled": encoded.pooler_output.numpy(),
           "mlm_logits": logits.reshape(-1, logits.shape[-1]).numpy(),
-          "nsp_logits": heads.seq_relationship_logits.numpy()}
+          "nsp_logits": pretraining_outputs.seq_relationship_logits.numpy()}
 
 
 def assert_outputs_close(actual, expected):
@@ -199,12 +201,11 @@ def assert_outputs_close(actual, expected):
 # ------------------------------------------------------------ name mapping
 
 
-@pytest.mark.parametrize("head", [checkpoint_formats.PRETRAINING,
-                                  checkpoint_formats.CLASSIFIER])
+@pytest.mark.parametrize("head", [heads.PRETRAINING, heads.CLASSIFIER])
 def test_weight_table_lists_exactly_the_variables_the_programs_build(head):
   config = modeling.BertConfig.from_dict(TINY_CONFIG)
   with tf.Graph().as_default():
-    if head == checkpoint_formats.PRETRAINING:
+    if head == heads.PRETRAINING:
       pretraining.build_pretraining_variables(config)
     else:
       build_classifier_variables(config, 3)
@@ -225,8 +226,8 @@ def random_weights(table, seed=0):
 def test_hf_weights_read_back_under_our_names(tmp_path, layout):
   from safetensors.numpy import save_file
   config = modeling.BertConfig.from_dict(TINY_CONFIG)
-  head = (checkpoint_formats.PRETRAINING if layout == "BertForPreTraining"
-          else None)
+  head = (heads.PRETRAINING if layout == "BertForPreTraining"
+          else heads.ENCODER)
   table = checkpoint_formats.weight_table(config, head)
   weights = random_weights(table)
   state = checkpoint_formats.to_hf_state(weights, table)
@@ -239,7 +240,7 @@ def test_hf_weights_read_back_under_our_names(tmp_path, layout):
   state["bert.embeddings.position_ids"] = np.arange(64)[None]
   save_file(state, str(tmp_path / "model.safetensors"))
   (tmp_path / "config.json").write_text(json.dumps(
-      checkpoint_formats.hf_config(config, checkpoint_formats.PRETRAINING)))
+      checkpoint_formats.hf_config(config, heads.PRETRAINING)))
   prefix = str(tmp_path / "converted" / "bert_model.ckpt")
   checkpoint_formats.hf_dir_to_checkpoint(str(tmp_path), prefix)
   converted = read_checkpoint(prefix)
@@ -275,7 +276,7 @@ def test_google_export_holds_only_the_model_weights(work):
   exported = read_checkpoint(work / "export" / "google" / "bert_model.ckpt")
   trained = read_checkpoint(work / "pretrain")
   table = checkpoint_formats.weight_table(
-      bert_config(work), checkpoint_formats.PRETRAINING)
+      bert_config(work), heads.PRETRAINING)
   assert sorted(exported) == sorted(name for name, _, _, _ in table)
   # The training checkpoint had the loss scale, step and Adam/LAMB slots.
   assert {"current_loss_scale", "good_steps", "global_step"} <= set(trained)
@@ -422,7 +423,8 @@ def predicted_probabilities(out):
 @pytest.mark.slow
 def test_google_export_initialises_run_classifier(work, classifier):
   _, _, result = classifier
-  num_encoder = len(checkpoint_formats.weight_table(bert_config(work), None))
+  num_encoder = len(checkpoint_formats.weight_table(bert_config(work),
+                                                   heads.ENCODER))
   assert ("%d variable(s) loaded, 2 initialised fresh: output_weights, "
           "output_bias" % num_encoder) in result.stderr
 
@@ -459,7 +461,7 @@ def test_hf_directory_as_init_checkpoint_gives_back_the_weights(work):
   assert "variable(s) loaded, 0 initialised fresh" in result.stderr
   loaded, source = read_checkpoint(out), read_checkpoint(work / "pretrain")
   table = checkpoint_formats.weight_table(bert_config(work),
-                                          checkpoint_formats.PRETRAINING)
+                                          heads.PRETRAINING)
   for name, _, _, _ in table:
     np.testing.assert_array_equal(loaded[name], source[name], err_msg=name)
 
@@ -548,7 +550,7 @@ def run_dir(tmp_path):
   checkpoint_formats.write_checkpoint(str(run / "model.ckpt-1"), {
       name: rng.standard_normal(shape).astype(np.float32)
       for name, _, shape, _ in checkpoint_formats.weight_table(
-          config, checkpoint_formats.PRETRAINING)})
+          config, heads.PRETRAINING)})
   tf.train.update_checkpoint_state(str(run), str(run / "model.ckpt-1"))
   (run / "bert_config.json").write_text(config.to_json_string())
   (run / "vocab.txt").write_text("".join(
@@ -633,13 +635,13 @@ def test_an_export_may_go_inside_the_run_directory(run_dir):
 
 def test_classifier_labels_must_match_the_head():
   with pytest.raises(errors.UserError, match="names 2 distinct label"):
-    export_checkpoint.class_labels(["a", "b"], checkpoint_formats.CLASSIFIER,
+    export_checkpoint.class_labels(["a", "b"], heads.CLASSIFIER,
                                    3)
   with pytest.raises(errors.UserError, match="pretraining head"):
-    export_checkpoint.class_labels(["a", "b"], checkpoint_formats.PRETRAINING,
+    export_checkpoint.class_labels(["a", "b"], heads.PRETRAINING,
                                    None)
   assert export_checkpoint.class_labels(
-      None, checkpoint_formats.CLASSIFIER, 2) == ["LABEL_0", "LABEL_1"]
+      None, heads.CLASSIFIER, 2) == ["LABEL_0", "LABEL_1"]
 
 
 def broken_hf_dir(work, name):

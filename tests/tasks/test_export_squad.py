@@ -16,6 +16,7 @@ import tensorflow.compat.v1 as tf
 import torch
 import transformers
 
+from bertkit.common import heads
 from bertkit.engine.checkpointing import checkpoint_formats
 import export_checkpoint
 from bertkit.tasks.squad import model as squad_model
@@ -74,7 +75,7 @@ def test_weight_table_lists_exactly_the_squad_variables():
   with tf.Graph().as_default():
     squad_model.build_squad_variables(config)
     built = {v.op.name: v.shape.as_list() for v in tf.trainable_variables()}
-  table = checkpoint_formats.weight_table(config, checkpoint_formats.SQUAD)
+  table = checkpoint_formats.weight_table(config, heads.SQUAD)
   assert {name: shape for name, _, shape, _ in table} == built
   hf_names = [hf for _, hf, _, _ in table if hf is not None]
   assert len(set(hf_names)) == len(hf_names)
@@ -83,14 +84,14 @@ def test_weight_table_lists_exactly_the_squad_variables():
       "bert/pooler/dense/kernel", "bert/pooler/dense/bias"]
   assert ("cls/squad/output_weights", "qa_outputs.weight", [2, 64],
           False) in table
-  assert checkpoint_formats.detect_head(built) == (checkpoint_formats.SQUAD,
+  assert checkpoint_formats.detect_head(built) == (heads.SQUAD,
                                                    None)
 
 
 def test_labels_are_refused_for_a_squad_checkpoint():
   with pytest.raises(UserError, match="--labels is for classifier "
                      "checkpoints; this one has the squad head"):
-    export_checkpoint.class_labels(["a", "b"], checkpoint_formats.SQUAD, None)
+    export_checkpoint.class_labels(["a", "b"], heads.SQUAD, None)
 
 
 @pytest.mark.slow

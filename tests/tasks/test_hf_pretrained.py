@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
+from bertkit.common import heads
 from bertkit.common.errors import UserError
 from bertkit.engine.checkpointing import checkpoint_formats
 from bertkit.engine.checkpointing import checkpoints
@@ -227,7 +228,7 @@ def test_hf_activation_names(tmp_path, hf_name, ours):
   config = checkpoint_formats.hf_bert_config(str(tmp_path))
   assert config.hidden_act == ours
   # Written back under the name Hugging Face reads as the same function.
-  written = checkpoint_formats.hf_config(config, checkpoint_formats.ENCODER)
+  written = checkpoint_formats.hf_config(config, heads.ENCODER)
   assert written["hidden_act"] == {"gelu_exact": "gelu", "gelu": "gelu_new",
                                    "relu": "relu"}[ours]
 

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
+from bertkit.common import heads
 from bertkit.common.errors import UserError
 from bertkit.engine.checkpointing import checkpoint_formats
 from bertkit.tasks.ner import data as ner_data
@@ -198,9 +199,9 @@ def test_the_head_is_detected_and_mapped_as_bert_for_token_classification():
     token_classification.build_variables(config, len(LABELS))
     built = {v.op.name: v.shape.as_list() for v in tf.trainable_variables()}
   assert checkpoint_formats.detect_head(built) == (
-      checkpoint_formats.TOKEN_CLASSIFICATION, len(LABELS))
+      heads.TOKEN_CLASSIFICATION, len(LABELS))
   table = checkpoint_formats.weight_table(
-      config, checkpoint_formats.TOKEN_CLASSIFICATION, len(LABELS))
+      config, heads.TOKEN_CLASSIFICATION, len(LABELS))
   assert {name: shape for name, _, shape, _ in table} == built
   hf_names = {tf_name: hf_name for tf_name, hf_name, _, _ in table}
   assert hf_names[token_classification.OUTPUT_WEIGHTS] == "classifier.weight"
@@ -209,7 +210,7 @@ def test_the_head_is_detected_and_mapped_as_bert_for_token_classification():
   # The sentence classifier's names stay the sentence classifier's.
   assert checkpoint_formats.detect_head(
       {"bert/embeddings/word_embeddings": [2, 2], "output_weights": [3, 2]}
-  ) == (checkpoint_formats.CLASSIFIER, 3)
+  ) == (heads.CLASSIFIER, 3)
 
 
 # ------------------------------------------------------------ bad input
@@ -314,7 +315,7 @@ def test_tiny_run_exports_with_its_labels_and_reads_back(tiny_run, tmp_path):
   weights, _ = checkpoint_formats.read_hf_weights(str(hf_dir))
   assert checkpoint_formats.detect_head(
       {name: value.shape for name, value in weights.items()}) == (
-          checkpoint_formats.TOKEN_CLASSIFICATION, len(LABELS))
+          heads.TOKEN_CLASSIFICATION, len(LABELS))
 
 
 # ------------------------------------------------------------ slow
@@ -389,7 +390,7 @@ def test_export_to_bert_for_token_classification_gives_our_logits(
   weights, _ = checkpoint_formats.read_hf_weights(hf_dir)
   assert checkpoint_formats.detect_head(
       {name: value.shape for name, value in weights.items()}) == (
-          checkpoint_formats.TOKEN_CLASSIFICATION, len(LABELS))
+          heads.TOKEN_CLASSIFICATION, len(LABELS))
   inputs = records(out / "predict.tf_record")
   model.eval()
   with torch.no_grad():

@@ -18,6 +18,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from bertkit.common import errors
+from bertkit.common import heads
 from bertkit.data import corpus_input
 from bertkit.data import creation_options
 from bertkit.data import pretraining_instances
@@ -292,10 +293,10 @@ def test_loss_is_the_masked_lm_loss_alone(records, graph):
   # The pooler is built but nothing of it reaches the loss: no gradient.
   assert not [op for op in reachable_ops([loss]) if "pooler" in op.name]
   built = {v.op.name: v.shape.as_list() for v in tf.trainable_variables()}
-  table = checkpoint_formats.weight_table(config, checkpoint_formats.MASKED_LM)
+  table = checkpoint_formats.weight_table(config, heads.MASKED_LM)
   assert {name: shape for name, _, shape, _ in table} == built
   assert checkpoint_formats.detect_head(built) == (
-      checkpoint_formats.MASKED_LM, None)
+      heads.MASKED_LM, None)
   with tf.variable_scope(tf.get_variable_scope(), reuse=tf.AUTO_REUSE):
     eval_loss, metrics = pretraining.eval_outputs(
         config, features, next_sentence_prediction=False)
@@ -415,7 +416,7 @@ def test_program_trains_the_masked_lm_and_exports_a_bert_for_masked_lm(
   _, head = export_checkpoint.export(prefix, str(config_file), VOCAB, True,
                                      str(tmp_path / "export"),
                                      ["huggingface"])
-  assert head == checkpoint_formats.MASKED_LM
+  assert head == heads.MASKED_LM
   hf_dir = str(tmp_path / "export" / "huggingface")
   assert json.loads((tmp_path / "export" / "huggingface" / "config.json")
                     .read_text())["architectures"] == ["BertForMaskedLM"]

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
+from bertkit.common import heads
 from bertkit.common.errors import UserError
 from bertkit.data import pair_encoding
 from bertkit.engine.checkpointing import checkpoint_formats
@@ -822,12 +823,12 @@ def test_the_head_is_detected_and_mapped_as_one_label_classification():
                                        for name in rerank.SEQUENCE_FEATURES})
     built = {v.op.name: v.shape.as_list() for v in tf.trainable_variables()}
   assert checkpoint_formats.detect_head(built) == (
-      checkpoint_formats.RERANKER, None)
-  table = checkpoint_formats.weight_table(config, checkpoint_formats.RERANKER)
+      heads.RERANKER, None)
+  table = checkpoint_formats.weight_table(config, heads.RERANKER)
   assert {name: shape for name, _, shape, _ in table} == built
   hf_names = {tf_name: hf_name for tf_name, hf_name, _, _ in table}
   assert hf_names["cls/reranker/output_weights"] == "classifier.weight"
-  hf = checkpoint_formats.hf_config(config, checkpoint_formats.RERANKER)
+  hf = checkpoint_formats.hf_config(config, heads.RERANKER)
   assert hf["architectures"] == ["BertForSequenceClassification"]
   assert hf["id2label"] == {"0": "LABEL_0"}
 

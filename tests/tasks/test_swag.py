@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
+from bertkit.common import heads
 from bertkit.common.errors import UserError
 from bertkit.engine.checkpointing import checkpoint_formats
 from bertkit.tasks.swag import data as swag_data
@@ -132,9 +133,9 @@ def test_the_head_is_detected_and_mapped_as_bert_for_multiple_choice():
     multiple_choice.build_variables(config)
     built = {v.op.name: v.shape.as_list() for v in tf.trainable_variables()}
   assert checkpoint_formats.detect_head(built) == (
-      checkpoint_formats.MULTIPLE_CHOICE, None)
+      heads.MULTIPLE_CHOICE, None)
   table = checkpoint_formats.weight_table(config,
-                                          checkpoint_formats.MULTIPLE_CHOICE)
+                                          heads.MULTIPLE_CHOICE)
   assert {name: shape for name, _, shape, _ in table} == built
   hf_names = {tf_name: hf_name for tf_name, hf_name, _, _ in table}
   assert hf_names[multiple_choice.OUTPUT_WEIGHTS] == "classifier.weight"
@@ -288,7 +289,7 @@ def test_export_to_bert_for_multiple_choice_gives_our_logits(minilm_run):
       str(work / "export" / "huggingface"))
   assert checkpoint_formats.detect_head(
       {name: value.shape for name, value in weights.items()}) == (
-          checkpoint_formats.MULTIPLE_CHOICE, None)
+          heads.MULTIPLE_CHOICE, None)
   rows = [tf.train.Example.FromString(r).features.feature
           for r in tf.io.tf_record_iterator(str(out / "eval.tf_record"))]
   inputs = {name: np.array([row[name].int64_list.value for row in rows[:48]],

@@ -36,25 +36,9 @@ from bertkit.common import text_files
 from bertkit.common.errors import UserError
 import modeling
 
-# The heads (common/heads.py) by name, as this module's tables and
-# export_checkpoint.py speak of them.
-PRETRAINING = heads.PRETRAINING.name
-MASKED_LM = heads.MASKED_LM.name
-CLASSIFIER = heads.CLASSIFIER.name
-SQUAD = heads.SQUAD.name
-TOKEN_CLASSIFICATION = heads.TOKEN_CLASSIFICATION.name
-MULTIPLE_CHOICE = heads.MULTIPLE_CHOICE.name
-RERANKER = heads.RERANKER.name
-ENCODER = heads.ENCODER.name
-# The heads whose outputs are named classes (labels.txt, id2label).
-LABELLED_HEADS = tuple(head.name for head in heads.HEADS if head.labelled)
-# Hugging Face's class for each head.
-HF_ARCHITECTURES = {head.name: head.hf_architecture for head in heads.HEADS}
-# Hugging Face calls the layer of these heads "classifier", whichever it is.
-_HF_CLASSIFIER_LAYERS = (CLASSIFIER, TOKEN_CLASSIFICATION, MULTIPLE_CHOICE,
-                         RERANKER)
-# The heads with one output, whatever num_labels says.
-_ONE_OUTPUT_HEADS = (MULTIPLE_CHOICE, RERANKER)
+# Hugging Face's class of a model whose "classifier" layer no head of its
+# class claims (or of no class): its sentence classifier's.
+_HF_DEFAULT_CLASS = heads.CLASSIFIER.hf_architecture
 
 HF_CONFIG = "config.json"
 HF_WEIGHTS = "model.safetensors"
@@ -93,23 +77,16 @@ def weight_table(config, head, num_labels=None):
 
   Args:
     config: modeling.BertConfig.
-    head: PRETRAINING (masked LM + next sentence, `cls/...`), MASKED_LM (the
-      masked LM alone), CLASSIFIER (run_classifier's `output_weights` /
-      `output_bias`), SQUAD (run_squad's `cls/squad/output_weights` [2, H] /
-      `output_bias` [2]), TOKEN_CLASSIFICATION (run_ner's
-      `cls/token_classification/output_weights` [C, H] / `output_bias` [C]),
-      MULTIPLE_CHOICE (run_swag's `cls/multiple_choice/output_weights`
-      [1, H] / `output_bias` [1]), RERANKER (run_rerank's
-      `cls/reranker/output_weights` [1, H] / `output_bias` [1]), or ENCODER
-      (or None) for the encoder alone.
-    num_labels: C, for CLASSIFIER and TOKEN_CLASSIFICATION.
+    head: a heads.Head (heads.ENCODER for the encoder alone).
+    num_labels: C, for a head whose outputs are the checkpoint's
+      (head.outputs None: the classifier, token classification).
 
   Returns:
     A list of (tf_name, hf_name, tf_shape, transpose) in model order;
     `transpose` says the HF array is the transposed TF array. hf_name is
-    None for a weight the Hugging Face class does not have (the pooler of
-    BertForQuestionAnswering, BertForTokenClassification and
-    BertForMaskedLM).
+    None for a weight the Hugging Face class does not have (the pooler,
+    where head.hf_pooler is False: BertForQuestionAnswering,
+    BertForTokenClassification, BertForMaskedLM).
   """
   h, i = config.hidden_size, config.intermediate_size
   table = [
@@ -141,9 +118,7 @@ def weight_table(config, head, num_labels=None):
     table += _layer_norm(tf_layer + "/output/LayerNorm",
                          hf_layer + ".output.LayerNorm", h)
   pooler = _dense("bert/pooler/dense", "bert.pooler.dense", h, h)
-  if head in (SQUAD, MASKED_LM, TOKEN_CLASSIFICATION):
-    # Our models have the pooler (BertModel always builds it); Hugging
-    # Face's classes of these heads have none.
+  if not head.hf_pooler:
     pooler = [(tf_name, None, shape, transpose)
               for tf_name, _, shape, transpose in pooler]
   table += pooler
@@ -160,39 +135,11 @@ def variable_shapes(config, head, num_labels=None):
 
 def _head_weights(config, head, num_labels):
   """weight_table's rows of the head on top of the encoder."""
-  h = config.hidden_size
-  table = []
-  if head in (PRETRAINING, MASKED_LM):
-    table += _dense("cls/predictions/transform/dense",
-                    "cls.predictions.transform.dense", h, h)
-    table += _layer_norm("cls/predictions/transform/LayerNorm",
-                         "cls.predictions.transform.LayerNorm", h)
-    # The decoder's weight is the word embedding table (tied in both
-    # models); HF keeps the bias as cls.predictions.bias and ties
-    # cls.predictions.decoder.bias to it.
-    table.append(("cls/predictions/output_bias", "cls.predictions.bias",
-                  [config.vocab_size], False))
-  if head == PRETRAINING:
-    # Our [2, H] and [C, H] output weights are used as matmul(x, w^T):
-    # already torch's [out, in] layout.
-    weights, bias = heads.PRETRAINING.variables[:2]
-    table += [(weights, "cls.seq_relationship.weight", [2, h], False),
-              (bias, "cls.seq_relationship.bias", [2], False)]
-  elif head == SQUAD:
-    # [2, H]: row 0 gives the start logits, row 1 the end logits, as in
-    # qa_outputs (a Linear(H, 2)) split into start and end.
-    weights, bias = heads.SQUAD.variables
-    table += [(weights, "qa_outputs.weight", [2, h], False),
-              (bias, "qa_outputs.bias", [2], False)]
-  elif head in _HF_CLASSIFIER_LAYERS:
-    # BertForSequenceClassification's and BertForTokenClassification's
-    # classifier is a Linear(H, C), BertForMultipleChoice's and the
-    # re-ranker's a Linear(H, 1).
-    outputs = 1 if head in _ONE_OUTPUT_HEADS else num_labels
-    weights, bias = heads.BY_NAME[head].variables
-    table += [(weights, "classifier.weight", [outputs, h], False),
-              (bias, "classifier.bias", [outputs], False)]
-  return table
+  sizes = {heads.HIDDEN: config.hidden_size, heads.VOCAB: config.vocab_size,
+           heads.OUTPUTS: head.outputs or num_labels}
+  return [(weight.name, weight.hf_name,
+           [sizes.get(size, size) for size in weight.shape], weight.transpose)
+          for weight in head.weights]
 
 
 def detect_head(checkpoint_shapes):
@@ -202,28 +149,24 @@ def detect_head(checkpoint_shapes):
     checkpoint_shapes: {name: shape} of a checkpoint's variables.
 
   Returns:
-    (PRETRAINING, None), (MASKED_LM, None), (CLASSIFIER, C),
-    (SQUAD, None), (TOKEN_CLASSIFICATION, C), (MULTIPLE_CHOICE, None), or
-    (ENCODER, None) for BERT weights with no head.
+    (the heads.Head it holds (heads.ENCODER for BERT weights with no
+    head), C for a labelled head (the rows of its output weights), else
+    None).
 
   Raises:
     UserError: no head and no BERT encoder is there.
   """
   head = heads.detect(checkpoint_shapes)
   if head is None:
-    scope = lambda head: head.variables[0].rsplit("/", 1)[0] + "/..."
     raise UserError(
-        "the checkpoint has no pretraining head (%s or %s), run_classifier "
-        "head (%s), run_squad head (%s), run_ner or run_swag head (%s, %s); "
-        "it is not a model of this toolkit" % (
-            heads.PRETRAINING.variables[0], heads.MASKED_LM.variables[0],
-            heads.CLASSIFIER.variables[0], heads.SQUAD.variables[0],
-            scope(heads.TOKEN_CLASSIFICATION),
-            scope(heads.MULTIPLE_CHOICE)))
+        "the checkpoint has no head of this toolkit (%s) and no BERT "
+        "encoder; it is not a model of this toolkit" % ", ".join(
+            "%s: %s" % (known.name, known.variables[0])
+            for known in heads.HEADS if known.weights))
   num_labels = None
-  if head in (heads.CLASSIFIER, heads.TOKEN_CLASSIFICATION):
+  if head.labelled:
     num_labels = int(checkpoint_shapes[head.variables[0]][0])
-  return head.name, num_labels
+  return head, num_labels
 
 
 def model_weights(checkpoint, table):
@@ -292,10 +235,9 @@ def hf_config(bert_config, head, labels=None):
 
   Args:
     bert_config: modeling.BertConfig.
-    head: one of HF_ARCHITECTURES.
-    labels: the class names (CLASSIFIER, TOKEN_CLASSIFICATION), in output
-      order; one name: a regression head (STS-B), problem_type
-      "regression".
+    head: a heads.Head.
+    labels: the class names of a labelled head, in output order (one name:
+      a regression head, problem_type "regression" for the classifier).
 
   Returns:
     A JSON-serialisable dict.
@@ -308,7 +250,7 @@ def hf_config(bert_config, head, labels=None):
     raise UserError("hidden_act %r has no Hugging Face equivalent (known: %s)"
                     % (act, ", ".join(sorted(HF_ACTIVATIONS))))
   config = {"model_type": "bert",
-            "architectures": [HF_ARCHITECTURES[head]],
+            "architectures": [head.hf_architecture],
             "hidden_act": HF_ACTIVATIONS[act.lower()],
             "layer_norm_eps": 1e-12,
             "pad_token_id": 0,
@@ -317,18 +259,11 @@ def hf_config(bert_config, head, labels=None):
             "torch_dtype": "float32"}
   for field in _SHARED_CONFIG_FIELDS:
     config[field] = getattr(bert_config, field)
-  if head in LABELLED_HEADS:
+  if head.labelled:
     config["id2label"] = {str(i): label for i, label in enumerate(labels)}
     config["label2id"] = {label: i for i, label in enumerate(labels)}
-  if head == CLASSIFIER:
-    config["problem_type"] = ("regression" if len(labels) == 1
-                              else "single_label_classification")
-  if head == RERANKER:
-    # One output, the relevance logit: BertForSequenceClassification with
-    # num_labels=1, whose logit sentence-transformers' CrossEncoder turns
-    # into sigmoid(logit) in predict.
-    config["id2label"] = {"0": "LABEL_0"}
-    config["label2id"] = {"LABEL_0": 0}
+  if head.hf_config_fields:
+    config.update(head.hf_config_fields(labels))
   return config
 
 
@@ -442,19 +377,12 @@ def read_hf_weights(hf_dir):
         (hf_dir, HF_WEIGHTS, ", ".join(present) or "nothing"))
   num_labels = len(config.get("id2label") or {}) or 2
   shape_config = _Shapes(config)
-  # Hugging Face names every classifier's layer "classifier": the class the
-  # config names says whose it is (ours are scoped apart).
-  architecture = (config.get("architectures") or [None])[0]
-  # BertForSequenceClassification reads as run_classifier's head (the
-  # re-ranker's shares the class).
-  classifier = {HF_ARCHITECTURES[head]: head for head in _HF_CLASSIFIER_LAYERS
-                if head != RERANKER}.get(architecture, CLASSIFIER)
   by_hf_name = {}
-  for head in (PRETRAINING, classifier, SQUAD):
+  for head in _hf_readers((config.get("architectures") or [None])[0]):
     for tf_name, hf_name, _, transpose in weight_table(shape_config, head,
                                                        num_labels):
       if hf_name is not None:
-        by_hf_name[hf_name] = (tf_name, transpose)
+        by_hf_name.setdefault(hf_name, (tf_name, transpose))
   weights = collections.OrderedDict()
   try:
     with safe_open(path, framework="np") as f:
@@ -475,6 +403,17 @@ def read_hf_weights(hf_dir):
   if "bert/embeddings/word_embeddings" not in weights:
     raise UserError("%s holds no BERT weights (no word embeddings)" % path)
   return weights, config
+
+
+def _hf_readers(architecture):
+  """The heads a Hugging Face model of class `architecture` is read as, in
+  the order they claim a name several share (Hugging Face calls every
+  classifier's layer "classifier"; ours are scoped apart): those of its
+  class, then those of the sentence classifier's class, then the rest, each
+  in HEADS order; none that does not read back (head.hf_reads_back)."""
+  return sorted((head for head in heads.HEADS if head.hf_reads_back),
+                key=lambda head: (head.hf_architecture != architecture,
+                                  head.hf_architecture != _HF_DEFAULT_CLASS))
 
 
 class _Shapes(object):

@@ -103,6 +103,19 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids,
   return loss, per_example_loss, logits, probabilities
 
 
+
+def serving_outputs(bert_config, input_ids, input_mask, segment_ids,
+                    num_labels):
+  """export_checkpoint's SavedModel outputs (heads.CLASSIFIER.serving):
+  probabilities [B, C], or predictions [B] of a regression head (one output,
+  STS-B): its score."""
+  _, _, _, probabilities = create_model(
+      bert_config, False, input_ids, input_mask, segment_ids,
+      tf.zeros_like(input_ids[:, 0]), num_labels)
+  return ({"predictions": probabilities} if num_labels == 1 else
+          {"probabilities": probabilities})
+
+
 def build_classifier_variables(bert_config, num_labels):
   """Creates every trainable variable of the classifier (B=1, S=2)."""
   ids = tf.zeros([1, 2], tf.int32)
@@ -192,7 +205,7 @@ def classifier_model_spec(bert_config, num_labels, distill=None):
 
   return model_spec.ModelSpec(
       variable_shapes=lambda: checkpoint_formats.variable_shapes(
-          bert_config, checkpoint_formats.CLASSIFIER, num_labels),
+          bert_config, heads.CLASSIFIER, num_labels),
       train_loss_fns=train_loss_fns, eval_outputs=eval_outputs,
       predictions=predictions)
 

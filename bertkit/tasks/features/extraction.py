@@ -33,6 +33,7 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 from bertkit.common import atomic_io
+from bertkit.common import heads
 from bertkit.common import options
 from bertkit.common.errors import UserError
 from bertkit.data import pair_encoding
@@ -142,7 +143,7 @@ def extraction_model_spec(bert_config, output):
 
   return model_spec.ModelSpec(variable_shapes=functools.partial(
       checkpoint_formats.variable_shapes, bert_config,
-      checkpoint_formats.ENCODER),
+      heads.ENCODER),
                             train_loss_fns=None, eval_outputs=None,
                             predictions=predictions)
 

@@ -80,6 +80,15 @@ def create_model(bert_config, is_training, input_ids, input_mask,
   return tf.reshape(logits, [batch_size, seq_length, num_labels])
 
 
+
+def serving_outputs(bert_config, input_ids, input_mask, segment_ids,
+                    num_labels):
+  """export_checkpoint's SavedModel outputs (heads.TOKEN_CLASSIFICATION.
+  serving): logits [B, S, C]."""
+  return {"logits": create_model(bert_config, False, input_ids, input_mask,
+                                 segment_ids, num_labels)}
+
+
 def build_variables(bert_config, num_labels):
   """Creates every trainable variable of the model (B=1, S=2)."""
   ids = tf.zeros([1, 2], tf.int32)
@@ -143,7 +152,7 @@ def token_classification_model_spec(bert_config, num_labels, distill=None):
 
   return model_spec.ModelSpec(
       variable_shapes=lambda: checkpoint_formats.variable_shapes(
-          bert_config, checkpoint_formats.TOKEN_CLASSIFICATION, num_labels),
+          bert_config, heads.TOKEN_CLASSIFICATION, num_labels),
       train_loss_fns=train_loss_fns, eval_outputs=eval_outputs,
       predictions=predictions)
 

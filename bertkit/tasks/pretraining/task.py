@@ -18,6 +18,7 @@ import functools
 import tensorflow.compat.v1 as tf
 
 from bertkit import kernels
+from bertkit.common import heads
 from bertkit.common import options
 from bertkit.data import packing
 from bertkit.engine.checkpointing import checkpoint_formats
@@ -394,8 +395,8 @@ def pretraining_model_spec(bert_config, next_sentence_prediction=True,
   return model_spec.ModelSpec(
       variable_shapes=functools.partial(
           checkpoint_formats.variable_shapes, bert_config,
-          checkpoint_formats.PRETRAINING if next_sentence_prediction
-          else checkpoint_formats.MASKED_LM),
+          heads.PRETRAINING if next_sentence_prediction
+          else heads.MASKED_LM),
       train_loss_fns=functools.partial(
           micro_batch_loss_fns, bert_config,
           next_sentence_prediction=next_sentence_prediction,

@@ -103,6 +103,16 @@ def triple_losses(logits, features, distill=None):
                                          distill, margin=True)
 
 
+def serving_outputs(bert_config, input_ids, input_mask, segment_ids,
+                    num_labels):
+  """export_checkpoint's SavedModel outputs (heads.RERANKER.serving): from
+  one pair per row [B, S], scores [B] (the logit)."""
+  del num_labels  # one relevance logit
+  pairs = [t[:, None] for t in (input_ids, input_mask, segment_ids)]
+  return {"scores": multiple_choice.create_model(
+      bert_config, False, *pairs, head=heads.RERANKER)[:, 0]}
+
+
 class HeldOut:
   """The held-out queries' candidates, as the in-graph MRR@10 reads them.
 
@@ -194,7 +204,7 @@ def rerank_model_spec(bert_config, held_out=None, distill=None):
 
   return model_spec.ModelSpec(
       variable_shapes=lambda: checkpoint_formats.variable_shapes(
-          bert_config, checkpoint_formats.RERANKER),
+          bert_config, heads.RERANKER),
       train_loss_fns=model_spec.mean_loss_shares(mean_loss),
       eval_outputs=eval_outputs, predictions=predictions)
 

@@ -56,6 +56,17 @@ def create_model(bert_config, is_training, input_ids, input_mask,
   return start_logits, end_logits
 
 
+
+def serving_outputs(bert_config, input_ids, input_mask, segment_ids,
+                    num_labels):
+  """export_checkpoint's SavedModel outputs (heads.SQUAD.serving):
+  start_logits and end_logits [B, S]."""
+  del num_labels  # a start and an end logit
+  start_logits, end_logits = create_model(bert_config, False, input_ids,
+                                          input_mask, segment_ids)
+  return {"start_logits": start_logits, "end_logits": end_logits}
+
+
 def span_loss(start_logits, end_logits, start_positions, end_positions):
   """Upstream's loss: (mean start CE + mean end CE) / 2 over the batch.
 
@@ -135,7 +146,7 @@ def question_answering_model_spec(bert_config):
 
   return model_spec.ModelSpec(
       variable_shapes=lambda: checkpoint_formats.variable_shapes(
-          bert_config, checkpoint_formats.SQUAD),
+          bert_config, heads.SQUAD),
       train_loss_fns=model_spec.mean_loss_shares(
           lambda features: loss(features, True)),
       eval_outputs=eval_outputs, predictions=predictions)

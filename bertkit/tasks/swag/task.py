@@ -76,6 +76,16 @@ def create_model(bert_config, is_training, input_ids, input_mask,
   return tf.reshape(scores, [batch_size, num_choices])
 
 
+
+def serving_outputs(bert_config, input_ids, input_mask, segment_ids,
+                    num_labels):
+  """export_checkpoint's SavedModel outputs (heads.MULTIPLE_CHOICE.serving):
+  from inputs [B, C, S], logits [B, C]."""
+  del num_labels  # one output per choice
+  return {"logits": create_model(bert_config, False, input_ids, input_mask,
+                                 segment_ids)}
+
+
 def build_variables(bert_config):
   """Creates every trainable variable of the model (B=1, C=2, S=2)."""
   ids = tf.zeros([1, 2, 2], tf.int32)
@@ -114,7 +124,7 @@ def multiple_choice_model_spec(bert_config, distill=None):
 
   return model_spec.ModelSpec(
       variable_shapes=lambda: checkpoint_formats.variable_shapes(
-          bert_config, checkpoint_formats.MULTIPLE_CHOICE),
+          bert_config, heads.MULTIPLE_CHOICE),
       train_loss_fns=model_spec.mean_loss_shares(
           lambda features: mean_loss(features, True)),
       eval_outputs=eval_outputs, predictions=predictions)
