@@ -22,6 +22,7 @@ from bertkit.tasks.classification import task as classification
 from bertkit.tasks.features import extraction
 from bertkit.tasks.ner import task as ner
 from bertkit.tasks.pretraining import task as pretraining
+from bertkit.tasks.reranking import input_fns as rerank_input
 from bertkit.tasks.reranking import task as rerank
 from bertkit.tasks.squad import model as squad_model
 from bertkit.tasks.swag import task as swag
@@ -207,7 +208,7 @@ TASK_MODELS = {
     "swag": (swag.multiple_choice_model_spec, swag.build_variables),
     "rerank": (rerank.rerank_model_spec, lambda c: rerank.pair_logits(
         c, False, {name: tf.zeros([1, 2, 2], tf.int32)
-                   for name in rerank.SEQUENCE_FEATURES})),
+                   for name in rerank_input.SEQUENCE_FEATURES})),
     "extract_features": (lambda c: extraction.extraction_model_spec(
         c, extraction.Output((-1,))), extraction_model),
 }

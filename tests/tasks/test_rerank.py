@@ -31,6 +31,7 @@ from bertkit.tasks.reranking import bm25
 from bertkit.tasks.reranking import metrics
 from bertkit.tasks.reranking import msmarco
 from bertkit.tasks.reranking import records as rerank_records
+from bertkit.tasks.reranking import input_fns as rerank_input
 from bertkit.tasks.reranking import task as rerank
 import modeling
 import run_bm25
@@ -93,7 +94,7 @@ def test_the_budget_holds_on_the_decoded_features(tmp_path):
       str(tmp_path), "rerank", rerank_records.PAIR, items, settings(seq=128),
       num_workers=1, expected=2)
   assert count == 2
-  features = read_batches(rerank.ordered_input_fn(
+  features = read_batches(rerank_input.ordered_input_fn(
       files, rerank_records.PAIR, 2))[0]
   # Written longest first; the batch is padded to its longest pair.
   assert features["input_ids"].shape == (2, 1, 128)
@@ -459,15 +460,15 @@ def read_batches(input_fn, count=None):
 
 
 def test_a_resumed_run_reads_on_from_the_right_triple(tmp_path, monkeypatch):
-  monkeypatch.setattr(rerank, "SHUFFLE_WINDOW", 32)
+  monkeypatch.setattr(rerank_input, "SHUFFLE_WINDOW", 32)
   triples = list(msmarco.read_triples(sample("triples.train.small.tsv")))
   files, count = rerank_records.write_split(
       str(tmp_path), "train", rerank_records.TRIPLE, iter(triples[:150]),
       settings(seq=32, query=8), 1, 150)
-  counts = rerank.chunk_counts(files, count)
+  counts = rerank_input.chunk_counts(files, count)
 
   def lines(start_step, steps):
-    batches = read_batches(rerank.train_input_fn(
+    batches = read_batches(rerank_input.train_input_fn(
         files, counts, 8, 1, lambda: start_step, seed=5), steps)
     return [int(x) for b in batches for x in b["line"]]
 
@@ -820,7 +821,7 @@ def test_the_head_is_detected_and_mapped_as_one_label_classification():
   config = modeling.BertConfig.from_dict(TINY_CONFIG)
   with tf.Graph().as_default():
     rerank.pair_logits(config, False, {name: tf.zeros([1, 2, 2], tf.int32)
-                                       for name in rerank.SEQUENCE_FEATURES})
+                                       for name in rerank_input.SEQUENCE_FEATURES})
     built = {v.op.name: v.shape.as_list() for v in tf.trainable_variables()}
   assert checkpoint_formats.detect_head(built) == (
       heads.RERANKER, None)
