@@ -2,9 +2,10 @@
 
 Programs at the root, the library in the bertkit package by concern, imports
 pointing down, no program imported by another module, the data and common
-layers free of TensorFlow at import time, and module-level state only where a
-module's docstring declares it. Read from the source with `ast`, so a new
-module or import is checked the day it lands.
+layers free of TensorFlow at import time, module-level state only where a
+module's docstring declares it, and no test module imported by another.
+Read from the source with `ast`, so a new module or import is checked the day
+it lands.
 """
 import ast
 import collections
@@ -255,6 +256,55 @@ def test_the_cycle_rule_finds_a_planted_cycle(tmp_path, files, cycle):
   one_way = {name: path for name, path in modules.items()
              if name != sorted(modules)[-1]}
   assert _import_cycles(one_way) == []
+
+
+def _test_module_imports(tests_dir):
+  """One line per module under `tests_dir` and test module it imports, at
+  any depth (an import inside a function counts)."""
+  paths = sorted(os.path.join(folder, name)
+                 for folder, _, files in os.walk(tests_dir)
+                 for name in files if name.endswith(".py"))
+  test_modules = {os.path.basename(path)[:-3] for path in paths
+                  if os.path.basename(path).startswith("test_")}
+  return sorted({"%s imports %s" % (os.path.relpath(path, tests_dir),
+                                     name.split(".")[0])
+                 for path in paths for name in _imports(path)
+                 if name.split(".")[0] in test_modules})
+
+
+def test_no_test_module_imports_another():
+  """What tests share lives in tests/conftest.py or tests/helpers/, so no
+  module under tests/ imports a test module, and pytest.ini's pythonpath
+  needs tests/ only."""
+  tests_dir = os.path.join(REPO_ROOT, "tests")
+  assert "helpers.processes.start" in _imports(
+      os.path.join(tests_dir, "engine", "test_preemption.py"))
+  assert _test_module_imports(tests_dir) == []
+
+
+@pytest.mark.parametrize("files,found", [
+    # At the top, as test modules once imported each other's helpers.
+    ({"a/test_a.py": "from test_b import SAMPLE\n",
+      "b/test_b.py": "SAMPLE = 1\n"},
+     ["a/test_a.py imports test_b"]),
+    # Hidden inside a function.
+    ({"a/test_a.py": "def f():\n  import test_b\n", "b/test_b.py": ""},
+     ["a/test_a.py imports test_b"]),
+    # A helper module importing a test module.
+    ({"helpers/h.py": "from test_b import SAMPLE\n",
+      "b/test_b.py": "SAMPLE = 1\n"},
+     ["helpers/h.py imports test_b"]),
+])
+def test_the_test_import_rule_finds_a_planted_import(tmp_path, files, found):
+  for relative, source in files.items():
+    path = tmp_path / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(source)
+  assert _test_module_imports(str(tmp_path)) == found
+  # The same import from a helpers module: nothing found.
+  for relative, source in files.items():
+    (tmp_path / relative).write_text(source.replace("test_b", "helpers.b"))
+  assert _test_module_imports(str(tmp_path)) == []
 
 
 def test_every_package_module_imports_and_common_and_data_load_no_tensorflow():

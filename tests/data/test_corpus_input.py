@@ -9,16 +9,12 @@ file:// URLs, and through create_pretraining_data.py, whose records then
 equal the text file's byte for byte. Bad input is one error line.
 """
 
-import gzip
-import json
 import os
 
-import blingfire
 import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import zstandard
 
 import create_pretraining_data as cpd
 from bertkit.common import errors
@@ -27,47 +23,10 @@ from bertkit.data import corpus_input
 from bertkit.data import creation_options
 from bertkit.data import shard_plan
 from conftest import run_program
-from test_create_pretraining_data_sharded import CPD_VOCAB
-from test_create_pretraining_data_sharded import SAMPLE_CORPUS
-from test_create_pretraining_data_sharded import assert_one_error_line
-from test_create_pretraining_data_sharded import directory_bytes
-from test_create_pretraining_data_sharded import read_bytes
-
-
-def sample_paragraphs():
-  """sample_data's documents, each as one paragraph (sentences joined)."""
-  with open(SAMPLE_CORPUS, encoding="utf-8") as f:
-    blocks = f.read().split("\n\n")
-  return [" ".join(line.strip() for line in block.splitlines()
-                   if line.strip()) for block in blocks if block.strip()]
-
-
-def write_jsonl(path, paragraphs, text_field="text"):
-  lines = "".join(json.dumps({"id": i, text_field: text}) + "\n"
-                  for i, text in enumerate(paragraphs)).encode("utf-8")
-  if str(path).endswith(".gz"):
-    lines = gzip.compress(lines)
-  elif str(path).endswith(".zst"):
-    lines = zstandard.ZstdCompressor().compress(lines)
-  with open(str(path), "wb") as f:
-    f.write(lines)
-  return str(path)
-
-
-def write_parquet(path, paragraphs, row_group_size=7):
-  table = pa.table({"id": list(range(len(paragraphs))), "text": paragraphs})
-  pq.write_table(table, str(path), row_group_size=row_group_size)
-  return str(path)
-
-
-def write_segmented_text(path, paragraphs):
-  """The text-format equivalent: the segmenter's sentences, one a line."""
-  blocks = ["".join(s.strip() + "\n" for s in
-                    blingfire.text_to_sentences(text).split("\n"))
-            for text in paragraphs]
-  with open(str(path), "w", encoding="utf-8") as f:
-    f.write("\n".join(blocks))
-  return str(path)
+from helpers.corpora import (CPD_VOCAB, SAMPLE_CORPUS, assert_one_error_line,
+                             directory_bytes, read_all, read_bytes,
+                             sample_paragraphs, write_jsonl, write_parquet,
+                             write_segmented_text)
 
 
 @pytest.fixture(scope="module")
@@ -82,21 +41,6 @@ def corpora(tmp_path_factory):
       "jsonl.zst": write_jsonl(root / "corpus.jsonl.zst", paragraphs),
       "parquet": write_parquet(root / "corpus.parquet", paragraphs),
   }
-
-
-def read_all(input_file, shard_bytes=None, **kwargs):
-  """Documents (as word lists) of `input_file`, whole or in shards."""
-  files = corpus_input.expand_inputs(input_file, **kwargs)
-  if shard_bytes is None:
-    shards = [[corpus_input.ShardPiece(f.path, 0, f.size, f.format)
-               for f in files]]
-  else:
-    shards = shard_plan.plan_shards(files, shard_bytes)
-  documents = []
-  for pieces in shards:
-    documents += corpus_input.read_documents(pieces, str.split,
-                                             lambda *args: None)
-  return documents
 
 
 def test_formats_are_chosen_by_name_and_overridable():

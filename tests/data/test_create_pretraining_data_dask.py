@@ -25,12 +25,8 @@ from bertkit.common import errors
 from conftest import REPO_ROOT
 from conftest import partial_files
 from conftest import run_program
-from test_create_pretraining_data_sharded import CPD_VOCAB
-from test_create_pretraining_data_sharded import SAMPLE_CORPUS
-from test_create_pretraining_data_sharded import assert_one_error_line
-from test_create_pretraining_data_sharded import directory_bytes
-from test_create_pretraining_data_sharded import shard_files
-from test_create_pretraining_data_sharded import write_corpus
+from helpers.corpora import (SAMPLE_CORPUS, assert_one_error_line, command,
+                             directory_bytes, shard_files, write_corpus)
 
 START_SECONDS = 120
 
@@ -102,16 +98,6 @@ def cluster(tmp_path):
     yield started
   finally:
     started.stop()
-
-
-def command(input_file, output_dir, **flags):
-  args = {"input_file": input_file, "output_dir": str(output_dir),
-          "vocab_file": CPD_VOCAB, "max_seq_length": 32,
-          "max_predictions_per_seq": 5, "dupe_factor": 2,
-          "shard_size_mb": 0.02}
-  args.update(flags)
-  return ["create_pretraining_data.py"] + [
-      "--%s=%s" % item for item in sorted(args.items())]
 
 
 def run_ok(args):

@@ -46,55 +46,19 @@ import tokenization
 from conftest import REPO_ROOT
 from conftest import partial_files
 from conftest import run_program
+from helpers.corpora import (CPD_DIR, CPD_VOCAB, TESTS_DIR,
+                             assert_one_error_line, directory_bytes, read_bytes,
+                             sample_sentences, shard_files, write_corpus)
 
 MASKED_FEATURES = [f.name for f in pretraining_records.MASKED.features]
 
-TESTS_DIR = os.path.join(REPO_ROOT, "tests")
-CPD_DIR = os.path.join(TESTS_DIR, "fixtures", "create_pretraining_data")
 CPD_CORPUS = os.path.join(CPD_DIR, "corpus.txt")
-CPD_VOCAB = os.path.join(CPD_DIR, "vocab.txt")
 TOKENIZATION_DIR = os.path.join(TESTS_DIR, "fixtures", "tokenization")
 TOKENIZATION_VOCAB = os.path.join(TOKENIZATION_DIR, "vocab.txt")
-SAMPLE_CORPUS = os.path.join(REPO_ROOT, "sample_data", "corpus.txt")
 
 PARAMS = pretraining_instances.InstanceParams(
     max_seq_length=32, short_seq_prob=0.3, masked_lm_prob=0.15,
     max_predictions_per_seq=5, do_whole_word_mask=False)
-
-
-def read_bytes(path):
-  with open(path, "rb") as f:
-    return f.read()
-
-
-def sample_sentences():
-  with open(SAMPLE_CORPUS, encoding="utf-8") as f:
-    return [line.strip() for line in f if line.strip()]
-
-
-def write_corpus(path, num_bytes, seed):
-  """Writes a corpus of about `num_bytes` of varied documents.
-
-  Documents are random runs of sample_data sentences, some with a number
-  inserted, so that no two documents are alike.
-  """
-  rng = random.Random(seed)
-  sentences = sample_sentences()
-  blocks = []
-  size = 0
-  while size < num_bytes:
-    document = []
-    for _ in range(rng.randint(2, 12)):
-      words = rng.choice(sentences).split()
-      if rng.random() < 0.3:
-        words.insert(rng.randrange(len(words) + 1), str(rng.randint(0, 9999)))
-      document.append(" ".join(words))
-    block = "\n".join(document) + "\n\n"
-    blocks.append(block)
-    size += len(block.encode("utf-8"))
-  with open(str(path), "w", encoding="utf-8") as f:
-    f.write("".join(blocks))
-  return str(path)
 
 
 def run_sharded(input_file, output_dir, params=PARAMS, **overrides):
@@ -106,16 +70,6 @@ def run_sharded(input_file, output_dir, params=PARAMS, **overrides):
               shard_size_mb=0.004, **dataclasses.asdict(params))
   args.update(overrides)
   return sharded_mode.run_sharded(creation_options.CreationOptions(**args))
-
-
-def shard_files(directory):
-  return sorted(name for name in os.listdir(str(directory))
-                if name.endswith(".tfrecord"))
-
-
-def directory_bytes(directory):
-  return {name: read_bytes(os.path.join(str(directory), name))
-          for name in sorted(os.listdir(str(directory)))}
 
 
 # ---------------------------------------------------- fast tokenizer ----
@@ -771,15 +725,6 @@ def test_progress_bar_on_a_terminal_and_log_lines_otherwise(corpus_dir,
 
 
 # ---------------------------------------------------------- bad input ----
-
-
-def assert_one_error_line(result, *expected):
-  assert result.returncode == errors.EXIT_USER_ERROR, result.stderr
-  assert "Traceback" not in result.stderr
-  lines = result.stderr.strip().splitlines()
-  assert [l for l in lines if l.startswith("error:")] == [lines[-1]]
-  for text in expected:
-    assert text in lines[-1]
 
 
 def assert_refused(input_file, output_dir, *expected, **flags):

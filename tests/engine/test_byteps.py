@@ -10,10 +10,8 @@ test_global_batch_math.py, with every other engine.
 
 import json
 import os
-import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -29,23 +27,12 @@ from bertkit.engine.distributed import cluster_environment
 from bertkit.engine.distributed import distribution
 from conftest import (REPO_ROOT, load_checkpoint, requires_byteps,
                       run_program, tiny_bert_config, write_real_text_records)
-from test_preemption import STOP_LINE, check_resumed, logged_step
-from test_reliability import flip_a_bit_in_records
+from helpers.processes import (STOP_LINE, check_resumed, free_port, kill_launch,
+                               launch_pids, logged_step)
+from helpers.records import flip_a_bit_in_records
 
 LAUNCHER = os.path.join(REPO_ROOT, "scripts", "run_pre_byteps.sh")
 SEQ, PREDS, VOCAB = 64, 10, 1000
-
-
-def free_port():
-  """A port nothing listens on (the scheduler's), away from the others."""
-  while True:
-    port = random.randrange(20000, 30000)
-    with socket.socket() as s:
-      try:
-        s.bind(("127.0.0.1", port))
-      except OSError:
-        continue
-      return port
 
 
 def worker_environment(port, worker_id, num_workers=2):
@@ -377,29 +364,6 @@ def wait_for_step(proc, output_dir, min_step, timeout=300):
   return logged_step(output_dir)
 
 
-def launch_pids(port):
-  """Pids of the scheduler, servers and workers of the launch on `port`."""
-  found = []
-  for pid in filter(str.isdigit, os.listdir("/proc")):
-    try:
-      with open("/proc/%s/environ" % pid, "rb") as f:
-        if b"DMLC_PS_ROOT_PORT=%d" % port in f.read().split(b"\0"):
-          found.append(int(pid))
-    except OSError:
-      continue
-  return found
-
-
-def kill_launch(port):
-  """Kills what the launch on `port` left running. The launcher starts each
-  process in a session of its own, so killing its process group does not."""
-  for pid in launch_pids(port):
-    try:
-      os.kill(pid, signal.SIGKILL)
-    except OSError:
-      pass
-
-
 # The scheduler ports of this test's launches, for `cleanup`.
 _LAUNCHED_PORTS = []
 
@@ -492,7 +456,6 @@ def test_a_dead_worker_ends_the_other_with_one_error_line(real_text,
   assert "rerun every worker with the same command" in error_lines[0].lower()
   # The scheduler and the server did not outlive the launcher.
   assert not launch_pids(port)
-
 
 
 @requires_byteps

@@ -24,8 +24,8 @@ import tokenization
 from conftest import REPO_ROOT, expect_user_error, tiny_bert_config
 from conftest import load_checkpoint, program_in_process, run_program
 from bertkit.common.errors import UserError
+from helpers.records import PREDS, SEQ, VOCAB, read_examples
 
-SEQ, PREDS, VOCAB = 64, 10, 1000
 MASKED, UNMASKED = pretraining_records.MASKED, pretraining_records.UNMASKED
 UPSTREAM = pretraining_instances.UPSTREAM_MASKS
 PER_TOKEN = pretraining_instances.PER_TOKEN_MASKS
@@ -141,33 +141,6 @@ def masking_params(data, whole_word=False, prob=0.15, seq_length=SEQ,
                    max_predictions=PREDS, rule=UPSTREAM):
   return dynamic_masking.masking_params_from_vocab(
       data["vocab"], seq_length, max_predictions, prob, whole_word, rule)
-
-
-def read_examples(path, kind, masking, num_examples, batch=8, seed=1,
-                  is_training=True, input_context=None, num_replicas=1,
-                  max_sequences_per_pack=None):
-  """The first num_examples features the input_fn yields, one dict each."""
-  with tf.Graph().as_default():
-    spec = input_pipeline.PretrainingInput(
-        masking.max_seq_length if masking else SEQ,
-        masking.max_predictions_per_seq if masking else PREDS,
-        kind, max_sequences_per_pack, masking, seed)
-    input_fn = input_pipeline.pretraining_input_fn_builder(
-        [path], spec, is_training=is_training,
-        global_batch_size=batch, num_replicas=num_replicas,
-        deterministic=True)
-    batches = tf.data.make_one_shot_iterator(
-        input_fn(input_context=input_context)).get_next()
-    examples = []
-    with tf.Session() as sess:
-      try:
-        while len(examples) < num_examples:
-          values = sess.run(batches)
-          for i in range(len(values["input_ids"])):
-            examples.append({k: v[i] for k, v in values.items()})
-      except tf.errors.OutOfRangeError:
-        pass
-  return examples[:num_examples]
 
 
 @pytest.fixture(scope="module")

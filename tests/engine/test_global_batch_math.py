@@ -20,38 +20,16 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from conftest import (REPO_ROOT, program_in_process, requires_byteps,
-                      requires_horovod, run_ok, tiny_bert_config)
-
-SEQ, PREDS, VOCAB = 64, 10, 1000
-BATCH, STEPS = 16, 6
-CONFIG = tiny_bert_config(max_position_embeddings=SEQ, vocab_size=VOCAB)
-
+                      requires_horovod, run_ok)
+from helpers.global_batch import (BATCH, CONFIG, PREDS, SEQ, STEPS, VOCAB,
+                                  assert_same_weights, load_checkpoint,
+                                  pretrain_args, write_rank_records)
 
 
 def masked_count(record):
   example = tf.train.Example.FromString(record)
   return int(sum(example.features.feature["masked_lm_weights"]
                  .float_list.value))
-
-
-def write_records(path, records):
-  with tf.io.TFRecordWriter(path) as writer:
-    for record in records:
-      writer.write(record)
-  return path
-
-
-def write_rank_records(d, records):
-  """rank0.tfrecord and rank1.tfrecord in `d`: rank r gets the r-th half
-  of every global batch of `records`, as a 2-rank run with per-rank files
-  reads them. Returns their paths."""
-  half, whole = BATCH // 2, len(records) // BATCH * BATCH
-  return [
-      write_records(str(d / ("rank%d.tfrecord" % r)),
-                    [rec for start in range(0, whole, BATCH)
-                     for rec in records[start + r * half:
-                                        start + (r + 1) * half]])
-      for r in (0, 1)]
 
 
 @pytest.fixture(scope="module")
@@ -98,18 +76,6 @@ def test_the_records_have_varying_masked_counts(data):
     totals = [[sum(counts[s + i * size:s + (i + 1) * size])
                for i in range(parts)] for s in range(0, len(counts), BATCH)]
     assert any(len(set(t)) > 1 for t in totals), totals
-
-
-def pretrain_args(data, output_dir, *extra):
-  return ["run_pretraining.py",
-          "--bert_config_file=%s" % (data["dir"] / "config.json"),
-          "--input_file=%s" % data["records"],
-          "--output_dir=%s" % output_dir, "--do_train",
-          "--max_seq_length=%d" % SEQ, "--max_predictions_per_seq=%d" % PREDS,
-          "--train_batch_size=%d" % BATCH, "--num_train_steps=%d" % STEPS,
-          "--num_warmup_steps=2", "--learning_rate=1e-3",
-          "--log_every_n_steps=1", "--throughput_warmup_steps=1",
-          "--tf_random_seed=7"] + list(extra)
 
 
 # One process each; the 2-process and horovod runs are started separately.
@@ -187,7 +153,7 @@ def byteps_run(data, output_dir, launcher_args, extra, one_file=False):
   r of 2 reads rank file r, as horovod's ranks do, and one worker the
   records file."""
   inputs = data["records"] if one_file else ",".join(data["rank_files"])
-  from test_byteps import free_port, kill_launch  # pylint: disable=g-import-not-at-top
+  from helpers.processes import free_port, kill_launch
   port = free_port()
   ssh = data["dir"] / "fake_ssh"
   ssh.write_text(FAKE_SSH)
@@ -268,12 +234,6 @@ def train_in_process(args):
     return program_in_process(args)
 
 
-def load_checkpoint(path):
-  reader = tf.train.load_checkpoint(str(path))
-  return {name: reader.get_tensor(name)
-          for name, _ in tf.train.list_variables(str(path))}
-
-
 def logged_losses(output_dir):
   with open(os.path.join(str(output_dir), "throughput.jsonl")) as f:
     records = [json.loads(line) for line in f]
@@ -304,26 +264,6 @@ def test_drawn_masks_replicas_equal_one_device(runs, name):
   drawn = load_checkpoint(runs("dynamic_one_device"))
   assert not np.allclose(static["cls/predictions/output_bias"],
                          drawn["cls/predictions/output_bias"], atol=1e-6)
-
-
-def assert_same_weights(reference_dir, actual_dir, name):
-  reference = load_checkpoint(reference_dir)
-  actual = load_checkpoint(actual_dir)
-  assert set(actual) - {"current_loss_scale", "good_steps"} == set(reference)
-  assert actual["global_step"] == reference["global_step"] == STEPS
-  diff = max(float(np.abs(actual[n] - reference[n]).max())
-             for n in reference if n.startswith(("bert/", "cls/")))
-  print("%s vs one_device: max |weight diff| = %.3g" % (name, diff))
-  for n, value in reference.items():
-    np.testing.assert_allclose(actual[n], value, rtol=1e-4, atol=1e-6,
-                               err_msg=n)
-  if "fp16" in name:
-    # 6 finite updates, growth every 2: 1024 * 2**3, none skipped.
-    assert actual["current_loss_scale"] == 8192
-  # The weights moved far beyond the tolerance after step 2.
-  start = load_checkpoint(os.path.join(str(reference_dir), "model.ckpt-2"))
-  assert max(float(np.abs(reference[n] - start[n]).max())
-             for n in start if n.startswith("bert/")) > 1e-3
 
 
 @pytest.mark.slow

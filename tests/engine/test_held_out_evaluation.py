@@ -15,7 +15,7 @@ from conftest import (REPO_ROOT, TINY_CONFIG, expect_user_error,
 from bertkit.common.errors import UserError
 from bertkit.engine.loop import evaluation
 from bertkit.engine.loop import training_clock
-from test_preemption import multi_worker_cluster, wait_all
+from helpers.processes import multi_worker_cluster, wait_all
 
 DATA = os.path.join(REPO_ROOT, "tests", "fixtures", "create_pretraining_data")
 VOCAB = os.path.join(DATA, "vocab.txt")

@@ -10,7 +10,6 @@ behind a package that fails to import.
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -24,16 +23,12 @@ from conftest import (REPO_ROOT, TINY_CONFIG, load_checkpoint,
 from bertkit.engine.input import input_pipeline
 from bertkit.perf import synthetic_data
 from bertkit.tasks.classification import features as classifier_features
+from helpers.processes import hide_horovod, horovodrun
 
 SEQ, PREDS, VOCAB = 32, 5, 128
 PER_RANK_BATCH, STEPS, RECORDS_PER_FILE = 4, 6, 16
 # Large enough for the weights to move far beyond the comparison tolerance.
 LEARNING_RATE = "1e-3"
-
-
-def horovodrun():
-  path = os.path.join(os.path.dirname(sys.executable), "horovodrun")
-  return path if os.path.exists(path) else shutil.which("horovodrun")
 
 
 def rank_lines(output, tag):
@@ -100,15 +95,6 @@ def test_at_least_as_many_files_as_ranks_share_out_whole_files(tmp_path):
   assert files_read[0] == (pretraining_rows([paths[0]], None, 0, 4) +
                            pretraining_rows([paths[2]], None, 0, 4))
   assert files_read[1] == pretraining_rows([paths[1]], None, 0, 4)
-
-
-def hide_horovod(tmp_path):
-  """A PYTHONPATH entry whose `horovod` package fails to import."""
-  fake = tmp_path / "hide" / "horovod"
-  fake.mkdir(parents=True)
-  (fake / "__init__.py").write_text(
-      "raise ImportError(\"No module named 'horovod' (hidden by the test)\")\n")
-  return {"PYTHONPATH": str(tmp_path / "hide")}
 
 
 def write_tiny_config(directory):

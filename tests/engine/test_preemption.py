@@ -8,7 +8,6 @@ one documented line, then reruns the same command, which must end at exactly
 
 import json
 import os
-import random
 import re
 import signal
 import subprocess
@@ -21,83 +20,15 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from bertkit.common import errors
-import test_run_classifier
 from conftest import REPO_ROOT, run_program
-from test_horovod import horovodrun
-from test_reliability import start
 from conftest import load_checkpoint, pretrain_args, requires_horovod
+from helpers import classifier
+from helpers.processes import (FAR_AWAY, STOP_LINE, check_resumed,
+                               check_stopped_run, horovodrun,
+                               multi_worker_cluster, signal_after_step, start,
+                               stop_lines, wait_all)
 
 pytestmark = pytest.mark.slow
-
-STOP_LINE = re.compile(
-    r"^stopped (by (SIGTERM|SIGINT)|because another worker received a stop "
-    r"signal) at step (\d+): checkpoint model\.ckpt-(\d+) written( by the "
-    r"chief)?; rerun the same command to continue$", re.MULTILINE)
-FAR_AWAY = "--save_checkpoints_steps=1000000"
-
-
-def logged_step(output_dir):
-  """The last step the chief's throughput.jsonl has a line for, or -1."""
-  path = os.path.join(str(output_dir), "throughput.jsonl")
-  if not os.path.exists(path):
-    return -1
-  with open(path) as f:
-    lines = [l for l in f.read().splitlines() if l.endswith("}")]
-  return json.loads(lines[-1])["step"] if lines else -1
-
-
-def signal_after_step(procs, pid, output_dir, signum, min_step=3,
-                      timeout=300):
-  """Sends `signum` to process `pid` once the chief logged step >= min_step."""
-  deadline = time.time() + timeout
-  while logged_step(output_dir) < min_step:
-    for p in procs:
-      assert p.poll() is None, "a process ended before the signal"
-    assert time.time() < deadline, "step %d never logged" % min_step
-    time.sleep(0.05)
-  os.kill(pid, signum)
-  return logged_step(output_dir)
-
-
-def wait_all(procs, timeout=180):
-  try:
-    return [p.wait(timeout=timeout) for p in procs]
-  finally:
-    for p in procs:
-      if p.poll() is None:
-        p.kill()
-
-
-def stop_lines(log_path):
-  with open(log_path) as f:
-    text = f.read()
-  assert "Traceback" not in text, text[-3000:]
-  return [m for m in STOP_LINE.finditer(text)]
-
-
-def check_stopped_run(output_dir, log_path, signalled_at, cause):
-  """The one stop line, and a checkpoint of exactly the step it names."""
-  found = stop_lines(log_path)
-  assert len(found) == 1, open(log_path).read()[-3000:]
-  line = found[0]
-  step = int(line.group(3))
-  assert line.group(4) == str(step)
-  assert cause in line.group(0)
-  assert step >= signalled_at > 0
-  latest = tf.train.latest_checkpoint(str(output_dir))
-  assert latest == os.path.join(str(output_dir), "model.ckpt-%d" % step)
-  assert load_checkpoint(latest)["global_step"] == step
-  return step
-
-
-def check_resumed(output_dir, stopped_at, steps):
-  assert load_checkpoint(str(output_dir))["global_step"] == steps
-  with open(os.path.join(str(output_dir), "throughput_summary.json")) as f:
-    summary = json.load(f)
-  # None lost, none repeated: the rerun trained exactly the missing steps.
-  assert summary["first_step"] == stopped_at
-  assert summary["final_step"] == steps
-  assert summary["steps_run"] == steps - stopped_at
 
 
 @pytest.mark.parametrize("signum,extra", [
@@ -216,19 +147,6 @@ def test_kill_9_after_a_checkpoint_resumes_to_the_uninterrupted_weights(
   # Every `every` steps and the last, the newest five kept.
   assert kept == [steps - every * k for k in (4, 3, 2, 1, 0)]
   assert_same_weights(str(out), str(uninterrupted))
-
-
-def multi_worker_cluster(workdir, out, args, log_suffix):
-  ports = [20000 + random.randrange(0, 10000) * 2 + i for i in range(2)]
-  cluster = {"worker": ["127.0.0.1:%d" % p for p in ports]}
-  procs, logs = [], []
-  for index in range(2):
-    tf_config = json.dumps({"cluster": cluster,
-                            "task": {"type": "worker", "index": index}})
-    logs.append(out / ("worker-%d.%s.log" % (index, log_suffix)))
-    procs.append(start(args, env={"TF_CONFIG": tf_config},
-                       log=open(logs[-1], "w")))
-  return procs, logs
 
 
 def test_one_signalled_worker_stops_every_worker_at_the_same_step(workdir):
@@ -354,19 +272,19 @@ def test_a_dead_horovod_rank_makes_the_others_exit_with_an_error(workdir):
 def classifier_dir(tmp_path_factory):
   d = tmp_path_factory.mktemp("classifier_stop")
   vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + \
-      test_run_classifier.words_of([os.path.join(test_run_classifier.SAMPLE,
-                                                 name)
-                                    for name in ("train.tsv", "dev.tsv", "test.tsv")])
+      classifier.words_of([os.path.join(classifier.SAMPLE,
+                                        name)
+                           for name in ("train.tsv", "dev.tsv", "test.tsv")])
   (d / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
   (d / "tiny.json").write_text(json.dumps(
-      test_run_classifier.tiny_config(len(vocab))))
+      classifier.tiny_config(len(vocab))))
   return d
 
 
 def test_run_classifier_stops_on_sigterm_and_resumes(classifier_dir):
   out = classifier_dir / "out"
   out.mkdir()
-  args = test_run_classifier.classifier_args(
+  args = classifier.classifier_args(
       classifier_dir, out, "--do_train", "--do_eval", "--train_batch_size=2",
       "--num_train_epochs=2", "--log_every_n_steps=1", "--tf_random_seed=1",
       FAR_AWAY)

@@ -7,24 +7,17 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 import tensorflow.compat.v1 as tf
 
-from conftest import (REPO_ROOT, expect_user_error, load_checkpoint,
-                      pretrain_args, run_program)
+from conftest import (expect_user_error, load_checkpoint, pretrain_args,
+                      run_program)
+from helpers.processes import start
+from helpers.records import flip_a_bit_in_records
 
 pytestmark = pytest.mark.slow
-
-
-def start(args, env=None, log=None):
-  full_env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
-  return subprocess.Popen([sys.executable] + args, cwd=REPO_ROOT,
-                          env=full_env, stdout=log or subprocess.DEVNULL,
-                          stderr=subprocess.STDOUT if log else
-                          subprocess.DEVNULL)
 
 
 def wait_for_checkpoint(output_dir, min_step, timeout=300):
@@ -145,20 +138,6 @@ def test_nonfinite_loss_can_be_trained_through_on_request(workdir):
   assert result.returncode == 0, result.stderr[-2000:]
   assert "Training loss is nan at step" in result.stderr
   assert load_checkpoint(str(out))["global_step"] == 6
-
-
-def flip_a_bit_in_records(source, destination, indices):
-  """Copies a TFRecord file with one data bit flipped in each given record."""
-  data = bytearray(open(source, "rb").read())
-  starts, offset = [], 0
-  while offset < len(data):
-    starts.append(offset)
-    offset += 16 + int.from_bytes(data[offset:offset + 8], "little")
-  for index in indices:
-    data[starts[index] + 12 + 20] ^= 0x04
-  with open(destination, "wb") as f:
-    f.write(data)
-  return [starts[i] for i in indices]
 
 
 def test_a_corrupt_record_is_named_and_can_be_skipped(workdir):

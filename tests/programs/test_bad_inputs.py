@@ -43,14 +43,10 @@ from bertkit.tasks.squad import data as squad_data
 from bertkit.tasks.swag import data as swag_data
 from conftest import REPO_ROOT, expect_user_error, pretrain_args
 from conftest import program_in_process, run_program
-from test_corpus_input import read_all
-from test_corpus_input import sample_paragraphs
-from test_corpus_input import write_jsonl
-from test_corpus_input import write_parquet
-from test_corpus_input import write_segmented_text
-from test_create_pretraining_data_sharded import CPD_VOCAB
-from test_create_pretraining_data_sharded import SAMPLE_CORPUS
-from test_dynamic_masking import read_examples
+from helpers.corpora import (CPD_VOCAB, SAMPLE_CORPUS, read_all,
+                             sample_paragraphs, write_jsonl, write_parquet,
+                             write_segmented_text)
+from helpers.records import read_examples
 import modeling
 import tokenization
 

@@ -27,7 +27,8 @@ from bertkit.engine.distributed import cluster_environment
 from bertkit.engine.distributed import distribution
 from conftest import (REPO_ROOT, expect_user_error, load_checkpoint,
                       requires_slurm, run_ok, run_program, tiny_bert_config)
-from test_preemption import STOP_LINE, check_resumed, logged_step
+from helpers.processes import (STOP_LINE, check_resumed, logged_step,
+                               srun_exit_codes)
 
 CORPUS = os.path.join(REPO_ROOT, "sample_data", "corpus.txt")
 VOCAB = os.path.join(REPO_ROOT, "tests", "fixtures", "create_pretraining_data",
@@ -377,19 +378,6 @@ def test_sbatch_template_scancel_checkpoints_and_resubmit_finishes(
   assert (fields["JobState"], fields["ExitCode"]) == ("COMPLETED", "0:0"), (
       log.read_text()[-3000:])
   check_resumed(out, step, steps)
-
-
-def srun_exit_codes(text):
-  """{task id: exit code} from srun's "tasks 0-1: Exited with exit code N"
-  lines."""
-  codes = {}
-  for tasks, code in re.findall(r"tasks? ([\d,-]+): Exited with exit code "
-                                r"(\d+)", text):
-    for part in tasks.split(","):
-      first, _, last = part.partition("-")
-      for task in range(int(first), int(last or first) + 1):
-        codes[task] = int(code)
-  return codes
 
 
 @pytest.mark.slow

@@ -20,15 +20,12 @@ import pytest
 from bertkit.common import errors
 from conftest import (REPO_ROOT, load_checkpoint, requires_horovod, run_ok,
                       run_program)
-from test_create_pretraining_data_dask import command as dask_command
-from test_create_pretraining_data_sharded import SAMPLE_CORPUS
-from test_create_pretraining_data_sharded import directory_bytes
-from test_create_pretraining_data_sharded import shard_files
-from test_slurm import srun_exit_codes
-from test_global_batch_math import (BATCH, CONFIG, PREDS, SEQ, STEPS, VOCAB,
-                                    assert_same_weights, pretrain_args,
-                                    write_rank_records)
-from test_horovod import hide_horovod
+from helpers.corpora import (SAMPLE_CORPUS, command as dask_command,
+                             directory_bytes, shard_files)
+from helpers.global_batch import (BATCH, CONFIG, PREDS, SEQ, STEPS, VOCAB,
+                                  assert_same_weights, pretrain_args,
+                                  write_rank_records)
+from helpers.processes import hide_horovod, srun_exit_codes
 
 SLURM_DIR = os.path.join(REPO_ROOT, "scripts", "slurm")
 HOROVOD_SBATCH = os.path.join(SLURM_DIR, "pretrain_horovod.sbatch")

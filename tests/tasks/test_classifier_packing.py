@@ -26,8 +26,8 @@ import modeling
 import tokenization
 from bertkit.common.errors import UserError
 from conftest import program_in_process, read_eval_results
-from test_run_classifier import (SAMPLE, SEQ, classifier_args,
-                                 read_probabilities, tsv_options, workdir)
+from helpers.classifier import (SAMPLE, SEQ, classifier_args,
+                                read_probabilities, tsv_options, workdir)
 
 PER_PACK = 3
 

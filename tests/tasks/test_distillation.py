@@ -16,6 +16,8 @@ import torch
 from bertkit.common import errors
 from bertkit.tasks.fine_tuning import distillation
 from bertkit.tasks.fine_tuning import teacher_outputs
+from bertkit.tasks.ner import data as ner_data
+from bertkit.tasks.swag import data as swag_data
 from conftest import (REPO_ROOT, load_checkpoint, program_in_process,
                       read_eval_results, run_program)
 
@@ -191,9 +193,10 @@ def test_outputs_that_do_not_match_the_examples_are_refused(tmp_path, rows,
 
 # ------------------------------------------------- a teacher and a student
 
-import test_ner  # noqa: E402  (their tiny runs' flags)
-import test_run_classifier  # noqa: E402
-import test_swag  # noqa: E402
+# The classifier's, named-entity and multiple-choice tests' tiny runs.
+from helpers import classifier  # noqa: E402
+from helpers import ner  # noqa: E402
+from helpers import swag  # noqa: E402
 
 TRANSFER = os.path.join(SAMPLE, "transfer.tsv")
 # The named-entity and multiple-choice runs: a few steps show the path.
@@ -206,20 +209,20 @@ def work(tmp_path_factory):
   tiny teacher fine-tuned on the sample's labels."""
   d = tmp_path_factory.mktemp("distill")
   vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + \
-      test_run_classifier.words_of([os.path.join(SAMPLE, name) for name in
-                                    ("train.tsv", "dev.tsv", "test.tsv",
-                                     "transfer.tsv")])
+      classifier.words_of([os.path.join(SAMPLE, name) for name in
+                           ("train.tsv", "dev.tsv", "test.tsv",
+                            "transfer.tsv")])
   (d / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
   (d / "tiny.json").write_text(json.dumps(
-      test_run_classifier.tiny_config(len(vocab))))
+      classifier.tiny_config(len(vocab))))
   program_in_process(classify(d, d / "teacher", "--do_train", "--do_eval",
                               "--num_train_epochs=2", "--tf_random_seed=7"))
   return d
 
 
 def classify(work_dir, output_dir, *extra):
-  return test_run_classifier.classifier_args(work_dir, output_dir,
-                                             *extra)
+  return classifier.classifier_args(work_dir, output_dir,
+                                    *extra)
 
 
 def predict(work_dir, teacher_dir, path):
@@ -260,7 +263,7 @@ def test_a_teacher_writes_the_raw_logits_of_every_predicted_row(
       (i, i + 2) for i in range(800)]  # line 1 is the header
   logits = np.array([r["logits"] for r in rows], np.float32)
   # test_results.tsv keeps its rounded probabilities: softmax of the logits.
-  probabilities = test_run_classifier.read_probabilities(
+  probabilities = classifier.read_probabilities(
       work / "teacher" / "results_of_transfer.tsv")
   assert probabilities.shape == (800, 2)
   np.testing.assert_allclose(
@@ -271,7 +274,7 @@ def test_a_teacher_writes_the_raw_logits_of_every_predicted_row(
                                                   "stew", "biscuit", "flour",
                                                   "recipe", "baking"))
             else "weather"
-            for r in test_run_classifier.read_tsv(TRANSFER)[1:]]
+            for r in classifier.read_tsv(TRANSFER)[1:]]
   agree = np.mean(np.array(["kitchen", "weather"])[logits.argmax(-1)] ==
                   np.array(topics))
   assert agree >= 0.9
@@ -367,36 +370,36 @@ def ner_teacher(tmp_path):
   sample's training sentences untagged: (its directory, the untagged
   file)."""
   teacher = tmp_path / "teacher"
-  program_in_process(test_ner.tiny_args(tmp_path, test_ner.SAMPLE, teacher,
-                                        "--do_train", SHORT))
-  untagged = untagged_copy(os.path.join(test_ner.SAMPLE, "train.txt"),
+  program_in_process(ner.tiny_args(tmp_path, ner.SAMPLE, teacher,
+                                   "--do_train", SHORT))
+  untagged = untagged_copy(os.path.join(ner.SAMPLE, "train.txt"),
                            tmp_path / "untagged.txt")
-  program_in_process(test_ner.tiny_args(tmp_path, test_ner.SAMPLE, teacher,
-                                        "--do_predict",
-                                        "--predict_file=" + untagged))
+  program_in_process(ner.tiny_args(tmp_path, ner.SAMPLE, teacher,
+                                   "--do_predict",
+                                   "--predict_file=" + untagged))
   return teacher, untagged
 
 
 def test_ner_student_learns_each_word_from_its_teacher(tmp_path):
-  sample = test_ner.SAMPLE
+  sample = ner.SAMPLE
   teacher, untagged = ner_teacher(tmp_path)
   rows = read_jsonl(str(teacher / teacher_outputs.FILE_NAME))
-  sentences = test_ner.ner_data.read_sentences(os.path.join(sample,
-                                                            "train.txt"))
+  sentences = ner_data.read_sentences(os.path.join(sample,
+                                                   "train.txt"))
   assert [(r["id"], np.shape(r["logits"])) for r in rows] == [
-      (s.lines[0], (len(s.words), len(test_ner.LABELS))) for s in sentences]
+      (s.lines[0], (len(s.words), len(ner.LABELS))) for s in sentences]
   # The predictions file of an untagged file is a tagged file again.
-  assert len(test_ner.ner_data.read_sentences(
+  assert len(ner_data.read_sentences(
       str(teacher / "test_predictions.txt"))) == len(sentences)
   student = tmp_path / "student"
-  program_in_process(test_ner.tiny_args(
+  program_in_process(ner.tiny_args(
       tmp_path, sample, student, "--do_train", "--train_file=" + untagged,
       "--teacher_outputs=%s" % (teacher / teacher_outputs.FILE_NAME),
-      "--labels=" + ",".join(test_ner.LABELS), SHORT))
+      "--labels=" + ",".join(ner.LABELS), SHORT))
   record = tf.train.Example.FromString(next(tf.io.tf_record_iterator(
       str(student / "train.tf_record"))))
   placed = np.array(record.features.feature["teacher_logits"].float_list
-                    .value).reshape(32, len(test_ner.LABELS))
+                    .value).reshape(32, len(ner.LABELS))
   weights = np.array(record.features.feature["label_weights"].int64_list
                      .value)
   # Teacher logits at each word's first piece, zeros elsewhere.
@@ -406,24 +409,24 @@ def test_ner_student_learns_each_word_from_its_teacher(tmp_path):
 
 
 def test_swag_student_learns_each_choice_from_its_teacher(tmp_path):
-  sample = test_swag.SAMPLE
+  sample = swag.SAMPLE
   teacher = tmp_path / "teacher"
-  program_in_process(test_swag.tiny_args(tmp_path, sample, teacher,
-                                         "--do_train", SHORT))
+  program_in_process(swag.tiny_args(tmp_path, sample, teacher,
+                                    "--do_train", SHORT))
   # A transfer set: training rows without their labels.
-  rows = test_swag.sample_rows("train.csv")[:49]
+  rows = swag.sample_rows("train.csv")[:49]
   transfer = str(tmp_path / "transfer.csv")
-  test_swag.write_rows(transfer, [rows[0]] + [row[:-1] + [""]
-                                              for row in rows[1:]])
-  program_in_process(test_swag.tiny_args(tmp_path, sample, teacher,
-                                         "--do_predict",
-                                         "--predict_file=" + transfer))
+  swag.write_rows(transfer, [rows[0]] + [row[:-1] + [""]
+                                         for row in rows[1:]])
+  program_in_process(swag.tiny_args(tmp_path, sample, teacher,
+                                    "--do_predict",
+                                    "--predict_file=" + transfer))
   logits = read_jsonl(str(teacher / teacher_outputs.FILE_NAME))
-  examples = test_swag.swag_data.read_examples(transfer)
+  examples = swag_data.read_examples(transfer)
   assert [(r["id"], len(r["logits"])) for r in logits] == [
       (e.example_id, 4) for e in examples]
   student = tmp_path / "student"
-  program_in_process(test_swag.tiny_args(
+  program_in_process(swag.tiny_args(
       tmp_path, sample, student, "--do_train", "--train_file=" + transfer,
       "--teacher_outputs=%s" % (teacher / teacher_outputs.FILE_NAME),
       "--temperature=2"))
@@ -443,19 +446,19 @@ def test_two_replicas_and_micro_batches_distill_as_one_device(tmp_path):
   """Named entities (the classifier's head has upstream's fixed dropout,
   drawn apart on each replica; TINY_CONFIG has none): a student of untagged
   sentences, whose words are shared out unevenly between replicas."""
-  sample = test_ner.SAMPLE
+  sample = ner.SAMPLE
   teacher, untagged = ner_teacher(tmp_path)
   runs = {}
   for name, extra in (("one", []), ("two", ["--cpu_replicas=2"]),
                       ("accumulated", ["--num_accumulation_steps=2"])):
     runs[name] = tmp_path / name
-    program_in_process(test_ner.tiny_args(
+    program_in_process(ner.tiny_args(
         tmp_path, sample, runs[name], "--do_train",
-        "--train_file=" + untagged, "--labels=" + ",".join(test_ner.LABELS),
+        "--train_file=" + untagged, "--labels=" + ",".join(ner.LABELS),
         "--teacher_outputs=%s" % (teacher / teacher_outputs.FILE_NAME),
         "--temperature=2", "--train_batch_size=32", "--learning_rate=1e-4",
         *extra))
-  test_ner.assert_weights_equal_one_device(runs)
+  ner.assert_weights_equal_one_device(runs)
 
 
 @pytest.mark.slow
@@ -477,37 +480,37 @@ def test_fp16_distillation_with_two_replicas_runs(work, transfer_teacher,
 def test_a_distillation_run_stops_on_sigterm_and_resumes(
     work, transfer_teacher, tmp_path):
   import signal
-  import test_preemption
+  from helpers import processes
   teacher = transfer_teacher
   out = tmp_path / "out"
   out.mkdir()
   args = student(work, out, teacher, "--train_batch_size=4",
                  "--num_train_epochs=1", "--log_every_n_steps=1",
-                 "--tf_random_seed=1", test_preemption.FAR_AWAY)
+                 "--tf_random_seed=1", processes.FAR_AWAY)
   log = out / "run.log"
-  proc = test_preemption.start(args, log=open(log, "w"))
-  signalled_at = test_preemption.signal_after_step([proc], proc.pid, out,
-                                                   signal.SIGTERM)
-  assert test_preemption.wait_all([proc]) == [errors.EXIT_STOPPED]
-  stopped_at = test_preemption.check_stopped_run(out, log, signalled_at,
-                                                 "by SIGTERM")
+  proc = processes.start(args, log=open(log, "w"))
+  signalled_at = processes.signal_after_step([proc], proc.pid, out,
+                                             signal.SIGTERM)
+  assert processes.wait_all([proc]) == [errors.EXIT_STOPPED]
+  stopped_at = processes.check_stopped_run(out, log, signalled_at,
+                                           "by SIGTERM")
   result = run_program(args)
   assert result.returncode == 0, result.stderr[-3000:]
-  test_preemption.check_resumed(out, stopped_at, 200)  # 800 rows / batch 4
+  processes.check_resumed(out, stopped_at, 200)  # 800 rows / batch 4
 
 
 def test_run_distill_sh_help_documents_every_setting():
-  import test_scripts
-  result = test_scripts.run_script("run_distill.sh", "--help")
+  from helpers import scripts
+  result = scripts.run_script("run_distill.sh", "--help")
   assert result.returncode == 0, result.stderr
-  for name in test_scripts.settings_of("run_distill.sh"):
+  for name in scripts.settings_of("run_distill.sh"):
     assert re.search(r"^  %s " % name, result.stdout, re.M), name
 
 
 def test_run_distill_sh_refuses_an_unknown_size_before_any_step(tmp_path):
-  import test_scripts
-  result = test_scripts.run_script("run_distill.sh", "WORK_DIR=%s" % tmp_path,
-                                   "STUDENT_CONFIG=L3_H100")
+  from helpers import scripts
+  result = scripts.run_script("run_distill.sh", "WORK_DIR=%s" % tmp_path,
+                              "STUDENT_CONFIG=L3_H100")
   assert result.returncode == 2
   lines = result.stderr.splitlines()
   assert len(lines) == 1 and lines[0].startswith(
@@ -533,8 +536,8 @@ def test_run_distill_sh_and_its_student_in_hugging_face(tmp_path):
   there), shortened; the exported student's Hugging Face logits are ours."""
   import subprocess
   import sys
-  # Six processes in a row: test_scripts.run_script's 900 s are not enough
-  # on a loaded machine.
+  # Six processes in a row: helpers.scripts.run_script's 900 s are not
+  # enough on a loaded machine.
   result = subprocess.run(
       ["bash", os.path.join(REPO_ROOT, "scripts", "run_distill.sh"),
        "WORK_DIR=%s" % tmp_path, "TEACHER_CONFIG=bert_tiny",
@@ -562,7 +565,7 @@ def test_run_distill_sh_and_its_student_in_hugging_face(tmp_path):
                       "--do_predict", "--predict_file=%s" % dev])
   ours = np.array([r["logits"] for r in read_jsonl(
       str(predicted / teacher_outputs.FILE_NAME))])
-  sentences = [row[0] for row in test_run_classifier.read_tsv(dev)[1:]]
+  sentences = [row[0] for row in classifier.read_tsv(dev)[1:]]
   theirs = hf_logits(str(student / "export" / "huggingface"), sentences, 64)
   assert ours.shape == theirs.shape == (100, 2)
   np.testing.assert_allclose(theirs, ours, atol=1e-4, rtol=0)

@@ -34,6 +34,8 @@ import modeling
 import tokenization
 from conftest import (REPO_ROOT, expect_user_error, program_in_process,
                       run_ok, run_program, tiny_bert_config)
+from helpers.classifier import (classifier_inputs, hf_classifier_logits,
+                                read_records)
 
 CORPUS = os.path.join(REPO_ROOT, "sample_data", "corpus.txt")
 CLASSIFY = os.path.join(REPO_ROOT, "sample_data", "classify")
@@ -106,18 +108,6 @@ def read_checkpoint(path):
   reader = tf.train.load_checkpoint(str(path))
   return {name: reader.get_tensor(name)
           for name, _ in tf.train.list_variables(str(path))}
-
-
-def read_records(path, count, features):
-  """The first `count` records' int features as {name: int32 [count, ...]}."""
-  rows = {name: [] for name in features}
-  for i, record in enumerate(tf.io.tf_record_iterator(str(path))):
-    if i == count:
-      break
-    example = tf.train.Example.FromString(record)
-    for name in features:
-      rows[name].append(example.features.feature[name].int64_list.value)
-  return {name: np.array(value, np.int32) for name, value in rows.items()}
 
 
 def pretraining_batch(work, count=4):
@@ -395,24 +385,6 @@ def classifier(work):
                            str(work / "classify_export"),
                            ["huggingface", "saved_model"])
   return out, labels, result
-
-
-def classifier_inputs(out):
-  count = len((out / "test_results.tsv").read_text().splitlines())
-  return read_records(out / "predict.tf_record", count,
-                      ["input_ids", "input_mask", "segment_ids"])
-
-
-def hf_classifier_logits(model, inputs):
-  """A Hugging Face sequence classifier's logits [B, num_labels] on the
-  features of our records (classifier_inputs)."""
-  model.eval()
-  with torch.no_grad():
-    return model(
-        input_ids=torch.tensor(inputs["input_ids"], dtype=torch.long),
-        attention_mask=torch.tensor(inputs["input_mask"], dtype=torch.long),
-        token_type_ids=torch.tensor(inputs["segment_ids"],
-                                    dtype=torch.long)).logits
 
 
 def predicted_probabilities(out):

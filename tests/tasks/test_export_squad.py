@@ -23,7 +23,7 @@ from bertkit.tasks.squad import model as squad_model
 import modeling
 from conftest import REPO_ROOT, program_in_process
 from bertkit.common.errors import UserError
-from test_run_squad import SEQ, squad_args, squad_file, tiny_config
+from helpers.squad import SEQ, squad_args, squad_file, tiny_config
 
 DATA = os.path.join(REPO_ROOT, "tests", "fixtures", "squad")
 VOCAB = os.path.join(DATA, "vocab.txt")

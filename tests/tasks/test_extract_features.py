@@ -23,32 +23,7 @@ import extract_features
 import modeling
 import tokenization
 from conftest import TINY_CONFIG, options_from_args, run_in_process
-
-# Unique tokens only: upstream's and bert-tensorflow's vocab readers differ
-# on a repeated token (last line against first), which real vocabs lack.
-WORDS = ("the cat sat on mat hello world is it not jack ##son ##ville ? . , "
-         "! and of to in that was he she they we you my your dog happy at "
-         "all said").split()
-LETTERS = "abcdefghijklmnopqrstuvwxyz"
-LINES = ["The cat sat on the mat.",
-         "Hello world ||| is it jacksonville?",
-         "",
-         "the dog and the cat sat on my mat and the dog was not happy at "
-         "all, they said, and she said it was not.",
-         "École ||| Zoë",
-         "you ||| the dog and the cat sat on my mat and the dog was not happy"]
-
-
-def write_vocab(path, size):
-  """A vocab of `size` unique tokens: specials, WORDS, letters, unused."""
-  tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS
-  tokens += [c for c in LETTERS if c not in tokens]
-  tokens += ["##" + c for c in LETTERS]
-  tokens += ["[unused%d]" % i for i in range(size - len(tokens))]
-  assert len(set(tokens)) == len(tokens) == size
-  with open(path, "w") as f:
-    f.write("\n".join(tokens) + "\n")
-  return str(path)
+from helpers.features import LINES, values, write_vocab
 
 
 def save_random_bert(config_path, prefix):
@@ -95,12 +70,6 @@ def extract(model, output, *extra, input_file=None):
 def read_lines(path):
   with open(path) as f:
     return [json.loads(line) for line in f]
-
-
-def values(line):
-  """[tokens, layers, H] of one JSON line."""
-  return np.array([[layer["values"] for layer in token["layers"]]
-                   for token in line["features"]])
 
 
 # ------------------------------------------------------------ upstream's rules

@@ -25,7 +25,7 @@ import extract_features
 from conftest import (RUN_AND_REPORT_TENSORFLOW, expect_user_error,
                       options_from_args, pretrain_in_process, run_in_process,
                       run_program, run_ok)
-from test_extract_features import LINES, values, write_vocab
+from helpers.features import LINES, values, write_vocab
 
 UPSTREAM = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                         "upstream_extract_features.py")

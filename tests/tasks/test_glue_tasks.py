@@ -20,7 +20,7 @@ from bertkit.tasks.classification import features as classifier_features
 from bertkit.tasks.classification import glue_outputs as glue_tasks
 from bertkit.tasks.classification import registry as task_registry
 import modeling
-from test_export import classifier_inputs, hf_classifier_logits
+from helpers.classifier import classifier_inputs, hf_classifier_logits
 from conftest import (expect_user_error, read_eval_results, read_json,
                       run_ok, run_program, tiny_bert_config)
 

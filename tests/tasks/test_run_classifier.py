@@ -21,68 +21,16 @@ from bertkit.tasks.classification import outputs as classifier_outputs
 from bertkit.tasks.classification import processors as classifier_processors
 from bertkit.tasks.classification import task as classifier
 import modeling
-import tokenization
-from conftest import (REPO_ROOT, program_in_process, read_eval_results,
-                      run_program, tiny_bert_config)
+from conftest import (program_in_process, read_eval_results, run_program,
+                      tiny_bert_config)
+from helpers.classifier import (FIXTURES, SAMPLE, classifier_args,
+                                read_probabilities, read_tsv,
+                                save_pretrained_checkpoint, tiny_config,
+                                tsv_options, workdir)
 
-FIXTURES = os.path.join(REPO_ROOT, "tests", "fixtures", "classifier")
-SAMPLE = os.path.join(REPO_ROOT, "sample_data", "classify")
-SEQ = 32
 # Final dev accuracy of the tiny model on the sample task, seeds 1-3:
 # 1.0, 1.0, 1.0 (chance is 0.5).
 MIN_ACCURACY = 0.9
-
-
-def tiny_config(vocab_size):
-  return {"attention_probs_dropout_prob": 0.1, "hidden_act": "gelu",
-          "hidden_dropout_prob": 0.1, "hidden_size": 64,
-          "initializer_range": 0.02, "intermediate_size": 256,
-          "max_position_embeddings": 64, "num_attention_heads": 2,
-          "num_hidden_layers": 2, "type_vocab_size": 2,
-          "vocab_size": vocab_size}
-
-
-def read_tsv(path):
-  with open(path, encoding="utf-8") as f:
-    return [line.rstrip("\n").split("\t") for line in f]
-
-
-def words_of(paths):
-  basic = tokenization.BasicTokenizer(do_lower_case=True)
-  words = set()
-  for path in paths:
-    for row in read_tsv(path):
-      for field in row:
-        words.update(basic.tokenize(field))
-  return sorted(words)
-
-
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
-  """A word-level vocab covering the sample and the fixtures, and a config."""
-  d = tmp_path_factory.mktemp("classifier")
-  paths = [os.path.join(root, name)
-           for top in (SAMPLE, FIXTURES)
-           for root, _, names in os.walk(top)
-           for name in names if name.endswith(".tsv")]
-  vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words_of(paths)
-  (d / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
-  (d / "tiny.json").write_text(json.dumps(tiny_config(len(vocab))))
-  return d
-
-
-def classifier_args(workdir, output_dir, *extra, data_dir=SAMPLE,
-                    task="tsv"):
-  return ["run_classifier.py", "--task_name=%s" % task,
-          "--data_dir=%s" % data_dir,
-          "--vocab_file=%s" % (workdir / "vocab.txt"),
-          "--bert_config_file=%s" % (workdir / "tiny.json"),
-          "--output_dir=%s" % output_dir, "--max_seq_length=%d" % SEQ,
-          "--learning_rate=1e-3", "--log_every_n_steps=10"] + list(extra)
-
-
-def read_probabilities(path):
-  return np.array([[float(p) for p in row] for row in read_tsv(path)])
 
 
 class FakeTokenizer(object):
@@ -205,11 +153,6 @@ def test_header_less_tsv_read_with_the_default_header_flag_is_refused(
   (tmp_path / "train.tsv").write_text("text\tlabel\ngood film\tpos\n"
                                       "dull\tneg\n")
   assert len(processor.get_train_examples(str(tmp_path))) == 2
-
-
-def tsv_options(**overrides):
-  """The tsv flags' defaults, as run_classifier passes them on."""
-  return classifier_data.TsvOptions("0", "1", **overrides)
 
 
 def test_sample_task_is_balanced_and_inferred_labels_match():
@@ -509,18 +452,6 @@ def test_fine_tuning_learns_the_sample_task(workdir, tmp_path):
   assert sorted(os.path.basename(p) for p in
                 tf.io.gfile.glob(str(output_dir / "*.tf_record"))) == [
                     "eval.tf_record", "predict.tf_record", "train.tf_record"]
-
-
-def save_pretrained_checkpoint(workdir, path):
-  """A BertModel-only checkpoint, like a pretraining run's (no head)."""
-  config = modeling.BertConfig.from_json_file(str(workdir / "tiny.json"))
-  with tf.Graph().as_default():
-    ids = tf.zeros([1, 2], tf.int32)
-    modeling.BertModel(config, False, ids, ids, ids)
-    tf.train.get_or_create_global_step()
-    with tf.Session() as sess:
-      sess.run(tf.global_variables_initializer())
-      tf.train.Saver().save(sess, path)
 
 
 @pytest.mark.slow

@@ -145,8 +145,8 @@ def test_squad_describes_its_output_dir_and_predicts_from_it(tmp_path):
   """run_squad.py writes the description too; a rerun predicting into its
   --output_dir needs no model flag."""
   # pylint: disable-next=g-import-not-at-top
-  from test_run_squad import (SEQ as SQUAD_SEQ, VOCAB, squad_args,
-                              squad_file, tiny_config)
+  from helpers.squad import (SEQ as SQUAD_SEQ, VOCAB, squad_args, squad_file,
+                             tiny_config)
   (tmp_path / "tiny.json").write_text(json.dumps(tiny_config()))
   train = squad_file("squad_v1.json", tmp_path / "train.json")
   out = tmp_path / "squad"
@@ -346,7 +346,7 @@ def test_a_hugging_face_model_fine_tuned_exports_without_model_flags(
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
   # pylint: disable-next=g-import-not-at-top
-  from test_export import classifier_inputs, hf_classifier_logits
+  from helpers.classifier import classifier_inputs, hf_classifier_logits
   write_task(tmp_path / "task")
   run = tmp_path / "run"
   run_ok(classify_args(tmp_path / "task", run, "--init_checkpoint=" + HF_DIR,

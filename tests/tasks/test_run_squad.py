@@ -14,48 +14,18 @@ from bertkit.tasks.squad import data as squad_data
 from bertkit.tasks.squad import task as squad_task
 from bertkit.tasks.squad import model as squad_model
 import tokenization
-from conftest import (REPO_ROOT, expect_user_error, program_in_process,
-                      read_eval_results, run_ok, run_program)
-from test_run_classifier import save_pretrained_checkpoint
+from conftest import (expect_user_error, program_in_process, read_eval_results,
+                      run_ok, run_program)
 from bertkit.common import options
 from bertkit.tasks.squad.options import SquadOptions
 from bertkit.common.errors import UserError
+from helpers.classifier import save_pretrained_checkpoint
+from helpers.squad import (DATA, QUERY, SEQ, STRIDE, VOCAB, squad_args,
+                           squad_file, tiny_config)
 
-DATA = os.path.join(REPO_ROOT, "tests", "fixtures", "squad")
-VOCAB = os.path.join(DATA, "vocab.txt")
-SEQ, STRIDE, QUERY = 64, 32, 16
-# Questions whose answer upstream's reading cannot give back exactly (see
-# test_squad_data.UNRECOVERABLE): left out where EM is asserted.
-UNRECOVERABLE = ("t1", "t2", "t6")
 # EM on the training file after 1000 steps, --tf_random_seed 1-3: 100, 100,
 # 100 (after 500 steps: 100, 90, 90).
 MIN_EXACT_MATCH = 90.0
-
-
-def tiny_config(**overrides):
-  config = {"attention_probs_dropout_prob": 0.0, "hidden_act": "gelu",
-            "hidden_dropout_prob": 0.0, "hidden_size": 64,
-            "initializer_range": 0.02, "intermediate_size": 128,
-            "max_position_embeddings": SEQ, "num_attention_heads": 2,
-            "num_hidden_layers": 2, "type_vocab_size": 2,
-            "vocab_size": len(tokenization.load_vocab(VOCAB))}
-  config.update(overrides)
-  return config
-
-
-def squad_file(source, path, drop=UNRECOVERABLE, shift=None):
-  """A copy of a tests/fixtures/squad file without some questions, optionally
-  with question `shift`'s answer_start moved off its answer."""
-  with open(os.path.join(DATA, source), encoding="utf-8") as f:
-    data = json.load(f)
-  for article in data["data"]:
-    for paragraph in article["paragraphs"]:
-      paragraph["qas"] = [q for q in paragraph["qas"] if q["id"] not in drop]
-      for q in paragraph["qas"]:
-        if q["id"] == shift:
-          q["answers"][0]["answer_start"] += 5
-  path.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
-  return path
 
 
 @pytest.fixture(scope="module")
@@ -66,15 +36,6 @@ def workdir(tmp_path_factory):
   squad_file("squad_v2.json", d / "train_v2_shifted.json", shift="w4")
   squad_file("squad_v2.json", d / "dev_v2.json")
   return d
-
-
-def squad_args(workdir, output_dir, *extra):
-  return ["run_squad.py", "--vocab_file=%s" % VOCAB,
-          "--bert_config_file=%s" % (workdir / "tiny.json"),
-          "--output_dir=%s" % output_dir, "--max_seq_length=%d" % SEQ,
-          "--doc_stride=%d" % STRIDE, "--max_query_length=%d" % QUERY,
-          "--train_batch_size=16", "--learning_rate=1e-3",
-          "--log_every_n_steps=100"] + list(extra)
 
 
 # ---------------------------------------------------------------- graph
@@ -330,7 +291,7 @@ def test_bad_input_is_one_error_line_and_exit_2(workdir, tmp_path):
 
 @pytest.mark.slow
 def test_script_help_documents_every_setting():
-  from test_scripts import run_script, settings_of
+  from helpers.scripts import run_script, settings_of
   result = run_script("run_squad.sh", "--help")
   assert result.returncode == 0
   documented = set(re.findall(r"^  ([A-Z_0-9]+) ", result.stdout, re.M))
@@ -345,7 +306,7 @@ def test_script_help_documents_every_setting():
 
 @pytest.mark.slow
 def test_script_fine_tunes_predicts_and_exports(workdir, tmp_path):
-  from test_scripts import run_ok as run_script_ok
+  from helpers.scripts import run_ok as run_script_ok
   result = run_script_ok(
       "run_squad.sh", "WORK_DIR=%s" % tmp_path, "VOCAB_FILE=%s" % VOCAB,
       "BERT_CONFIG_FILE=%s" % (workdir / "tiny.json"), "INIT_CHECKPOINT=",

@@ -17,12 +17,11 @@ import sys
 import pytest
 
 from bertkit.common import errors
-import test_preemption
 from conftest import (REPO_ROOT, program_in_process, read_eval_results,
                       requires_horovod, run_program)
-from test_horovod import horovodrun
-from test_reliability import start
-from test_run_squad import squad_args, squad_file, tiny_config
+from helpers import processes
+from helpers.processes import horovodrun, start
+from helpers.squad import squad_args, squad_file, tiny_config
 
 pytestmark = pytest.mark.slow
 
@@ -78,9 +77,9 @@ def test_multi_worker_two_processes(squad_dir, tmp_path):
   args = train_and_predict_args(squad_dir, out,
                                 "--distribution_strategy=multi_worker",
                                 "--collective_timeout_seconds=120")
-  procs, logs = test_preemption.multi_worker_cluster(squad_dir, out, args,
-                                                     "run")
-  assert test_preemption.wait_all(procs, timeout=600) == [0, 0], \
+  procs, logs = processes.multi_worker_cluster(squad_dir, out, args,
+                                               "run")
+  assert processes.wait_all(procs, timeout=600) == [0, 0], \
       logs[1].read_text()[-3000:]
   check_trained_and_predicted(out, "multi_worker", 2)
   worker0, worker1 = fingerprints(out, "worker-0", "worker-1")
@@ -131,18 +130,18 @@ def test_sigterm_checkpoints_the_step_and_rerun_continues(squad_dir,
   steps = int(QUESTIONS / 2 * epochs)
   args = train_and_predict_args(squad_dir, out, "--train_batch_size=2",
                                 "--num_train_epochs=%d" % epochs,
-                                test_preemption.FAR_AWAY)
+                                processes.FAR_AWAY)
   log = out / "run.log"
   proc = start(args, log=open(log, "w"))
-  signalled_at = test_preemption.signal_after_step([proc], proc.pid, out,
-                                                   signal.SIGTERM)
-  assert test_preemption.wait_all([proc]) == [errors.EXIT_STOPPED]
-  stopped_at = test_preemption.check_stopped_run(out, log, signalled_at,
-                                                 "by SIGTERM")
+  signalled_at = processes.signal_after_step([proc], proc.pid, out,
+                                             signal.SIGTERM)
+  assert processes.wait_all([proc]) == [errors.EXIT_STOPPED]
+  stopped_at = processes.check_stopped_run(out, log, signalled_at,
+                                           "by SIGTERM")
   assert stopped_at < steps
   # Stopped means stopped: no predictions after the interrupted training.
   assert not (out / "predictions.json").exists()
   result = run_program(args)
   assert result.returncode == 0, result.stderr[-3000:]
-  test_preemption.check_resumed(out, stopped_at, steps)
+  processes.check_resumed(out, stopped_at, steps)
   assert read_eval_results(out)["global_step"] == steps

