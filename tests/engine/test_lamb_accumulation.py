@@ -247,6 +247,7 @@ def accumulated(features, k, record_ops=None):
   return [g for g, _ in grads_and_vars], tf.add_n(losses)
 
 
+@pytest.mark.slow
 def test_micro_batch_gradients_sum_to_the_whole_batch_gradient(graph):
   tf.set_random_seed(0)
   features = {k: tf.constant(v) for k, v in masked_features(8).items()}

@@ -380,6 +380,7 @@ def ner_teacher(tmp_path):
   return teacher, untagged
 
 
+@pytest.mark.slow
 def test_ner_student_learns_each_word_from_its_teacher(tmp_path):
   sample = ner.SAMPLE
   teacher, untagged = ner_teacher(tmp_path)
@@ -408,6 +409,7 @@ def test_ner_student_learns_each_word_from_its_teacher(tmp_path):
   assert load_checkpoint(str(student))["global_step"] > 0
 
 
+@pytest.mark.slow
 def test_swag_student_learns_each_choice_from_its_teacher(tmp_path):
   sample = swag.SAMPLE
   teacher = tmp_path / "teacher"

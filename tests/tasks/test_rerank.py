@@ -522,6 +522,7 @@ def test_tiny_run_trains_re_ranks_and_reports(tmp_path):
                    r"global batch 8, 4 steps", result.stderr)
 
 
+@pytest.mark.slow
 def test_held_out_mrr_stops_at_its_target_and_equals_the_evaluated_run(
     tmp_path):
   """All the dev queries held out, a target any MRR@10 reaches: training
@@ -737,6 +738,7 @@ def teacher_flag(teacher):
   return "--teacher_outputs=%s" % (teacher["scores"] / "predict_logits.jsonl")
 
 
+@pytest.mark.slow
 def test_weight_zero_trains_exactly_as_without_a_teacher(teacher, tmp_path):
   runs = {}
   for name, extra in (("plain", []),
@@ -753,6 +755,7 @@ def test_weight_zero_trains_exactly_as_without_a_teacher(teacher, tmp_path):
                             runs["plain"]["cls/reranker/output_weights"])
 
 
+@pytest.mark.slow
 def test_a_student_on_two_replicas_equals_one_device(teacher, tmp_path):
   runs = {}
   for name, extra in (("one", []), ("two", ["--cpu_replicas=2"])):

@@ -113,6 +113,7 @@ def test_the_models_own_pooling_equals_encode(texts, input_file, tmp_path):
   assert np.abs(shorter[-2:] - expected[-2:]).max() > 1e-3
 
 
+@pytest.mark.slow
 def test_bf16_vectors_are_float32s_within_tolerance(input_file, tmp_path):
   fp32, _ = our_vectors(input_file, tmp_path / "fp32.npy", "--pooling=model")
   bf16, result = our_vectors(input_file, tmp_path / "bf16.npy",
