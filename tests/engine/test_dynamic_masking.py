@@ -640,6 +640,7 @@ def check_packed_masks(row, drawn, vocab):
   return chosen
 
 
+@pytest.mark.slow
 def test_packed_rows_get_each_sequences_masks(data, packed):
   rows = packed["rows"]
   count = len(rows) // 8 * 8

@@ -296,6 +296,7 @@ def _without_next_sentence(source, target):
       writer.write(example.SerializeToString())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("trained_with_next_sentence", [True, False])
 def test_held_out_records_of_either_kind_evaluate_either_model(
     text_records, tmp_path, trained_with_next_sentence):

@@ -84,6 +84,7 @@ def test_the_squad_file_asks_for_spans_of_its_contexts():
       ("Edith checks the what?", "barometer"), ("It what?", "rained")]
 
 
+@pytest.mark.slow
 def test_an_unknown_program_or_a_missing_corpus_is_one_error_line(tmp_path):
   for flag, says in (("--programs=pretraining,bogus", "unknown bogus"),
                      ("--corpus=%s" % (tmp_path / "none.txt"),
